@@ -1,0 +1,23 @@
+# The two commands of the README: `make train` (main job) and `make test`.
+PY := .venv/bin/python
+
+.PHONY: setup setup-dev setup-bench train test lint bench
+
+setup:
+	scripts/setup.sh
+
+setup-dev:
+	scripts/setup.sh dev
+
+setup-bench:
+	scripts/setup.sh dev,bench
+
+train: setup
+	$(PY) -m rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0
+
+test: setup-dev
+	$(PY) -m ruff check rapidrl tests benchmarks
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+bench: setup-bench
+	$(PY) -m rapidrl bench all

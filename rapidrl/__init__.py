@@ -1,0 +1,48 @@
+"""rapidrl: reinforcement learning that is fast end to end.
+
+Everything below is imported lazily on first attribute access, so ``import rapidrl`` stays cheap
+and compiles no Numba kernel (kernels compile on first call and are cached on disk).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "kernels": "rapidrl.kernels",
+    "envs": "rapidrl.envs",
+    "buffers": "rapidrl.buffers",
+    "make_vec": "rapidrl.envs",
+    "RolloutBuffer": "rapidrl.buffers",
+    "ReplayBuffer": "rapidrl.buffers",
+    "PrioritizedReplayBuffer": "rapidrl.buffers",
+    "PPO": "rapidrl.algos",
+    "A2C": "rapidrl.algos",
+    "DQN": "rapidrl.algos",
+    "SAC": "rapidrl.algos",
+    "TD3": "rapidrl.algos",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rapidrl' has no attribute {name!r}")
+    mod = importlib.import_module(module)
+    value = mod if module.endswith("." + name) else getattr(mod, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rapidrl import buffers, envs, kernels  # noqa: F401

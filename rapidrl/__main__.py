@@ -1,0 +1,3 @@
+from rapidrl.cli import main
+
+raise SystemExit(main())

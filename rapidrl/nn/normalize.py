@@ -1,0 +1,86 @@
+"""Running statistics for observation normalization and reward scaling (NumPy, float64).
+
+Parallel-merge update of mean and variance (Chan et al.), so a batch of N observations updates the
+statistics in one call. State is plain arrays, saved with the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RunningMeanStd:
+    """Mean and variance of a stream of arrays of shape ``shape``."""
+
+    def __init__(self, shape: tuple = (), epsilon: float = 1e-4):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = float(epsilon)
+
+    def update(self, batch: np.ndarray) -> None:
+        """batch: [B, *shape]."""
+        b_mean = batch.mean(axis=0)
+        b_var = batch.var(axis=0)
+        b_count = batch.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + b_count
+        self.mean = self.mean + delta * (b_count / total)
+        m2 = self.var * self.count + b_var * b_count + np.square(delta) * (self.count * b_count / total)
+        self.var = m2 / total
+        self.count = total
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.mean = np.asarray(state["mean"], np.float64).copy()
+        self.var = np.asarray(state["var"], np.float64).copy()
+        self.count = float(state["count"])
+
+
+class ObsNormalizer:
+    """obs -> clip((obs - mean) / sqrt(var + eps), -clip, clip), statistics updated while training."""
+
+    def __init__(self, shape: tuple, clip: float = 10.0, eps: float = 1e-8):
+        self.rms = RunningMeanStd(shape)
+        self.clip, self.eps = float(clip), float(eps)
+
+    def __call__(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        """obs [B, *shape] -> normalized float32 [B, *shape]."""
+        if update:
+            self.rms.update(obs)
+        out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.eps)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def state_dict(self) -> dict:
+        return {"rms": self.rms.state_dict(), "clip": self.clip, "eps": self.eps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rms.load_state_dict(state["rms"])
+        self.clip, self.eps = float(state["clip"]), float(state["eps"])
+
+
+class RewardScaler:
+    """Divide rewards by the running std of the discounted return (as SB3's VecNormalize does).
+
+    ``returns`` [N] accumulates gamma * returns + reward per env and restarts where an episode ended.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        self.rms = RunningMeanStd(())
+        self.returns = np.zeros(num_envs, np.float64)
+        self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """rewards [N], dones [N] bool -> scaled float32 rewards [N]."""
+        self.returns = self.returns * self.gamma + rewards
+        self.rms.update(self.returns)
+        self.returns[dones] = 0.0
+        return np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip).astype(np.float32)
+
+    def state_dict(self) -> dict:
+        return {"rms": self.rms.state_dict(), "gamma": self.gamma, "clip": self.clip, "eps": self.eps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rms.load_state_dict(state["rms"])
+        self.gamma, self.clip, self.eps = float(state["gamma"]), float(state["clip"]), float(state["eps"])

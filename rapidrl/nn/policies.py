@@ -1,0 +1,167 @@
+"""Actor-critic policies for on-policy algorithms (PyTorch).
+
+One call gives everything a rollout needs: ``ActorCritic.act(obs) -> (actions, log_probs, values)``; one
+call gives everything a PPO/A2C update needs: ``evaluate(obs, actions) -> (log_probs, entropy, values)``.
+Layer layout is plain ``nn.Linear`` stacks, so the fused rollout collector can read the weights zero-copy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
+    """Orthogonal weights with ``gain``, zero bias (the PPO-paper initialisation)."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str, out_gain: float = 1.0
+        ) -> nn.Sequential:
+    """``Linear -> act`` for each hidden size, then an optional output ``Linear`` with ``out_gain``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    layers: list[nn.Module] = []
+    d = in_dim
+    for h in hidden:
+        layers += [orthogonal_init(nn.Linear(d, h), math.sqrt(2.0)), ACTIVATIONS[activation]()]
+        d = h
+    if out_dim is not None:
+        layers.append(orthogonal_init(nn.Linear(d, out_dim), out_gain))
+    return nn.Sequential(*layers)
+
+
+def flat_obs_dim(space: gym.Space) -> int:
+    """Input width of an MLP for a Box observation space."""
+    if not isinstance(space, gym.spaces.Box):
+        raise TypeError(f"MLP policies need a Box observation space, got {space}")
+    return int(np.prod(space.shape))
+
+
+class ActorCritic(nn.Module):
+    """MLP actor-critic for Discrete (categorical) and Box (diagonal Gaussian) action spaces.
+
+    Args:
+        observation_space: a single env's Box observation space.
+        action_space: a single env's Discrete or Box action space.
+        hidden: hidden layer sizes of the actor and of the critic.
+        shared: one trunk for both heads (else separate networks, the default and usually better).
+        activation: "tanh" or "relu".
+        log_std_init: initial state-independent log standard deviation (Box only).
+        squash: "clip" (sample unbounded Gaussian, clip to bounds in the env; log-prob of the raw sample)
+            or "tanh" (tanh-squashed Gaussian scaled to the bounds, log-prob with the Jacobian term).
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
+                 *, shared: bool = False, activation: str = "tanh", log_std_init: float = 0.0,
+                 squash: str = "clip"):
+        super().__init__()
+        obs_dim = flat_obs_dim(observation_space)
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            out_dim = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            out_dim = int(action_space.shape[0])
+        else:
+            raise TypeError(f"ActorCritic supports Discrete and 1-D Box action spaces, got {action_space}")
+        if squash not in ("clip", "tanh"):
+            raise ValueError(f"squash must be 'clip' or 'tanh', got {squash!r}")
+        if not hidden:
+            raise ValueError("hidden must name at least one layer size")
+        self.obs_dim, self.action_dim, self.shared, self.squash = obs_dim, out_dim, shared, squash
+        self.hidden, self.activation = tuple(int(h) for h in hidden), activation
+        if shared:
+            self.trunk = mlp(obs_dim, hidden, None, activation)
+            self.actor = orthogonal_init(nn.Linear(hidden[-1], out_dim), 0.01)
+            self.critic = orthogonal_init(nn.Linear(hidden[-1], 1), 1.0)
+        else:
+            self.trunk = None
+            self.actor = mlp(obs_dim, hidden, out_dim, activation, out_gain=0.01)
+            self.critic = mlp(obs_dim, hidden, 1, activation, out_gain=1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init)))
+            low = torch.as_tensor(action_space.low, dtype=torch.float32)
+            high = torch.as_tensor(action_space.high, dtype=torch.float32)
+            self.register_buffer("action_low", low)
+            self.register_buffer("action_high", high)
+
+    # -- heads ------------------------------------------------------------------------------------
+    def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [B, O] -> (actor output [B, A], values [B])."""
+        if self.trunk is not None:
+            h = self.trunk(obs)
+            return self.actor(h), self.critic(h).squeeze(-1)
+        return self.actor(obs), self.critic(obs).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values [B]."""
+        if self.trunk is not None:
+            return self.critic(self.trunk(obs)).squeeze(-1)
+        return self.critic(obs).squeeze(-1)
+
+    # -- distributions ----------------------------------------------------------------------------
+    def _gaussian_logp(self, mean: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+        """Sum over action dims of N(raw; mean, exp(log_std)) log-density [B]."""
+        z = (raw - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
+
+    def _tanh_correction(self, raw: torch.Tensor) -> torch.Tensor:
+        """log |d action / d raw| summed over dims [B] for the scaled tanh squash."""
+        half_range = (self.action_high - self.action_low) / 2
+        return (torch.log(half_range) + 2.0 * (math.log(2.0) - raw - nn.functional.softplus(-2.0 * raw))).sum(-1)
+
+    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
+        """Map a policy sample to the env's action (clip to bounds or scaled tanh)."""
+        if self.discrete:
+            return raw
+        if self.squash == "tanh":
+            return self.action_low + (torch.tanh(raw) + 1.0) * (self.action_high - self.action_low) / 2
+        return torch.clamp(raw, self.action_low, self.action_high)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample: obs [B, O] -> (raw actions [B] int64 or [B, A], log_probs [B], values [B]).
+
+        Raw actions are what the buffer stores (unclipped Gaussian samples); ``to_env_action`` maps them.
+        """
+        out, values = self._heads(obs)
+        if self.discrete:
+            logp_all = torch.log_softmax(out, -1)
+            if deterministic:
+                actions = out.argmax(-1)
+            else:
+                actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1), values
+        raw = out if deterministic else out + torch.randn_like(out) * torch.exp(self.log_std)
+        logp = self._gaussian_logp(out, raw)
+        if self.squash == "tanh":
+            logp = logp - self._tanh_correction(raw)
+        return raw, logp, values
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs [B], entropy [B], values [B]) of stored raw ``actions`` under the current policy.
+
+        For the tanh squash the entropy is that of the underlying Gaussian (no closed form after tanh).
+        """
+        out, values = self._heads(obs)
+        if self.discrete:
+            logp_all = torch.log_softmax(out, -1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            return logp, entropy, values
+        logp = self._gaussian_logp(out, actions)
+        if self.squash == "tanh":
+            logp = logp - self._tanh_correction(actions)
+        entropy = (self.log_std + 0.5 + 0.5 * LOG_2PI).sum().expand(out.shape[0])
+        return logp, entropy, values

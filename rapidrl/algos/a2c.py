@@ -1,0 +1,76 @@
+"""A2C (Mnih et al. 2016, synchronous): one gradient step per short rollout, RMSprop by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.train.config import check_positive, require
+
+
+@dataclass
+class A2CConfig(OnPolicyConfig):
+    num_steps: int = 5
+    """Steps per env in each rollout."""
+    learning_rate: float = 7e-4
+    """Optimizer learning rate."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1.0: n-step returns, the original A2C)."""
+    optimizer: str = "rmsprop"
+    """"rmsprop" (as in the literature) or "adam"."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop epsilon."""
+    normalize_advantage: bool = False
+    """Normalize advantages over the rollout."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "rms_eps")
+        require(0.0 < self.rms_alpha < 1.0, f"rms_alpha must lie in (0, 1), got {self.rms_alpha}")
+        require(self.optimizer in ("rmsprop", "adam"), f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
+
+
+def a2c_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, advantages: torch.Tensor,
+             returns: torch.Tensor, *, ent_coef: float, vf_coef: float) -> tuple[torch.Tensor, dict]:
+    """L = -E[A logp] + vf_coef * E[(R - V)^2] - ent_coef * E[H]; all tensors [B]."""
+    pg_loss = -(advantages * log_probs).mean()
+    v_loss = (returns - values).square().mean()
+    ent = entropy.mean()
+    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
+    return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
+
+
+class A2C(OnPolicyAlgorithm):
+    """Advantage Actor-Critic. ``A2C(env, **hyperparameters)``; see A2CConfig for the fields."""
+
+    name = "a2c"
+    config_class = A2CConfig
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "adam":
+            return torch.optim.Adam(self.policy.parameters(), lr=c.learning_rate, foreach=True)
+        return torch.optim.RMSprop(self.policy.parameters(), lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps,
+                                   foreach=True)
+
+    def _update(self) -> None:
+        c = self.config
+        batch = c.num_steps * c.num_envs
+        norm = "batch" if c.normalize_advantage else None
+        (mb,) = list(self.buffer.minibatches(batch, generator=self.torch_generator, normalize_advantages=norm))
+        log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
+        loss, stats = a2c_loss(log_probs, entropy, values, mb.advantages, mb.returns, ent_coef=c.ent_coef,
+                               vf_coef=c.vf_coef)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if c.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        record = {f"losses/{k}": float(v) for k, v in stats.items()}
+        record["losses/explained_variance"] = self._explained_variance()
+        self.record(record)

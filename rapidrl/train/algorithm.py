@@ -1,0 +1,290 @@
+"""What every algorithm shares: env set-up, seeding, the ``learn`` driver, predict/evaluate, save/load.
+
+An algorithm subclass supplies ``config_class`` (a dataclass), ``_build()`` (networks, optimizers,
+storage) and ``_iteration()`` (collect + update once, returning the env steps taken). Everything else,
+callbacks, timing, progress, logging, evaluation and checkpoints, lives here once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rapidrl.envs.base import VecEnvBase
+from rapidrl.train.callbacks import Callback, as_callback
+from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
+from rapidrl.train.progress import TrainingProgress
+from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
+from rapidrl.train.timing import PhaseTimer
+
+FORMAT_VERSION = 1
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a NaN or inf loss or parameter."""
+
+
+def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwargs: dict):
+    from rapidrl.envs import make_vec
+
+    return make_vec(env_id, num_envs, seed=seed, device=device if device != "cpu" else "cpu", **env_kwargs)
+
+
+class Algorithm:
+    """Base class of PPO, A2C, DQN, SAC, TD3 (see each for the hyperparameters)."""
+
+    name: ClassVar[str] = "algorithm"
+    config_class: ClassVar[type]
+
+    def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, **hyperparameters):
+        if config is None:
+            config = config_from_dict(self.config_class, hyperparameters)
+        elif hyperparameters:
+            config = dataclasses.replace(config, **hyperparameters)
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
+        config.validate()
+        self.config = config
+        self.device = torch.device(config.device)
+        if config.torch_threads is not None:
+            torch.set_num_threads(config.torch_threads)
+        self.env_kwargs = dict(env_kwargs or {})
+        seed = config.seed
+        torch.manual_seed(seed)
+        self.np_rng = np.random.default_rng(seed)
+        if isinstance(env, str):
+            self.env_id = env
+            self.env = _make_env(env, config.num_envs, seed, config.env_device, self.env_kwargs)
+        elif isinstance(env, VecEnvBase):
+            self.env_id = getattr(env, "env_id", None)
+            if env.num_envs != config.num_envs:
+                raise ConfigError(f"num_envs={config.num_envs} but the env given has {env.num_envs} envs")
+            self.env = env
+        else:
+            raise TypeError(f"env must be an environment id (str) or a rapidrl vector env, got {type(env).__name__}")
+        self.observation_space: gym.Space = self.env.single_observation_space
+        self.action_space: gym.Space = self.env.single_action_space
+        self._eval_env = eval_env
+        self.num_timesteps = 0
+        self.num_episodes = 0
+        self.num_updates = 0
+        self.timer = PhaseTimer()
+        self.metrics: dict[str, float] = {}
+        self.history: list[dict[str, float]] = []
+        self.loggers: list = []
+        self._returns: deque = deque(maxlen=100)
+        self._lengths: deque = deque(maxlen=100)
+        self._obs = None
+        self._build()
+
+    # -- to be supplied by subclasses -----------------------------------------------------------
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def _iteration(self) -> int:
+        """Collect and update once; return the number of env steps taken."""
+        raise NotImplementedError
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """obs [B, *obs_shape] (raw) -> env actions [B, ...] as NumPy."""
+        raise NotImplementedError
+
+    def _state(self) -> dict[str, Any]:
+        """Tensors and plain values to save (networks, optimizers, normalizers)."""
+        raise NotImplementedError
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    # -- episodes and metrics ----------------------------------------------------------------------
+    def _track_episodes(self, info: dict) -> None:
+        """Record returns/lengths of episodes that ended (info['episode'] where info['_episode'])."""
+        done = info.get("_episode")
+        if done is None or not done.any():
+            return
+        ep = info["episode"]
+        r = ep["r"][done]
+        length = ep["l"][done]
+        self._returns.extend(r.tolist())
+        self._lengths.extend(length.tolist())
+        self.num_episodes += int(done.sum())
+
+    def recent_returns(self, k: int = 100) -> list[float]:
+        """Returns of the last ``k`` finished training episodes."""
+        return list(self._returns)[-k:]
+
+    def record(self, values: dict[str, float]) -> None:
+        """Add metrics to the current record (flushed to loggers after each update)."""
+        self.metrics.update(values)
+
+    def _flush_metrics(self) -> None:
+        self.metrics["global_step"] = self.num_timesteps
+        if self._returns:
+            self.metrics["charts/episodic_return"] = float(np.mean(list(self._returns)[-20:]))
+            self.metrics["charts/episodic_length"] = float(np.mean(list(self._lengths)[-20:]))
+        rep = self.timer.report(self.num_timesteps - self._start_steps)
+        self.metrics["charts/SPS"] = rep.pop("sps")
+        self.metrics.update(rep)
+        for k, v in self.metrics.items():
+            if isinstance(v, float) and not math.isfinite(v) and k.startswith("losses/"):
+                raise NonFiniteError(f"{k} is {v} at step {self.num_timesteps}; training stopped")
+        self.history.append(dict(self.metrics))
+        for logger in self.loggers:
+            logger.log(self.metrics, self.num_timesteps)
+
+    # -- the driver ------------------------------------------------------------------------------
+    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, reset_num_timesteps: bool = False):
+        """Train for ``total_timesteps`` env steps (counted over all envs). Returns self.
+
+        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update.
+        """
+        if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, (int, np.integer)) \
+                or total_timesteps <= 0:
+            raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
+        if reset_num_timesteps:
+            self.num_timesteps = 0
+        cb: Callback = as_callback(callback)
+        target = self.num_timesteps + int(total_timesteps)
+        self.timer.reset()
+        self._start_steps = self.num_timesteps
+        cb.on_training_start(self)
+        desc = f"{self.name.upper()} {self.env_id or ''}".strip()
+        with TrainingProgress(target, desc, enabled=progress_bar) as progress:
+            while self.num_timesteps < target:
+                self.num_timesteps += self._iteration()
+                self.num_updates += 1
+                keep_going = cb.on_rollout_end(self) and cb.on_update_end(self)
+                self._flush_metrics()
+                recent = self.recent_returns(20)
+                progress.update(self.num_timesteps, self.metrics["charts/SPS"],
+                                float(np.mean(recent)) if recent else None)
+                if not keep_going:
+                    break
+        cb.on_training_end(self)
+        return self
+
+    # -- acting ----------------------------------------------------------------------------------
+    def predict(self, obs, deterministic: bool = False) -> np.ndarray:
+        """Actions for ``obs`` ([B, *obs_shape] or a single observation [*obs_shape]), as NumPy."""
+        obs = np.asarray(obs)
+        shape = self.observation_space.shape
+        single = obs.shape == shape
+        if single:
+            obs = obs[None]
+        if obs.shape[1:] != shape:
+            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        actions = self._policy_actions(obs, deterministic)
+        return actions[0] if single else actions
+
+    def _get_eval_env(self, n: int):
+        if self._eval_env is not None and self._eval_env.num_envs == n:
+            return self._eval_env
+        if self.env_id is None:
+            raise ValueError("evaluate() needs eval_env=... when the model was built from an env without an id")
+        seed = None if self.config.seed is None else self.config.seed + 10_000
+        self._eval_env = _make_env(self.env_id, n, seed, "cpu", self.env_kwargs)
+        return self._eval_env
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> tuple[float, float]:
+        """Mean and std of the return of ``n_episodes`` full episodes on separate eval envs.
+
+        Runs n_episodes envs in parallel and counts each env's first episode only (no bias towards short
+        episodes). Rewards are the env's raw rewards (no scaling).
+        """
+        if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
+            raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
+        env = self._get_eval_env(n_episodes)
+        obs, _ = env.reset(seed=None if self.config.seed is None else self.config.seed + 10_000 + self.num_updates)
+        returns = np.zeros(n_episodes)
+        finished = np.zeros(n_episodes, dtype=bool)
+        while not finished.all():
+            actions = self._policy_actions(np.asarray(obs), deterministic)
+            obs, rewards, term, trunc, _ = env.step(actions)
+            returns += np.where(finished, 0.0, rewards)
+            finished |= term | trunc
+        return float(returns.mean()), float(returns.std())
+
+    # -- persistence -----------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the model, optimizer, normalizers, config and counters atomically to ``path``."""
+        path = Path(path)
+        payload = {
+            "format": "rapidrl",
+            "version": FORMAT_VERSION,
+            "algo": self.name,
+            "env_id": self.env_id,
+            "config": config_to_dict(self.config),
+            "observation_space": space_to_dict(self.observation_space),
+            "action_space": space_to_dict(self.action_space),
+            "num_timesteps": self.num_timesteps,
+            "num_updates": self.num_updates,
+            "state": self._state(),
+        }
+        atomic_torch_save(payload, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, env=None, device: str | None = None, **overrides):
+        """Rebuild a saved model. ``env``: an id or vector env (default: the saved env id, same config)."""
+        payload = load_checkpoint(path)
+        if payload["algo"] != cls.name:
+            raise ValueError(f"{path} holds a {payload['algo'].upper()} model, not {cls.name.upper()}")
+        values = dict(payload["config"])
+        if device is not None:
+            values["device"] = device
+        values.update(overrides)
+        config = config_from_dict(cls.config_class, values)
+        if env is None:
+            if payload["env_id"] is None:
+                raise ValueError(f"{path} was trained on an env instance without id: pass env=...")
+            env = payload["env_id"]
+        model = cls(env, config)
+        for which in ("observation_space", "action_space"):
+            saved = space_from_dict(payload[which])
+            if not spaces_equal(saved, getattr(model, which)):
+                raise ValueError(f"env mismatch on load: saved {which} is {saved}, the env has {getattr(model, which)}")
+        model._load_state(payload["state"])
+        model.num_timesteps = int(payload["num_timesteps"])
+        model.num_updates = int(payload["num_updates"])
+        return model
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    """torch.save to a temp file in the same directory, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """torch.load with weights_only=True (no code runs); clear errors for missing, corrupt or foreign files."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file at {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt/foreign files
+        raise ValueError(f"{path} is not a readable rapidrl model file ({type(e).__name__}: {e})"[:500]) from None
+    if not isinstance(payload, dict) or payload.get("format") != "rapidrl":
+        raise ValueError(f"{path} is not a rapidrl model file")
+    if payload.get("version") != FORMAT_VERSION:
+        raise ValueError(f"{path} has format version {payload.get('version')}, this rapidrl reads {FORMAT_VERSION}")
+    return payload

@@ -126,7 +126,6 @@ class OnPolicyAlgorithm(Algorithm):
         self.collector = FusedCollector.create(self) if c.fused_rollout != "never" else None
         if c.fused_rollout == "always" and self.collector is None:
             raise ValueError("fused_rollout='always' needs a built-in env on the CPU and an MLP policy on the CPU")
-        self._total_for_schedule = None
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -197,16 +196,6 @@ class OnPolicyAlgorithm(Algorithm):
                 self._track_episodes(info)
 
     # -- the iteration ---------------------------------------------------------------------------
-    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, reset_num_timesteps: bool = False):
-        self._schedule_start = self.num_timesteps
-        self._schedule_total = int(total_timesteps) if isinstance(total_timesteps, (int, np.integer)) else 1
-        return super().learn(total_timesteps, callback, progress_bar, reset_num_timesteps)
-
-    def progress_remaining(self) -> float:
-        """1 at the start of ``learn``, falling linearly to 0 at its end (drives LR annealing)."""
-        done = (self.num_timesteps - self._schedule_start) / max(self._schedule_total, 1)
-        return max(0.0, 1.0 - done)
-
     def _iteration(self) -> int:
         c = self.config
         if c.anneal_lr:
@@ -240,6 +229,15 @@ class OnPolicyAlgorithm(Algorithm):
         if self.reward_scaler is not None:
             state["reward_scaler"] = _to_tensors(self.reward_scaler.state_dict())
         return state
+
+    def _extra_training_state(self) -> dict:
+        return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
+                "generator": self.torch_generator.get_state()}
+
+    def _load_extra_training_state(self, state: dict) -> None:
+        np.copyto(self._obs, state["obs"].numpy())
+        self._needs_reset = bool(state["needs_reset"])
+        self.torch_generator.set_state(state["generator"])
 
     def _load_state(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])

@@ -79,8 +79,10 @@ class RewardScaler:
         return np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip).astype(np.float32)
 
     def state_dict(self) -> dict:
-        return {"rms": self.rms.state_dict(), "gamma": self.gamma, "clip": self.clip, "eps": self.eps}
+        return {"rms": self.rms.state_dict(), "returns": self.returns.copy(), "gamma": self.gamma, "clip": self.clip,
+                "eps": self.eps}
 
     def load_state_dict(self, state: dict) -> None:
         self.rms.load_state_dict(state["rms"])
+        self.returns = np.asarray(state["returns"], np.float64).copy()
         self.gamma, self.clip, self.eps = float(state["gamma"]), float(state["clip"]), float(state["eps"])

@@ -84,6 +84,7 @@ class Algorithm:
         self._returns: deque = deque(maxlen=100)
         self._lengths: deque = deque(maxlen=100)
         self._obs = None
+        self._schedule: tuple[int, int] | None = None  # (first step, total) of the current learn call
         self._build()
 
     # -- to be supplied by subclasses -----------------------------------------------------------
@@ -142,23 +143,33 @@ class Algorithm:
             logger.log(self.metrics, self.num_timesteps)
 
     # -- the driver ------------------------------------------------------------------------------
-    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, reset_num_timesteps: bool = False):
+    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
         """Train for ``total_timesteps`` env steps (counted over all envs). Returns self.
 
         callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update.
+        resume: continue the ``learn`` call a checkpoint was saved in (``save(..., training_state=True)``
+        then ``load``): runs to that call's end with its schedules, so the result equals an uninterrupted
+        run for deterministic settings. ``total_timesteps`` must then equal the original call's.
         """
         if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, (int, np.integer)) \
                 or total_timesteps <= 0:
             raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
-        if reset_num_timesteps:
-            self.num_timesteps = 0
+        if resume:
+            if self._schedule is None:
+                raise ValueError("resume=True needs a model loaded from a checkpoint saved with training_state=True")
+            if self._schedule[1] != total_timesteps:
+                raise ValueError(f"resume: the checkpoint's run had total_timesteps={self._schedule[1]}, "
+                                 f"got {total_timesteps}")
+        else:
+            self._schedule = (self.num_timesteps, int(total_timesteps))
+        target = self._schedule[0] + self._schedule[1]
         cb: Callback = as_callback(callback)
-        target = self.num_timesteps + int(total_timesteps)
         self.timer.reset()
         self._start_steps = self.num_timesteps
         cb.on_training_start(self)
         desc = f"{self.name.upper()} {self.env_id or ''}".strip()
         with TrainingProgress(target, desc, enabled=progress_bar) as progress:
+            progress.update(self.num_timesteps, 0.0, None)
             while self.num_timesteps < target:
                 self.num_timesteps += self._iteration()
                 self.num_updates += 1
@@ -171,6 +182,13 @@ class Algorithm:
                     break
         cb.on_training_end(self)
         return self
+
+    def progress_remaining(self) -> float:
+        """1 at the start of the current ``learn`` call, falling linearly to 0 at its end (for schedules)."""
+        if self._schedule is None:
+            return 1.0
+        start, total = self._schedule
+        return max(0.0, 1.0 - (self.num_timesteps - start) / total)
 
     # -- acting ----------------------------------------------------------------------------------
     def predict(self, obs, deterministic: bool = False) -> np.ndarray:
@@ -214,8 +232,12 @@ class Algorithm:
         return float(returns.mean()), float(returns.std())
 
     # -- persistence -----------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the model, optimizer, normalizers, config and counters atomically to ``path``."""
+    def save(self, path: str | os.PathLike, *, training_state: bool = False) -> Path:
+        """Write the model, optimizer, normalizers, config and counters atomically to ``path``.
+
+        training_state: also store what an exact resume needs: RNG states, env state (built-in envs),
+        current observations, episode statistics and the schedule of the current ``learn`` call.
+        """
         path = Path(path)
         payload = {
             "format": "rapidrl",
@@ -229,6 +251,8 @@ class Algorithm:
             "num_updates": self.num_updates,
             "state": self._state(),
         }
+        if training_state:
+            payload["training"] = self._training_state()
         atomic_torch_save(payload, path)
         return path
 
@@ -255,7 +279,67 @@ class Algorithm:
         model._load_state(payload["state"])
         model.num_timesteps = int(payload["num_timesteps"])
         model.num_updates = int(payload["num_updates"])
+        if "training" in payload:
+            model._load_training_state(payload["training"])
         return model
+
+    def _training_state(self) -> dict[str, Any]:
+        return {
+            "torch_rng": torch.get_rng_state(),
+            "np_rng": self.np_rng.bit_generator.state,
+            "env": env_state(self.env),
+            "returns": list(self._returns),
+            "lengths": list(self._lengths),
+            "num_episodes": self.num_episodes,
+            "schedule": list(self._schedule) if self._schedule is not None else None,
+            "extra": self._extra_training_state(),
+        }
+
+    def _load_training_state(self, st: dict[str, Any]) -> None:
+        torch.set_rng_state(st["torch_rng"])
+        self.np_rng.bit_generator.state = st["np_rng"]
+        set_env_state(self.env, st["env"])
+        self._returns.extend(st["returns"])
+        self._lengths.extend(st["lengths"])
+        self.num_episodes = int(st["num_episodes"])
+        self._schedule = tuple(st["schedule"]) if st["schedule"] is not None else None
+        self._load_extra_training_state(st["extra"])
+
+    def _extra_training_state(self) -> dict[str, Any]:
+        """Algorithm-specific resume state (current observations, generators, ...)."""
+        return {}
+
+    def _load_extra_training_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+_ENV_ARRAYS = ("_state", "_elapsed", "_needs_reset", "_running_return", "_running_length", "_rng_key",
+               "_rng_counter", "_obs", "_params")
+
+
+def env_state(env) -> dict[str, Any]:
+    """Arrays that fix a built-in env's future exactly (other envs: empty, they are reset on resume)."""
+    from rapidrl.envs.builtin import BuiltinVecEnv
+
+    if not isinstance(env, BuiltinVecEnv):
+        return {}
+    out = {}
+    for name in _ENV_ARRAYS:
+        a = getattr(env, name)
+        out[name] = torch.from_numpy(a.view(np.int64) if a.dtype == np.uint64 else a.copy())
+    out["has_reset"] = bool(env._has_reset)
+    return out
+
+
+def set_env_state(env, state: dict[str, Any]) -> None:
+    """Inverse of ``env_state`` (in place, so views held elsewhere stay valid)."""
+    if not state:
+        return
+    for name in _ENV_ARRAYS:
+        a = getattr(env, name)
+        src = state[name].numpy()
+        np.copyto(a, src.view(np.uint64) if a.dtype == np.uint64 else src)
+    env._has_reset = bool(state["has_reset"])
 
 
 def atomic_torch_save(obj, path: Path) -> None:

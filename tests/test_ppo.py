@@ -59,7 +59,8 @@ def test_a2c_smoke():
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_save_load_identical_predictions(tmp_path, algo, env_id):
     cls = getattr(rr, algo)
-    model = cls(env_id, num_envs=4, num_steps=16, seed=3, normalize_obs=True)
+    extra = {"minibatch_size": 32} if algo == "PPO" else {}
+    model = cls(env_id, num_envs=4, num_steps=16, seed=3, normalize_obs=True, **extra)
     model.learn(256, progress_bar=False)
     path = model.save(tmp_path / "m.pt")
     loaded = cls.load(path)

@@ -36,7 +36,7 @@ class NonFiniteError(FloatingPointError):
 def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwargs: dict):
     from rapidrl.envs import make_vec
 
-    return make_vec(env_id, num_envs, seed=seed, device=device if device != "cpu" else "cpu", **env_kwargs)
+    return make_vec(env_id, num_envs, seed=seed, device=device, **env_kwargs)
 
 
 class Algorithm:
@@ -313,33 +313,22 @@ class Algorithm:
         pass
 
 
-_ENV_ARRAYS = ("_state", "_elapsed", "_needs_reset", "_running_return", "_running_length", "_rng_key",
-               "_rng_counter", "_obs", "_params")
-
-
 def env_state(env) -> dict[str, Any]:
-    """Arrays that fix a built-in env's future exactly (other envs: empty, they are reset on resume)."""
+    """What fixes a built-in env's future exactly: its arena of per-env arrays (state, RNG keys and
+    counters, TimeLimit counters, episode sums, last outputs). Other envs: empty, they are reset on resume."""
     from rapidrl.envs.builtin import BuiltinVecEnv
 
     if not isinstance(env, BuiltinVecEnv):
         return {}
-    out = {}
-    for name in _ENV_ARRAYS:
-        a = getattr(env, name)
-        out[name] = torch.from_numpy(a.view(np.int64) if a.dtype == np.uint64 else a.copy())
-    out["has_reset"] = bool(env._has_reset)
-    return out
+    return {"arena": torch.from_numpy(env._arena.copy()), "ready": bool(env._ready)}
 
 
 def set_env_state(env, state: dict[str, Any]) -> None:
-    """Inverse of ``env_state`` (in place, so views held elsewhere stay valid)."""
+    """Inverse of ``env_state``, in place (views of the arena held elsewhere stay valid)."""
     if not state:
         return
-    for name in _ENV_ARRAYS:
-        a = getattr(env, name)
-        src = state[name].numpy()
-        np.copyto(a, src.view(np.uint64) if a.dtype == np.uint64 else src)
-    env._has_reset = bool(state["has_reset"])
+    np.copyto(env._arena, state["arena"].numpy())
+    env._ready = bool(state["ready"])
 
 
 def atomic_torch_save(obj, path: Path) -> None:

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs import acrobot, cartpole, mountain_car, mountain_car_continuous, pendulum
+from rapidrl.envs.builtin import unpack
 
 DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}
 CONTINUOUS_CODES = {"MountainCarContinuous-v0": 0, "Pendulum-v1": 1}
@@ -98,18 +99,17 @@ def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std,
 
 
 @numba.njit(cache=True)
-def collect_discrete(env_code, env, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                      b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                      b_final_values, raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count):
     """Collect T steps of N discrete-action envs into the rollout arrays ``b_*`` [T, N, ...].
 
-    env: the env's arrays in step-protocol order (state, params, elapsed, rng_key, rng_counter,
-    next_step_mode, needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return, ep_length,
-    done_return, done_length, done). logits [N, A], values [N, 1], scratch_obs [N, O] are scratch.
+    arena: the env's packed arrays (``rapidrl.envs.builtin.unpack``: state, params, counters, RNG, outputs).
+    logits [N, A], values [N, 1], scratch_obs [N, O] are scratch.
     """
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = env
+     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(arena)
     n_steps, n_envs = b_values.shape
     n_actions = logits.shape[1]
     for t in range(n_steps):
@@ -157,7 +157,7 @@ def collect_discrete(env_code, env, aws, abs_, ahs, cws, cbs, chs, act, mean, st
 
 
 @numba.njit(cache=True)
-def collect_continuous(env_code, env, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                        log_std, low, high, tanh_squash, env_actions,
                        b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                        b_final_values, raw_obs, means, values, scratch_obs, ep_r, ep_l, ep_count):
@@ -165,7 +165,7 @@ def collect_continuous(env_code, env, aws, abs_, ahs, cws, cbs, chs, act, mean, 
     env actions (clipped, or tanh-scaled to [low, high]) in ``env_actions`` [N, A]."""
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = env
+     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(arena)
     n_steps, n_envs = b_values.shape
     n_dims = means.shape[1]
     for t in range(n_steps):
@@ -238,10 +238,7 @@ class FusedCollector:
         n, obs_dim = c.num_envs, policy.obs_dim
         self.discrete = policy.discrete
         self.code = (DISCRETE_CODES if self.discrete else CONTINUOUS_CODES)[env.env_id]
-        self.env_arrays = (env._state, env._params, env._elapsed, env._rng_key, env._rng_counter, env._next_step,
-                           env._needs_reset, env._obs, env._rewards, env._terminated, env._truncated, env._final_obs,
-                           env._running_return, env._running_length, env._episode_return, env._episode_length,
-                           env._done)
+        self.arena = env._arena
         self.aws, self.abs = _mlp_arrays(policy.actor)
         self.cws, self.cbs = _mlp_arrays(policy.critic)
         self.ahs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
@@ -273,7 +270,7 @@ class FusedCollector:
         seed = int(a.np_rng.integers(0, 2**31 - 1))
         self.ep_count[0] = 0
         np.copyto(a.env._obs, a._obs)
-        common = (self.code, self.env_arrays, self.aws, self.abs, self.ahs, self.cws, self.cbs, self.chs, self.act,
+        common = (self.code, self.arena, self.aws, self.abs, self.ahs, self.cws, self.cbs, self.chs, self.act,
                   mean, std, clip, norm is not None, seed)
         storage = (buf.obs, buf.actions, buf.log_probs, buf.values, buf.rewards, buf.terminated, buf.truncated,
                    buf.final_values, a._raw_obs)
@@ -284,7 +281,7 @@ class FusedCollector:
             collect_continuous(*common, self.log_std, self.low, self.high, a.policy.squash == "tanh",
                                self.env_actions, *storage, self.head, self.values, self.scratch_obs, self.ep_r,
                                self.ep_l, self.ep_count)
-        buf.mark_full()
+        buf._pos = buf.num_steps  # the kernel wrote all T steps
         np.copyto(a._obs, a.env._obs)
         k = int(self.ep_count[0])
         if k:

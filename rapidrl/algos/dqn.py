@@ -1,0 +1,180 @@
+"""DQN (Mnih et al. 2015) with Double DQN, dueling heads, n-step returns and prioritized replay.
+
+Read top to bottom: the config, the loss (a pure function), the update, acting. Collection, replay and the
+update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, adam, polyak_update
+from rapidrl.nn.qnets import QNetwork
+from rapidrl.train.config import check_positive, check_unit_interval, require
+
+
+@dataclass
+class DQNConfig(OffPolicyConfig):
+    learning_rate: float = 2.3e-3
+    """Adam learning rate."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 1_000
+    """Env steps of uniform-random actions before the first update."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    tau: float = 1.0
+    """Target update coefficient at each target update (1: hard copy)."""
+    target_update_interval: int = 10
+    """Env steps (over all envs) between target-network updates."""
+    train_freq: int = 256
+    """Vector-env steps between two update phases."""
+    gradient_steps: int = 128
+    """Gradient steps per update phase."""
+    exploration_fraction: float = 0.16
+    """Fraction of the ``learn`` call over which epsilon falls linearly from its initial to its final value."""
+    exploration_initial_eps: float = 1.0
+    """Epsilon of epsilon-greedy exploration at the start."""
+    exploration_final_eps: float = 0.04
+    """Epsilon after the decay."""
+    double_q: bool = True
+    """Double DQN: the online network picks the next action, the target network values it."""
+    dueling: bool = False
+    """Dueling value/advantage heads."""
+    prioritized: bool = False
+    """Prioritized replay (proportional, priorities |TD error| + per_eps) with importance weights."""
+    per_alpha: float = 0.6
+    """Priority exponent of prioritized replay."""
+    per_beta: float = 0.4
+    """Importance-weight exponent of prioritized replay."""
+    per_eps: float = 1e-6
+    """Added to |TD error| (by the buffer) so every transition keeps a non-zero priority."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip (0 disables clipping)."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "target_update_interval", "per_eps")
+        check_positive(self, "max_grad_norm", "per_alpha", allow_zero=True)
+        check_unit_interval(self, "exploration_fraction", "exploration_initial_eps", "exploration_final_eps",
+                            "per_beta")
+        require(self.exploration_fraction > 0, "exploration_fraction must be > 0")
+
+
+def dqn_loss(q: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+             weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Huber TD loss; every tensor is [B].
+
+    target = r + discount * Q_target(s', a'), discount = gamma^n for a bootstrapped n-step return and 0
+    after termination; loss = mean_i w_i huber(q_i - target_i) (w = 1 without prioritized replay).
+    Returns (loss, TD errors q - target, detached).
+    """
+    target = rewards + discounts * next_q_target
+    td = q - target
+    per_sample = nn.functional.smooth_l1_loss(q, target, reduction="none")
+    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+    return loss, td.detach()
+
+
+class DQN(OffPolicyAlgorithm):
+    """Deep Q-Network for Discrete action spaces. ``DQN(env, **hyperparameters)``; see DQNConfig."""
+
+    name = "dqn"
+    config_class = DQNConfig
+    stat_names = ("loss", "q_values", "td_abs")
+
+    def _build_networks(self) -> None:
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise TypeError(f"DQN needs a Discrete action space, got {self.action_space}")
+        c = self.config
+        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling).to(self.device)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.optimizer = adam(self.q_net.parameters(), c.learning_rate)
+        self._params = list(self.q_net.parameters())
+        self._target_params = list(self.q_target.parameters())
+        self._last_target_update = 0
+
+    # -- update ----------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        """One gradient step; returns [loss, mean Q, mean |TD|, |TD| per sample...] (priorities after 3)."""
+        c = self.config
+        b = batch.obs.shape[0]
+        both = self.q_net(torch.cat([batch.obs, batch.next_obs]))  # [2B, A]: one forward for s and s'
+        q = both[:b].gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
+        with torch.no_grad():
+            next_target = self.q_target(batch.next_obs)  # [B, A]
+            if c.double_q:
+                next_actions = both[b:].argmax(1, keepdim=True)
+                next_q = next_target.gather(1, next_actions).squeeze(1)
+            else:
+                next_q = next_target.max(1).values
+        weights = batch.weights if c.prioritized else None
+        loss, td = dqn_loss(q, next_q, batch.rewards, batch.discounts, weights)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if c.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        td_abs = td.abs()
+        return torch.cat([torch.stack([loss.detach(), q.detach().mean(), td_abs.mean()]), td_abs])
+
+    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        if c.prioritized:
+            self.buffer.update_priorities(batch.indices, out[3:])
+        return out[:3]
+
+    def _iteration(self) -> int:
+        steps = super()._iteration()
+        c = self.config
+        now = self.num_timesteps + steps
+        if now >= c.learning_starts and now - self._last_target_update >= c.target_update_interval:
+            polyak_update(self._target_params, self._params, c.tau)
+            self._last_target_update = now
+        self.record({"charts/epsilon": self.epsilon()})
+        return steps
+
+    # -- acting ----------------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        """Current exploration rate: linear from initial to final over exploration_fraction of ``learn``."""
+        c = self.config
+        done = min(1.0, (1.0 - self.progress_remaining()) / c.exploration_fraction)
+        return c.exploration_initial_eps + done * (c.exploration_final_eps - c.exploration_initial_eps)
+
+    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+            return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()
+
+    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
+        actions = self._greedy(obs)
+        explore = self.np_rng.random(actions.shape[0]) < self.epsilon()
+        if explore.any():
+            actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
+        return actions
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        return self._greedy(obs) if deterministic else self._explore_actions(obs)
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"q_net": self.q_net.state_dict(), "q_target": self.q_target.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        self.q_net.load_state_dict(state["q_net"])
+        self.q_target.load_state_dict(state["q_target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def _extra_training_state(self) -> dict:
+        return {**super()._extra_training_state(), "last_target_update": self._last_target_update}
+
+    def _load_extra_training_state(self, state: dict) -> None:
+        super()._load_extra_training_state(state)
+        self._last_target_update = int(state["last_target_update"])

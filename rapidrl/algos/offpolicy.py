@@ -1,0 +1,271 @@
+"""The off-policy core shared by DQN, SAC and TD3: config fields, replay set-up, collection, the update driver.
+
+One iteration of ``learn``: ``train_freq`` steps of the vector env (each adds ``num_envs`` transitions to the
+replay buffer), then ``gradient_steps`` updates on minibatches sampled from it (none before
+``learning_starts`` env steps, which use uniform-random actions). The update-to-data ratio is
+``gradient_steps / (train_freq * num_envs)``.
+
+The update is a function of one minibatch that performs the optimizer steps and returns its statistics as
+one tensor. It never reads a tensor back to the host (no ``.item()``): statistics are summed on the device
+and turned into Python floats once every ``log_interval`` updates. The minibatch tensors are the buffer's
+preallocated, reused tensors, so shapes are static and the update could be CUDA-graph captured; with
+``compile=True`` it runs under ``torch.compile`` (eager if compilation fails).
+
+Truncation: at an episode end the buffer receives the true final observation as ``next_obs`` (the vector
+env's ``info["final_obs"]``), and only ``terminated`` stops bootstrapping.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.train.algorithm import Algorithm
+from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, require
+
+
+@dataclass
+class OffPolicyConfig:
+    num_envs: int = 1
+    """Parallel environments collecting experience."""
+    learning_rate: float = 3e-4
+    """Optimizer learning rate (every network)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps (over all envs) taken with uniform-random actions before the first update."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak coefficient of the target networks: target <- (1 - tau) target + tau online (1: hard copy)."""
+    train_freq: int = 1
+    """Vector-env steps between two update phases."""
+    gradient_steps: int = 1
+    """Gradient steps per update phase."""
+    n_step: int = 1
+    """n-step returns (computed by the replay buffer; 1: one-step TD targets)."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer sizes of every network."""
+    compile: bool = False
+    """Run the update under torch.compile (first update compiles for ~10-60 s; falls back to eager on failure)."""
+    log_interval: int = 100
+    """Updates between two reads of the loss statistics (each read is one host sync)."""
+    seed: int | None = 0
+    """Seed for networks, envs, exploration and replay sampling (None: nondeterministic)."""
+    device: str = "cpu"
+    """Device of the networks and of the sampled minibatches."""
+    env_device: str = "cpu"
+    """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
+    torch_threads: int | None = 1
+    """torch.set_num_threads at construction (1 is fastest for small MLPs on CPU); None leaves it."""
+
+    def validate(self) -> None:
+        check_positive(self, "num_envs", "learning_rate", "buffer_size", "batch_size", "train_freq", "gradient_steps",
+                       "n_step", "log_interval")
+        check_positive(self, "learning_starts", allow_zero=True)
+        check_unit_interval(self, "gamma", "tau")
+        require(self.tau > 0, "tau must be > 0 (tau = 0 would never update the target networks)")
+        check_hidden(self.hidden)
+        require(self.n_step == 1 or self.buffer_size % self.num_envs == 0,
+                f"buffer_size={self.buffer_size} must be a multiple of num_envs={self.num_envs} when n_step > 1")
+        require(self.batch_size <= self.buffer_size,
+                f"batch_size={self.batch_size} is larger than buffer_size={self.buffer_size}")
+        require(self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
+                f"seed must be a non-negative int or None, got {self.seed!r}")
+        require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads > 0),
+                f"torch_threads must be a positive int or None, got {self.torch_threads!r}")
+
+
+def maybe_compile(fn: Callable, enabled: bool) -> Callable:
+    """``torch.compile(fn)`` when enabled, falling back to ``fn`` (with a warning) if compiling fails.
+
+    Failures show up on the first call, while tracing. Where the function has graph breaks (``backward``,
+    optimizer steps) an earlier graph may already have run in that call; the eager retry then repeats it,
+    so at worst the first update is partly applied twice.
+    """
+    if not enabled:
+        return fn
+    compiled = torch.compile(fn)
+    current = [compiled]
+
+    def run(*args):
+        if current[0] is fn:
+            return fn(*args)
+        try:
+            return current[0](*args)
+        except Exception as e:  # inductor needs a C++ toolchain; any backend failure means eager
+            warnings.warn(f"torch.compile failed ({type(e).__name__}: {str(e)[:200]}); running the update eagerly",
+                          RuntimeWarning, stacklevel=2)
+            current[0] = fn
+            return fn(*args)
+
+    return run
+
+
+def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
+    """target <- target + tau (online - target), all tensors in one foreach call (tau = 1 copies)."""
+    with torch.no_grad():
+        torch._foreach_lerp_(target, online, tau)
+
+
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel where torch has one for the device (CPU included), else foreach."""
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except RuntimeError:
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+def buffer_path(path: str | os.PathLike) -> Path:
+    """Where ``save(path, include_buffer=True)`` writes the replay buffer: beside the model file."""
+    path = Path(path)
+    return path.with_name(path.name + ".buffer")
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """Replay collection and the update driver; DQN/SAC/TD3 supply networks, acting and ``_update_step``.
+
+    Subclass hooks: ``_build_networks()``, ``_explore_actions(obs)`` (training actions after
+    ``learning_starts``), ``_policy_actions(obs, deterministic)``, ``_update_step(batch) -> out`` (a 1-D
+    tensor), optionally ``_after_update(batch, out) -> stats`` for work outside the compiled update
+    (priorities, delayed steps) returning the statistics named by ``stat_names``, ``_state``/``_load_state``.
+    """
+
+    stat_names: tuple[str, ...] = ()
+
+    def _build(self) -> None:
+        c = self.config
+        if not isinstance(self.observation_space, gym.spaces.Box):
+            raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
+        self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        self.obs_dim = int(np.prod(self.observation_space.shape))
+        self.buffer = self._make_buffer()
+        self._obs = np.zeros((c.num_envs, *self.observation_space.shape), np.float32)
+        self._next_obs = np.zeros_like(self._obs)  # next_obs as stored: final obs where an episode ended
+        self._needs_reset = True
+        self._build_networks()
+        self._update_fn = maybe_compile(self._update_step, c.compile)
+        self._stat_sum = torch.zeros(len(self.stat_names), device=self.device)
+        self._stat_count = 0
+        self.num_gradient_steps = 0
+
+    def _make_buffer(self) -> ReplayBuffer:
+        c = self.config
+        action_shape = () if self.discrete else self.action_space.shape
+        kwargs = dict(obs_dtype=np.float32, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
+                      n_step=c.n_step, gamma=c.gamma, num_envs=c.num_envs, device=c.device)
+        if getattr(c, "prioritized", False):
+            return PrioritizedReplayBuffer(c.buffer_size, self.observation_space.shape, action_shape,
+                                           alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps, **kwargs)
+        return ReplayBuffer(c.buffer_size, self.observation_space.shape, action_shape, **kwargs)
+
+    # -- to be supplied by DQN/SAC/TD3 -----------------------------------------------------------
+    def _build_networks(self) -> None:
+        raise NotImplementedError
+
+    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _update_step(self, batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
+        """Work outside the update function; returns the statistics to accumulate (``stat_names`` order)."""
+        return out
+
+    # -- collection ------------------------------------------------------------------------------
+    def _random_actions(self) -> np.ndarray:
+        n = self.config.num_envs
+        if self.discrete:
+            return self.np_rng.integers(self.action_space.n, size=n)
+        low, high = self.action_space.low, self.action_space.high
+        return self.np_rng.uniform(low, high, size=(n, *low.shape)).astype(np.float32)
+
+    def _collect_step(self, steps_so_far: int) -> None:
+        """One vector-env step: act, step, store (final obs as next_obs where an episode ended)."""
+        timer = self.timer
+        with timer.phase("policy"):
+            if steps_so_far < self.config.learning_starts:
+                actions = self._random_actions()
+            else:
+                actions = self._explore_actions(self._obs)
+        with timer.phase("env"):
+            next_obs, rewards, terminated, truncated, info = self.env.step(actions)
+        with timer.phase("storage"):
+            np.copyto(self._next_obs, next_obs)
+            final = info.get("_final_obs")
+            if final is not None and final.any():
+                np.copyto(self._next_obs, info["final_obs"], where=final.reshape(-1, *[1] * (next_obs.ndim - 1)))
+            self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated)
+            np.copyto(self._obs, next_obs)
+            self._track_episodes(info)
+
+    def _iteration(self) -> int:
+        c = self.config
+        if self._needs_reset:
+            obs, _ = self.env.reset(seed=c.seed)
+            np.copyto(self._obs, obs)
+            self._needs_reset = False
+        for k in range(c.train_freq):
+            self._collect_step(self.num_timesteps + k * c.num_envs)
+        steps = c.train_freq * c.num_envs
+        if self.num_timesteps + steps >= c.learning_starts and len(self.buffer) >= c.batch_size:
+            with self.timer.phase("update"):
+                for _ in range(c.gradient_steps):
+                    self._train_step()
+        return steps
+
+    # -- updates ---------------------------------------------------------------------------------
+    def _train_step(self) -> None:
+        """Sample, update, accumulate statistics on the device; read them every ``log_interval`` updates."""
+        batch = self.buffer.sample(self.config.batch_size, as_torch=True)
+        stats = self._after_update(batch, self._update_fn(batch))
+        self.num_gradient_steps += 1
+        self._stat_sum += stats
+        self._stat_count += 1
+        if self._stat_count >= self.config.log_interval:
+            self._log_stats()
+
+    def _log_stats(self) -> None:
+        means = (self._stat_sum / self._stat_count).tolist()
+        self.record({f"losses/{k}": v for k, v in zip(self.stat_names, means)})
+        self.record({"charts/gradient_steps": float(self.num_gradient_steps)})
+        self._stat_sum.zero_()
+        self._stat_count = 0
+
+    # -- persistence -----------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, *, training_state: bool = False, include_buffer: bool = False) -> Path:
+        """Like ``Algorithm.save``; include_buffer also writes the replay buffer to ``<path>.buffer``."""
+        out = super().save(path, training_state=training_state)
+        if include_buffer:
+            self.buffer.save(buffer_path(out))
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, env=None, device: str | None = None, *, include_buffer: bool = False,
+             **overrides):
+        """Like ``Algorithm.load``; include_buffer also reads the replay buffer saved beside the model."""
+        model = super().load(path, env=env, device=device, **overrides)
+        if include_buffer:
+            model.buffer.load(buffer_path(path))
+        return model
+
+    def _extra_training_state(self) -> dict[str, Any]:
+        return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
+                "num_gradient_steps": self.num_gradient_steps}
+
+    def _load_extra_training_state(self, state: dict[str, Any]) -> None:
+        np.copyto(self._obs, state["obs"].numpy())
+        self._needs_reset = bool(state["needs_reset"])
+        self.num_gradient_steps = int(state["num_gradient_steps"])

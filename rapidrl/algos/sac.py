@@ -1,0 +1,160 @@
+"""SAC (Haarnoja et al. 2018) with twin critics as one batched ensemble and automatic entropy tuning.
+
+Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the
+update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``).
+
+One update: critic step on r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s'); actor step
+on alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi(s); temperature step; Polyak target update. The actor is run
+once on [s; s'] (both halves use the same, not yet updated, actor), the critics once per step for all
+members (``CriticEnsemble``), the target update is one ``torch._foreach_lerp_``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, adam, polyak_update
+from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
+from rapidrl.train.config import check_positive, require
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    learning_rate: float = 1e-3
+    """Adam learning rate of actor, critics and temperature."""
+    n_critics: int = 2
+    """Critics in the ensemble (targets take the minimum over all of them)."""
+    ent_coef: float | str = "auto"
+    """Entropy temperature alpha: a fixed number, or "auto" to tune it towards ``target_entropy``."""
+    ent_coef_init: float = 1.0
+    """Initial alpha when tuned."""
+    target_entropy: float | str = "auto"
+    """Entropy target of the tuning; "auto" is -(action dimensions)."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "n_critics", "ent_coef_init")
+        require(self.ent_coef == "auto" or (isinstance(self.ent_coef, (int, float)) and self.ent_coef >= 0),
+                f"ent_coef must be 'auto' or a number >= 0, got {self.ent_coef!r}")
+        require(self.target_entropy == "auto" or isinstance(self.target_entropy, (int, float)),
+                f"target_entropy must be 'auto' or a number, got {self.target_entropy!r}")
+
+
+def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum over critics of 0.5 * mean squared error: q [n, B], target [B]."""
+    return 0.5 * (q - target).square().mean(1).sum()
+
+
+def soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
+                alpha: torch.Tensor) -> torch.Tensor:
+    """r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')): next_q [n, B], the rest [B]."""
+    return rewards + discounts * (next_q.min(0).values - alpha * next_log_prob)
+
+
+def actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B]."""
+    return (alpha * log_prob - q_pi.min(0).values).mean()
+
+
+def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """-log alpha * E[log pi + target entropy]: raises alpha while the entropy is below target."""
+    return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+
+
+class SAC(OffPolicyAlgorithm):
+    """Soft Actor-Critic for Box action spaces. ``SAC(env, **hyperparameters)``; see SACConfig."""
+
+    name = "sac"
+    config_class = SACConfig
+    stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
+
+    def _build_networks(self) -> None:
+        space = self.action_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise TypeError(f"SAC needs a 1-D Box action space, got {space}")
+        c = self.config
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        act_dim = int(space.shape[0])
+        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
+        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate)
+        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
+        self.tune_alpha = c.ent_coef == "auto"
+        init = c.ent_coef_init if self.tune_alpha else float(c.ent_coef)
+        # a fixed alpha = 0 is log_alpha = -inf (exp gives exactly 0)
+        self.log_alpha = torch.log(torch.tensor([init], device=self.device)).requires_grad_(self.tune_alpha)
+        self.alpha_optimizer = adam([self.log_alpha], c.learning_rate) if self.tune_alpha else None
+        self.target_entropy = float(-act_dim if c.target_entropy == "auto" else c.target_entropy)
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.critic_target.parameters())
+
+    # -- update ----------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        c = self.config
+        b = batch.obs.shape[0]
+        alpha = self.log_alpha.detach().exp()  # [1]
+        actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
+        with torch.no_grad():
+            next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B]
+            target = soft_target(batch.rewards, batch.discounts, next_q, log_prob[b:], alpha)
+        q = self.critic(batch.obs, batch.actions)  # [n, B]
+        loss_q = critic_loss(q, target)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss_q.backward()
+        self.critic_optimizer.step()
+
+        q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor only
+        loss_pi = actor_loss(q_pi, log_prob[:b], alpha)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        self.actor_optimizer.step()
+
+        if self.tune_alpha:
+            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            loss_alpha.backward()
+            self.alpha_optimizer.step()
+        else:
+            loss_alpha = torch.zeros((), device=self.device)
+        polyak_update(self._target_params, self._critic_params, c.tau)
+        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
+                            q.detach().mean(), -log_prob[:b].detach().mean()])
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+            return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
+
+    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
+        return self._act(obs, deterministic=False)
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        return self._act(obs, deterministic)
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _state(self) -> dict:
+        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                 "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                 "actor_optimizer": self.actor_optimizer.state_dict(),
+                 "critic_optimizer": self.critic_optimizer.state_dict()}
+        if self.alpha_optimizer is not None:
+            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def _load_state(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])

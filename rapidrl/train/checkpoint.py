@@ -1,0 +1,100 @@
+"""Resumable checkpoints of a run: periodic + final, keep-last-k, never half-written, never non-finite.
+
+Files are ``checkpoints/step_<000000012345>.pt`` written with ``Algorithm.save(..., training_state=True)``
+(temp file + fsync + rename, so every file in the directory always loads). A checkpoint is only written
+when the latest losses and every parameter are finite: after a non-finite loss the newest checkpoint is
+the last good one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from rapidrl.train.callbacks import Callback
+
+_NAME = re.compile(r"^step_(\d+)\.pt$")
+
+
+def checkpoint_path(directory: str | os.PathLike, step: int) -> Path:
+    return Path(directory) / f"step_{step:012d}.pt"
+
+
+def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of the checkpoints in ``directory``, oldest first (temp files are ignored)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
+    found = list_checkpoints(directory)
+    return found[-1][1] if found else None
+
+
+def _all_finite(obj) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
+    if isinstance(obj, dict):
+        return all(_all_finite(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(_all_finite(v) for v in obj)
+    return True
+
+
+def training_is_finite(algo) -> bool:
+    """Latest ``losses/*`` metrics and all saved tensors (weights, optimizer moments) are finite."""
+    for k, v in algo.metrics.items():
+        if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v):
+            return False
+    return _all_finite(algo._state())
+
+
+class Checkpointer(Callback):
+    """Save a resumable checkpoint every ``every`` steps and at the end; keep the newest ``keep`` periodic ones.
+
+    ``last_good`` is the newest checkpoint written (None before the first).
+    """
+
+    def __init__(self, directory: str | os.PathLike, every: int, keep: int = 3):
+        if every <= 0 or keep < 0:
+            raise ValueError(f"every must be > 0 and keep >= 0, got every={every}, keep={keep}")
+        self.directory, self.every, self.keep = Path(directory), int(every), int(keep)
+        self.last_good: Path | None = latest_checkpoint(self.directory)
+        self.skipped_non_finite: int | None = None
+        self._next = 0
+
+    def on_training_start(self, algo) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._next = (algo.num_timesteps // self.every + 1) * self.every
+
+    def on_update_end(self, algo) -> bool:
+        if algo.num_timesteps >= self._next:
+            self._next = (algo.num_timesteps // self.every + 1) * self.every
+            self.save(algo)
+        return True
+
+    def on_training_end(self, algo) -> None:
+        if self.last_good is None or not self.last_good.name.endswith(f"{algo.num_timesteps:012d}.pt"):
+            self.save(algo)
+
+    def save(self, algo) -> Path | None:
+        """Write a checkpoint now (skipped, returning None, if anything is non-finite); prune old ones."""
+        if not training_is_finite(algo):
+            self.skipped_non_finite = algo.num_timesteps
+            return None
+        path = algo.save(checkpoint_path(self.directory, algo.num_timesteps), training_state=True)
+        self.last_good = path
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        found = list_checkpoints(self.directory)
+        for _, path in found[: max(0, len(found) - max(self.keep, 1))]:
+            path.unlink(missing_ok=True)

@@ -1,0 +1,334 @@
+"""Run configuration (layered TOML) and run directories.
+
+A run is described by three TOML sections::
+
+    [run]   algo, env, timesteps, seed, eval_episodes, checkpoint_every, checkpoint_keep
+    [algo]  fields of the algorithm's config dataclass (e.g. rapidrl.algos.PPOConfig)
+    [env]   keyword arguments of the environment (e.g. max_episode_steps)
+
+Layers, later wins: algorithm defaults < preset ``configs/<algo>_<env>.toml`` (picked automatically when
+present) < ``--config FILE`` < ``--set section.key=value``. Unknown sections and keys fail at load with a
+suggestion. TOML has no null: the string "none" means None for fields that accept it.
+
+A run directory ``runs/<algo>-<env>-<YYYYmmdd-HHMMSS>[-n]/`` holds the resolved ``config.toml``,
+``metrics.csv``, TensorBoard event files, ``monitor.bin`` (live metrics), ``checkpoints/``,
+``model.pt``, ``summary.json`` and, for detached runs, ``train.log``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+import time
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+import tomllib
+
+from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
+
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_FILE, SUMMARY_FILE, METRICS_CSV, MONITOR_FILE = "config.toml", "summary.json", "metrics.csv", "monitor.bin"
+MODEL_FILE, CHECKPOINT_DIR, TRAIN_LOG = "model.pt", "checkpoints", "train.log"
+SECTIONS = ("run", "algo", "env")
+
+
+@dataclasses.dataclass
+class RunSettings:
+    """The [run] section."""
+
+    algo: str = ""
+    """Algorithm name (``rapidrl list algos``)."""
+    env: str = ""
+    """Environment id: a built-in (``rapidrl list envs``) or any Gymnasium id."""
+    timesteps: int = 100_000
+    """Total environment steps (over all envs)."""
+    seed: int | None = 0
+    """Seed of the run (sets the algorithm's seed); "none" for a nondeterministic run."""
+    eval_episodes: int = 10
+    """Episodes of the final evaluation (0 skips it)."""
+    checkpoint_every: int = 0
+    """Save a resumable checkpoint every this many steps (0: every tenth of the run)."""
+    checkpoint_keep: int = 3
+    """Periodic checkpoints kept (the newest); the final one is always kept."""
+    wandb: bool = False
+    """Also log to Weights & Biases in offline mode (needs ``pip install wandb``)."""
+
+
+def _algorithms() -> dict:
+    from rapidrl.algos import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def env_slug(env_id: str) -> str:
+    """"CartPole-v1" -> "cartpole" (the preset file name part)."""
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"-v\d+$", "", env_id.lower()))
+
+
+def preset_path(algo: str, env_id: str) -> Path:
+    return PRESETS_DIR / f"{algo}_{env_slug(env_id)}.toml"
+
+
+def list_presets() -> list[Path]:
+    """Preset files shipped in configs/."""
+    return sorted(PRESETS_DIR.glob("*.toml")) if PRESETS_DIR.is_dir() else []
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse a TOML file; missing files and syntax errors raise ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML ({e})") from None
+    _check_sections(data, str(path))
+    return data
+
+
+def _check_sections(data: dict, origin: str) -> None:
+    for key, value in data.items():
+        if key not in SECTIONS:
+            close = difflib.get_close_matches(key, SECTIONS, n=1)
+            hint = f"; did you mean [{close[0]}]?" if close else ""
+            raise ConfigError(f"{origin}: unknown section [{key}]{hint} Allowed sections: {', '.join(SECTIONS)}")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{origin}: {key} must be a [{key}] table, got {type(value).__name__}")
+
+
+def parse_set(assignment: str) -> tuple[str, str, Any]:
+    """"algo.learning_rate=3e-4" -> ("algo", "learning_rate", 0.0003). Values are TOML, else plain strings."""
+    if "=" not in assignment or "." not in assignment.split("=", 1)[0]:
+        raise ConfigError(f"--set expects section.key=value (sections: {', '.join(SECTIONS)}), got {assignment!r}")
+    target, raw = assignment.split("=", 1)
+    section, key = target.strip().split(".", 1)
+    _check_sections({section: {}}, "--set")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key.strip(), value
+
+
+def merge(base: dict, layer: dict) -> dict:
+    """Section-wise update of ``base`` by ``layer`` (new dict)."""
+    out = {s: dict(base.get(s, {})) for s in SECTIONS}
+    for s in SECTIONS:
+        out[s].update(layer.get(s, {}))
+    return out
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+
+
+def _coerce(section: str, key: str, value: Any, tp) -> Any:
+    """Check ``value`` against the field type ``tp``; ints become floats for float fields, "none" None."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(section, key, value, arg)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0]
+    ok = True
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif tp is str:
+        ok = isinstance(value, str)
+    elif origin is tuple:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        value = tuple(value) if ok else value
+    if not ok:
+        raise ConfigError(f"{section}.{key} must be {_type_name(tp) if origin is not tuple else 'a list of ints'}, "
+                          f"got {value!r}")
+    return value
+
+
+def coerce_section(section: str, cls, values: dict) -> dict:
+    """Type-check and convert a section's values against dataclass ``cls`` (unknown keys: ConfigError)."""
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    out = {}
+    for key, value in values.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else f"allowed: {', '.join(known)}"
+            raise ConfigError(f"unknown key {section}.{key}; {hint}")
+        out[key] = _coerce(section, key, value, hints[key])
+    return out
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """A resolved run: settings, the algorithm's config dataclass instance, env kwargs."""
+
+    run: RunSettings
+    algo_config: Any
+    env_kwargs: dict
+
+    @property
+    def algo_class(self):
+        return _algorithms()[self.run.algo]
+
+    def to_dict(self) -> dict:
+        """The resolved config as TOML-ready sections (None stored as "none")."""
+        def clean(d):
+            return {k: ("none" if v is None else v) for k, v in d.items()}
+        return {"run": clean(dataclasses.asdict(self.run)), "algo": clean(config_to_dict(self.algo_config)),
+                "env": clean(self.env_kwargs)}
+
+    def write(self, path: str | os.PathLike) -> None:
+        Path(path).write_text(tomli_w.dumps(self.to_dict()))
+
+
+def resolve(layers: list[tuple[str, dict]]) -> RunConfig:
+    """Merge ``layers`` [(origin, sections)] over the preset of the final algo/env and validate everything.
+
+    The preset is inserted below all given layers; algo/env come from the merged [run] section.
+    """
+    merged: dict = {s: {} for s in SECTIONS}
+    for origin, layer in layers:
+        _check_sections(layer, origin)
+        merged = merge(merged, layer)
+    algo, env_id = merged["run"].get("algo"), merged["run"].get("env")
+    algorithms = _algorithms()
+    if not algo:
+        raise ConfigError("no algorithm given: pass ALGO ENV, or set [run] algo in --config")
+    if algo not in algorithms:
+        raise ConfigError(f"unknown algorithm {algo!r}; allowed: {', '.join(algorithms)}")
+    if not env_id:
+        raise ConfigError("no environment given: pass ALGO ENV, or set [run] env in --config")
+    check_env_id(env_id)
+    preset = preset_path(algo, env_id)
+    if preset.is_file():
+        merged = merge(merge({}, read_toml(preset)), merged)
+    run = RunSettings(**coerce_section("run", RunSettings, merged["run"]))
+    for name in ("timesteps",):
+        if getattr(run, name) <= 0:
+            raise ConfigError(f"run.{name} must be > 0, got {getattr(run, name)}")
+    for name in ("eval_episodes", "checkpoint_every", "checkpoint_keep"):
+        if getattr(run, name) < 0:
+            raise ConfigError(f"run.{name} must be >= 0, got {getattr(run, name)}")
+    if run.seed is not None and run.seed < 0:
+        raise ConfigError(f"run.seed must be >= 0 or \"none\", got {run.seed}")
+    if run.wandb:
+        from rapidrl.train.loggers import wandb_available
+
+        if not wandb_available():
+            raise ConfigError("run.wandb = true needs the wandb package (pip install wandb)")
+    check_env_kwargs(env_id, merged["env"])
+    cls = algorithms[algo].config_class
+    algo_values = coerce_section("algo", cls, merged["algo"])
+    algo_values["seed"] = run.seed
+    config = config_from_dict(cls, algo_values)
+    try:
+        config.validate()
+    except ConfigError as e:
+        raise ConfigError(f"algo: {e}") from None
+    return RunConfig(run, config, dict(merged["env"]))
+
+
+def check_env_id(env_id: str) -> None:
+    """ConfigError unless ``env_id`` is a built-in env or a registered Gymnasium id."""
+    import gymnasium as gym
+
+    from rapidrl.envs import list_builtin_envs
+
+    builtin = list_builtin_envs()
+    if env_id in builtin or env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, [*builtin, *gym.registry], n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise ConfigError(f"unknown env {env_id!r}; {hint}built-in envs: {', '.join(builtin)} (or any Gymnasium id)")
+
+
+def check_env_kwargs(env_id: str, env_kwargs: dict) -> None:
+    """Build one env with ``env_kwargs`` so that bad keys or values fail before a run directory exists."""
+    from rapidrl.envs import make_vec
+
+    try:
+        make_vec(env_id, 1, seed=0, **env_kwargs).close()
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"env: {str(e).splitlines()[0]}") from None
+
+
+def load_run_config(run_dir: str | os.PathLike) -> RunConfig:
+    """The resolved config.toml of a run directory (no preset layering: it is already resolved)."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+    data = read_toml(path)
+    run = RunSettings(**coerce_section("run", RunSettings, data.get("run", {})))
+    cls = _algorithms()[run.algo].config_class
+    return RunConfig(run, config_from_dict(cls, coerce_section("algo", cls, data.get("algo", {}))),
+                     dict(data.get("env", {})))
+
+
+def new_run_dir(runs_root: str | os.PathLike, algo: str, env_id: str, run_dir: str | os.PathLike | None = None
+                ) -> Path:
+    """Create ``runs_root/<algo>-<env>-<timestamp>[-n]`` (or exactly ``run_dir``, which must not hold a run)."""
+    if run_dir is not None:
+        path = Path(run_dir)
+        if (path / CONFIG_FILE).exists():
+            raise ConfigError(f"{path} already holds a run; continue it with: rapidrl train --resume {path}")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    root = Path(runs_root)
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{algo}-{env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 10_000):
+        path = root / (base if n == 1 else f"{base}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError(f"could not create a run directory under {root}")
+
+
+def find_runs(runs_root: str | os.PathLike) -> list[Path]:
+    """Run directories under ``runs_root``, oldest first (by the time their config.toml was written)."""
+    root = Path(runs_root)
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if (p / CONFIG_FILE).is_file()]
+    return sorted(runs, key=lambda p: (p / CONFIG_FILE).stat().st_mtime)
+
+
+def latest_run(runs_root: str | os.PathLike) -> Path:
+    runs = find_runs(runs_root)
+    if not runs:
+        raise ConfigError(f"no runs under {runs_root}/ (start one with: rapidrl train ppo CartPole-v1)")
+    return runs[-1]
+
+
+def write_summary(run_dir: str | os.PathLike, summary: dict) -> None:
+    path = Path(run_dir) / SUMMARY_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict | None:
+    path = Path(run_dir) / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.is_file() else None

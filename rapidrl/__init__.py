@@ -16,6 +16,7 @@ _LAZY = {
     "kernels": "rapidrl.kernels",
     "envs": "rapidrl.envs",
     "buffers": "rapidrl.buffers",
+    "llm": "rapidrl.llm",
     "make_vec": "rapidrl.envs",
     "RolloutBuffer": "rapidrl.buffers",
     "ReplayBuffer": "rapidrl.buffers",

@@ -41,12 +41,12 @@ def _check_same_shape(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...])
             )
 
 
-def _check_mask(mask, logp: torch.Tensor) -> torch.Tensor:
-    """A [B, T] bool/0-1 mask matching ``logp``; returned as ``logp``'s float dtype."""
+def _check_mask(mask, logp: torch.Tensor, like: str = "logp") -> torch.Tensor:
+    """A [B, T] bool/0-1 mask shaped like ``logp`` (named ``like``); returned in ``logp``'s dtype."""
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.shape != logp.shape:
-        raise ValueError(f"mask has shape {tuple(mask.shape)} but logp has {tuple(logp.shape)}; they must match")
+        raise ValueError(f"mask has shape {tuple(mask.shape)} but {like} has {tuple(logp.shape)}; they must match")
     if mask.is_complex():
         raise TypeError(f"mask must be bool or real, got {mask.dtype}")
     return mask.to(logp.dtype)
@@ -283,8 +283,10 @@ def sequence_logprobs(
 ) -> torch.Tensor:
     """Log-probability of each token under its logits: ``log softmax(logits[b, t])[tokens[b, t]]``.
 
-    Computed as ``logits[b, t, y] - logsumexp(logits[b, t])``: the only [B, T, V] temporary is the
-    one inside ``logsumexp``, in the logits' own dtype (no float64 or full log-softmax copy).
+    Computed as ``logits[b, t, y] - logsumexp(logits[b, t])`` one sequence at a time, so the only
+    temporaries are [T, V] in the logits' dtype (no [B, T, V] log-softmax or float64 copy; the
+    approach of TRL's ``selective_log_softmax``). Half-precision logits, for which logsumexp is
+    inaccurate, go through a per-sequence float32 ``log_softmax`` and give float32 results.
     The caller aligns positions: for a causal LM, pass ``logits[:, :-1]`` and ``tokens[:, 1:]``.
 
     Args:
@@ -292,7 +294,7 @@ def sequence_logprobs(
         tokens: [B, T] integer token ids in ``[0, V)`` wherever ``mask`` is set.
         mask: optional [B, T] bool/0-1; masked-out positions may hold any id and get log-prob 0.
     Returns:
-        [B, T] log-probs in the logits' dtype.
+        [B, T] log-probs, in the logits' dtype (float32 for float16/bfloat16 logits).
     """
     _check_tensor("logits", logits, ndim=3)
     _check_tensor("tokens", tokens, ndim=2, floating=False)
@@ -302,13 +304,18 @@ def sequence_logprobs(
         raise ValueError(f"tokens has shape {tuple(tokens.shape)} but logits has {tuple(logits.shape)}")
     valid = None
     if mask is not None:
-        valid = _check_mask(mask, tokens.to(logits.dtype)) > 0
+        valid = _check_mask(mask, tokens.to(logits.dtype), "tokens") > 0
         tokens = torch.where(valid, tokens, torch.zeros_like(tokens))
     vocab = logits.shape[-1]
     if bool(((tokens < 0) | (tokens >= vocab)).any()):
         raise ValueError(f"tokens must lie in [0, {vocab}) at unmasked positions")
-    picked = logits.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)  # [B, T]
-    logp = picked - torch.logsumexp(logits, dim=-1)  # [B, T]
+    index = tokens.long().unsqueeze(-1)  # [B, T, 1]
+    if logits.dtype in (torch.float32, torch.float64):
+        picked = logits.gather(-1, index).squeeze(-1)  # [B, T]
+        logp = picked - torch.stack([torch.logsumexp(row, dim=-1) for row in logits])  # [B, T]
+    else:
+        logp = torch.stack([torch.log_softmax(row.float(), dim=-1).gather(-1, idx).squeeze(-1)
+                            for row, idx in zip(logits, index)])  # [B, T] float32
     if valid is not None:
         logp = torch.where(valid, logp, torch.zeros_like(logp))
     return logp

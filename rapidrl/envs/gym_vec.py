@@ -1,0 +1,233 @@
+"""``SyncVecEnv``: any Gymnasium environment, N copies stepped in this process, rapidrl's output layout.
+
+It is the in-process counterpart of ``SubprocVecEnv`` (``rapidrl/envs/subproc.py``); both step each env
+with the same function (``step_env``), so their trajectories are identical. Compared with
+``gymnasium.vector.SyncVectorEnv``:
+
+- outputs are views of preallocated arrays (``VecEnvBase``): rewards float32, flags bool, and in
+  ``AutoresetMode.SAME_STEP`` (the default) a dense ``info["final_obs"]`` instead of an object array;
+- episode statistics ``info["episode"] = {"r", "l"}`` / ``info["_episode"]`` are counted here, no
+  wrapper needed (the reset step of ``NEXT_STEP`` mode counts neither reward nor length, as in
+  Gymnasium's ``RecordEpisodeStatistics``);
+- the per-env ``info`` dicts returned by the wrapped envs are **not** gathered: merging N Python dicts
+  every step costs more than a cheap env step. ``info`` holds only the keys above.
+
+Observations must be fixed-shape arrays: ``Box``, ``Discrete``, ``MultiDiscrete`` or ``MultiBinary``.
+Other spaces (``Dict``, ``Tuple``, ``Text``, ``Graph``, ``Sequence``) raise a ``TypeError``; flatten them
+first (``gymnasium.wrappers.FlattenObservation``). Actions must be ``Discrete`` or ``Box``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import ResetNeeded
+from gymnasium.vector import AutoresetMode
+
+from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.kernels.validation import check_int
+
+SUPPORTED_OBS_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+SUPPORTED_ACTION_SPACES = (gym.spaces.Box, gym.spaces.Discrete)
+
+
+def resolve_env_fns(env_id_or_fns, num_envs, env_kwargs: dict) -> tuple[list[Callable[[], gym.Env]], str]:
+    """Return ``(factories, name)``: one zero-argument env factory per env, and a name for messages.
+
+    ``env_id_or_fns`` is a Gymnasium id (each env is ``gymnasium.make(id, **env_kwargs)``; ``num_envs``
+    required) or a sequence of zero-argument factories (``num_envs`` is ``None`` or ``len(fns)``; no
+    ``env_kwargs``).
+    """
+    if isinstance(env_id_or_fns, str):
+        n = check_int("num_envs", num_envs, low=1)
+        return [functools.partial(gym.make, env_id_or_fns, **env_kwargs)] * n, env_id_or_fns
+    if not isinstance(env_id_or_fns, Sequence) or not env_id_or_fns:
+        raise TypeError(
+            "env_id_or_fns must be a Gymnasium id (str) or a non-empty list of zero-argument env factories, "
+            f"got {type(env_id_or_fns).__name__}"
+        )
+    fns = list(env_id_or_fns)
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(f"env_id_or_fns[{i}] must be a zero-argument callable, got {type(fn).__name__}")
+    if num_envs is not None and check_int("num_envs", num_envs, low=1) != len(fns):
+        raise ValueError(f"num_envs={num_envs} but {len(fns)} env factories were given")
+    if env_kwargs:
+        raise TypeError(f"env kwargs {sorted(env_kwargs)} only apply to a Gymnasium id, not to env factories")
+    fn = getattr(fns[0], "func", fns[0])  # name a functools.partial after its function
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return fns, name
+
+
+def env_name(env: gym.Env, default: str) -> str:
+    """The env's registered id if it has one, else ``default``."""
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else default
+
+
+def check_spaces(env: gym.Env, index: int, reference: gym.Env | None = None) -> None:
+    """Raise a clear error if env ``index`` has unsupported spaces or differs from ``reference``."""
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, SUPPORTED_OBS_SPACES):
+        raise TypeError(
+            f"env {index}: observation space {obs_space} is not supported; rapidrl vector envs need a "
+            "fixed-shape array observation (Box, Discrete, MultiDiscrete, MultiBinary). Flatten it first, "
+            "e.g. with gymnasium.wrappers.FlattenObservation"
+        )
+    if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
+        raise TypeError(f"env {index}: action space {act_space} is not supported (Discrete or Box only)")
+    if reference is not None and (
+        obs_space != reference.observation_space or act_space != reference.action_space
+    ):
+        raise ValueError(
+            f"env {index} has spaces ({obs_space}, {act_space}) but env 0 has "
+            f"({reference.observation_space}, {reference.action_space}); all envs must share their spaces"
+        )
+
+
+def seed_list(seed, num_envs: int) -> list[int | None]:
+    """Per-env reset seeds: ``None`` -> all ``None``; ``s`` -> ``[s, s+1, ...]``; a list -> itself."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        s = check_int("seed", seed, low=0)
+        return [s + i for i in range(num_envs)]
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        if len(seed) != num_envs:
+            raise ValueError(f"seed must have one entry per env ({num_envs}), got {len(seed)}")
+        return [None if s is None else check_int(f"seed[{i}]", s, low=0) for i, s in enumerate(seed)]
+    raise TypeError(f"seed must be None, a non-negative int or a list of them, got {type(seed).__name__}")
+
+
+class EnvOutputs:
+    """The arrays ``step_env``/``reset_env`` write into (row ``i`` belongs to env ``i``)."""
+
+    __slots__ = ("done", "episode_length", "episode_return", "final_obs", "obs", "rewards",
+                 "terminated", "truncated")
+
+    def __init__(self, obs, final_obs, rewards, terminated, truncated, done, episode_return, episode_length):
+        self.obs, self.final_obs, self.rewards = obs, final_obs, rewards
+        self.terminated, self.truncated, self.done = terminated, truncated, done
+        self.episode_return, self.episode_length = episode_return, episode_length
+
+
+def reset_env(env: gym.Env, i: int, out: EnvOutputs, seed, options) -> None:
+    """Reset env ``i`` with ``seed``/``options`` and clear its row of flags and episode statistics."""
+    out.obs[i], _ = env.reset(seed=seed, options=options)
+    out.rewards[i] = 0.0
+    out.terminated[i] = out.truncated[i] = out.done[i] = False
+    out.episode_return[i] = 0.0
+    out.episode_length[i] = 0
+
+
+def step_env(env: gym.Env, i: int, action, out: EnvOutputs, same_step: bool) -> None:
+    """Advance env ``i`` by one vector step and write row ``i`` of ``out``.
+
+    ``out.done[i]`` on entry says the env's episode ended on the previous step: its statistics restart,
+    and in ``NEXT_STEP`` mode this step only resets it (reward 0, flags False, ``action`` ignored). In
+    ``SAME_STEP`` mode an ending episode's last observation goes to ``out.final_obs[i]`` and the env is
+    reset at once, so ``out.obs[i]`` is the first observation of the next episode.
+    """
+    if out.done[i]:
+        out.episode_return[i] = 0.0
+        out.episode_length[i] = 0
+        if not same_step:
+            out.obs[i], _ = env.reset()
+            out.rewards[i] = 0.0
+            out.terminated[i] = out.truncated[i] = out.done[i] = False
+            return
+    obs, reward, terminated, truncated, _ = env.step(action)
+    out.rewards[i] = reward
+    out.terminated[i] = terminated
+    out.truncated[i] = truncated
+    out.episode_return[i] += out.rewards[i]  # float32 accumulation, same as summing the returned rewards
+    out.episode_length[i] += 1
+    done = bool(terminated or truncated)
+    out.done[i] = done
+    if done and same_step:
+        out.final_obs[i] = obs
+        obs, _ = env.reset()
+    out.obs[i] = obs
+
+
+class SyncVecEnv(VecEnvBase):
+    """N Gymnasium environments stepped one after another in this process.
+
+    Args:
+        env_id_or_fns: a Gymnasium id (``gymnasium.make(id, **env_kwargs)`` per env) or a list of
+            zero-argument env factories.
+        num_envs: number of envs (required with an id; ``None`` or ``len(fns)`` with factories).
+        seed: seed of the first ``reset()`` called without one (env ``i`` gets ``seed + i``); also seeds
+            ``action_space``. ``reset(seed=...)`` overrides it.
+        autoreset_mode: ``SAME_STEP`` (default) or ``NEXT_STEP`` (Gymnasium's default), see module doc.
+        copy: return copies instead of views of the preallocated outputs.
+        **env_kwargs: forwarded to ``gymnasium.make`` (e.g. ``max_episode_steps=50``).
+    """
+
+    def __init__(self, env_id_or_fns, num_envs=None, *, seed=None, autoreset_mode=AutoresetMode.SAME_STEP,
+                 copy: bool = False, **env_kwargs):
+        fns, default_name = resolve_env_fns(env_id_or_fns, num_envs, env_kwargs)
+        autoreset_mode = parse_autoreset_mode(autoreset_mode)  # checked before any env exists
+        self._initial_seed = None if seed is None else check_int("seed", seed, low=0)
+        self.envs: list[gym.Env] = []
+        try:
+            for i, fn in enumerate(fns):
+                env = fn()
+                self.envs.append(env)
+                check_spaces(env, i, self.envs[0] if i else None)
+        except BaseException:
+            for env in self.envs:
+                env.close()
+            raise
+        first = self.envs[0]
+        self.env_id = env_name(first, default_name)
+        super().__init__(first.observation_space, first.action_space, len(fns), autoreset_mode=autoreset_mode,
+                         copy=copy, render_mode=first.render_mode)
+        if self._initial_seed is not None:
+            self.action_space.seed(self._initial_seed)
+            self.single_action_space.seed(self._initial_seed)
+        self._out = EnvOutputs(self._obs, self._final_obs, self._rewards, self._terminated, self._truncated,
+                               self._done, self._episode_return, self._episode_length)
+        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        self._actions = np.zeros(self.action_space.shape, dtype=self.single_action_space.dtype)
+        self._needs_reset = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env_id}, num_envs={self.num_envs})"
+
+    def reset(self, *, seed=None, options: dict | None = None):
+        """Reset every env: ``seed`` int ``s`` -> env ``i`` seeded ``s + i``; a list gives one per env.
+
+        ``options`` is passed to every env's ``reset``. Returns ``(obs, {})``.
+        """
+        self._check_open()
+        if seed is None:
+            seed, self._initial_seed = self._initial_seed, None
+        seeds = seed_list(seed, self.num_envs)
+        for i, env in enumerate(self.envs):
+            reset_env(env, i, self._out, seeds[i], options)
+        self._needs_reset = False
+        return self._reset_result()
+
+    def step(self, actions):
+        """Step every env with ``actions`` ([N] ints for Discrete, [N, *shape] floats for Box).
+
+        Each env receives its action cast to the action space's dtype (as ``SubprocVecEnv`` does), so
+        pass actions of that dtype to reproduce ``gymnasium.vector.SyncVectorEnv`` bit for bit.
+        """
+        np.copyto(self._actions, self._check_actions(actions), casting="same_kind")
+        if self._needs_reset:
+            raise ResetNeeded("call reset() before step()")
+        out, same_step, a = self._out, self._same_step, self._actions
+        for i, env in enumerate(self.envs):
+            step_env(env, i, a[i], out, same_step)
+        return self._step_result()
+
+    def close_extras(self, **kwargs) -> None:
+        """Close every wrapped env."""
+        for env in self.envs:
+            env.close()
+        super().close_extras(**kwargs)

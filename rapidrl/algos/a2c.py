@@ -68,6 +68,7 @@ class A2C(OnPolicyAlgorithm):
                                vf_coef=c.vf_coef)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self._sync_grads(list(self.policy.parameters()))
         if c.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm, foreach=True)
         self.optimizer.step()

@@ -119,16 +119,19 @@ class OnPolicyAlgorithm(Algorithm):
         self._raw_obs = np.zeros((c.num_steps, c.num_envs, *obs_shape), np.float32)
         self._obs = np.zeros((c.num_envs, *obs_shape), np.float32)
         self._needs_reset = True
-        self.torch_generator = torch.Generator().manual_seed(c.seed if c.seed is not None else
-                                                             int(torch.seed() % 2**62))
-        from rapidrl.train.fused import FusedCollector
+        self.torch_generator = torch.Generator().manual_seed(self.seed)
+        from rapidrl.train.fused import FusedCollector, fused_applies
 
-        self.collector = FusedCollector.create(self) if c.fused_rollout != "never" else None
+        use_fused = c.fused_rollout != "never" and fused_applies(self.env, self.policy, self.device)
+        self.collector = FusedCollector(self.env, self.policy, c.num_steps) if use_fused else None
         if c.fused_rollout == "always" and self.collector is None:
             raise ValueError("fused_rollout='always' needs a built-in env on the CPU and an MLP policy on the CPU")
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError
+
+    def trainable_modules(self) -> list[torch.nn.Module]:
+        return [self.policy]
 
     # -- acting ----------------------------------------------------------------------------------
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
@@ -144,7 +147,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     # -- collection ------------------------------------------------------------------------------
     def _reset_envs(self) -> None:
-        obs, _ = self.env.reset(seed=self.config.seed)
+        obs, _ = self.env.reset(seed=self._env_seed)
         np.copyto(self._obs, obs)
         self._needs_reset = False
 
@@ -154,7 +157,9 @@ class OnPolicyAlgorithm(Algorithm):
             self._reset_envs()
         if self.collector is not None:
             with self.timer.phase("collect"):
-                self.collector.collect()
+                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, self.obs_normalizer,
+                                                          seed=int(self.np_rng.integers(0, 2**31 - 1)))
+                self._record_episodes(returns, lengths)
         else:
             self._collect_per_step()
         c = self.config

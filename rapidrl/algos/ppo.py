@@ -177,6 +177,7 @@ class PPO(OnPolicyAlgorithm):
                                            ent_coef=c.ent_coef, vf_coef=c.vf_coef)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
+                self._sync_grads(params)
                 if c.max_grad_norm > 0:
                     nn.utils.clip_grad_norm_(params, c.max_grad_norm, foreach=True)
                 self.optimizer.step()

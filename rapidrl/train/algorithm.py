@@ -45,7 +45,8 @@ class Algorithm:
     name: ClassVar[str] = "algorithm"
     config_class: ClassVar[type]
 
-    def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, **hyperparameters):
+    def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
+                 **hyperparameters):
         if config is None:
             config = config_from_dict(self.config_class, hyperparameters)
         elif hyperparameters:
@@ -58,12 +59,21 @@ class Algorithm:
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.env_kwargs = dict(env_kwargs or {})
-        seed = config.seed
+        # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.dist.ddp.
+        self.dist = None
+        if distributed:
+            from rapidrl.dist.ddp import DistributedContext
+
+            self.dist = DistributedContext.from_env()
+        rank = 0 if self.dist is None else self.dist.rank
+        seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
+        self.seed = seed
         torch.manual_seed(seed)
-        self.np_rng = np.random.default_rng(seed)
+        self.np_rng = np.random.default_rng([seed, rank])
+        env_seed = None if config.seed is None else seed + 100_003 * rank
         if isinstance(env, str):
             self.env_id = env
-            self.env = _make_env(env, config.num_envs, seed, config.env_device, self.env_kwargs)
+            self.env = _make_env(env, config.num_envs, env_seed, config.env_device, self.env_kwargs)
         elif isinstance(env, VecEnvBase):
             self.env_id = getattr(env, "env_id", None)
             if env.num_envs != config.num_envs:
@@ -85,7 +95,19 @@ class Algorithm:
         self._lengths: deque = deque(maxlen=100)
         self._obs = None
         self._schedule: tuple[int, int] | None = None  # (first step, total) of the current learn call
+        self._env_seed = env_seed
         self._build()
+        if self.dist is not None:
+            self.dist.setup(self)
+
+    def trainable_modules(self) -> list[torch.nn.Module]:
+        """The modules whose parameters are trained (and kept identical across distributed ranks)."""
+        raise NotImplementedError
+
+    def _sync_grads(self, params) -> None:
+        """Average gradients over distributed ranks (a no-op for a single learner)."""
+        if self.dist is not None:
+            self.dist.all_reduce_grads(params)
 
     # -- to be supplied by subclasses -----------------------------------------------------------
     def _build(self) -> None:
@@ -112,12 +134,14 @@ class Algorithm:
         done = info.get("_episode")
         if done is None or not done.any():
             return
-        ep = info["episode"]
-        r = ep["r"][done]
-        length = ep["l"][done]
-        self._returns.extend(r.tolist())
-        self._lengths.extend(length.tolist())
-        self.num_episodes += int(done.sum())
+        self._record_episodes(info["episode"]["r"][done], info["episode"]["l"][done])
+
+    def _record_episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        """Record finished episodes given as arrays of returns and lengths."""
+        if len(returns):
+            self._returns.extend(returns.tolist())
+            self._lengths.extend(lengths.tolist())
+            self.num_episodes += len(returns)
 
     def recent_returns(self, k: int = 100) -> list[float]:
         """Returns of the last ``k`` finished training episodes."""
@@ -135,6 +159,8 @@ class Algorithm:
         rep = self.timer.report(self.num_timesteps - self._start_steps)
         self.metrics["charts/SPS"] = rep.pop("sps")
         self.metrics.update(rep)
+        if self.dist is not None:
+            self.dist.reduce_metrics(self.metrics)
         for k, v in self.metrics.items():
             if isinstance(v, float) and not math.isfinite(v) and k.startswith("losses/"):
                 raise NonFiniteError(f"{k} is {v} at step {self.num_timesteps}; training stopped")
@@ -208,8 +234,7 @@ class Algorithm:
             return self._eval_env
         if self.env_id is None:
             raise ValueError("evaluate() needs eval_env=... when the model was built from an env without an id")
-        seed = None if self.config.seed is None else self.config.seed + 10_000
-        self._eval_env = _make_env(self.env_id, n, seed, "cpu", self.env_kwargs)
+        self._eval_env = _make_env(self.env_id, n, self.seed + 10_000, "cpu", self.env_kwargs)
         return self._eval_env
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> tuple[float, float]:
@@ -221,7 +246,7 @@ class Algorithm:
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
             raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
         env = self._get_eval_env(n_episodes)
-        obs, _ = env.reset(seed=None if self.config.seed is None else self.config.seed + 10_000 + self.num_updates)
+        obs, _ = env.reset(seed=self.seed + 10_000 + self.num_updates)
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
         while not finished.all():

@@ -98,7 +98,7 @@ def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std,
                 out_final_values_t[i] = values_scratch[i, 0]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                      b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                      b_final_values, raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count):
@@ -156,7 +156,7 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
         _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                        log_std, low, high, tanh_squash, env_actions,
                        b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
@@ -215,27 +215,31 @@ def _mlp_arrays(seq) -> tuple[tuple, tuple]:
     return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
 
 
+def fused_applies(env, policy, device) -> bool:
+    """True when ``FusedCollector`` can run: a built-in Numba env (SAME_STEP autoreset) and separate MLPs on CPU."""
+    from rapidrl.envs.builtin import BuiltinVecEnv
+
+    return (isinstance(env, BuiltinVecEnv) and torch_device_type(device) == "cpu" and not policy.shared
+            and (env.env_id in DISCRETE_CODES or env.env_id in CONTINUOUS_CODES)
+            and env.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP)
+
+
+def torch_device_type(device) -> str:
+    return getattr(device, "type", str(device).split(":")[0])
+
+
 class FusedCollector:
-    """Runs ``collect_discrete``/``collect_continuous`` for an on-policy algorithm (see module docstring)."""
+    """Collects rollouts of ``policy`` on ``env`` into a RolloutBuffer with one compiled call each.
 
-    @classmethod
-    def create(cls, algo) -> FusedCollector | None:
-        """A collector when the fused path applies (built-in Numba env on CPU, separate MLPs on CPU), else None."""
-        from rapidrl.envs.builtin import BuiltinVecEnv
+    It holds zero-copy views of the policy's weights, so it always acts with the current parameters of
+    ``policy`` (give it a separate copy of the policy to act with a published snapshot instead, as an
+    asynchronous collector does). The kernels release the GIL (``nogil``), so a collector can run in a
+    thread while PyTorch trains in another.
+    """
 
-        env, policy = algo.env, algo.policy
-        if not isinstance(env, BuiltinVecEnv) or algo.device.type != "cpu" or policy.shared:
-            return None
-        if env.env_id not in DISCRETE_CODES and env.env_id not in CONTINUOUS_CODES:
-            return None
-        if env.autoreset_mode != gym.vector.AutoresetMode.SAME_STEP:
-            return None
-        return cls(algo)
-
-    def __init__(self, algo):
-        self.algo = algo
-        env, policy, c = algo.env, algo.policy, algo.config
-        n, obs_dim = c.num_envs, policy.obs_dim
+    def __init__(self, env, policy, num_steps: int):
+        n, obs_dim = env.num_envs, policy.obs_dim
+        self.env, self.policy = env, policy
         self.discrete = policy.discrete
         self.code = (DISCRETE_CODES if self.discrete else CONTINUOUS_CODES)[env.env_id]
         self.arena = env._arena
@@ -247,8 +251,8 @@ class FusedCollector:
         self.head = np.zeros((n, policy.action_dim), np.float32)
         self.values = np.zeros((n, 1), np.float32)
         self.scratch_obs = np.zeros((n, obs_dim), np.float32)
-        self.ep_r = np.zeros(c.num_steps * n, np.float32)
-        self.ep_l = np.zeros(c.num_steps * n, np.int32)
+        self.ep_r = np.zeros(num_steps * n, np.float32)
+        self.ep_l = np.zeros(num_steps * n, np.int32)
         self.ep_count = np.zeros(1, np.int64)
         if not self.discrete:
             self.log_std = policy.log_std.detach().numpy()
@@ -257,34 +261,33 @@ class FusedCollector:
             self.env_actions = np.zeros((n, policy.action_dim), np.float32)
         self._no_stats = (np.zeros(obs_dim), np.ones(obs_dim))
 
-    def collect(self) -> None:
-        """Fill algo.buffer with one rollout (advantages are computed by the caller)."""
-        a = self.algo
-        buf = a.buffer
-        buf.reset()
-        norm = a.obs_normalizer
+    def collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Fill ``buffer`` (a full rollout, advantages not computed) starting from ``obs`` [N, O].
+
+        On return ``obs`` holds the observations after the last step and ``raw_obs`` [T, N, O] the
+        un-normalized observations of every step. Returns (returns, lengths) of the episodes that ended.
+        """
+        buffer.reset()
+        norm = obs_normalizer
         if norm is not None:
             mean, std, clip = norm.rms.mean, np.sqrt(norm.rms.var + norm.eps), norm.clip
         else:
             (mean, std), clip = self._no_stats, 0.0
-        seed = int(a.np_rng.integers(0, 2**31 - 1))
         self.ep_count[0] = 0
-        np.copyto(a.env._obs, a._obs)
+        np.copyto(self.env._obs, obs)
         common = (self.code, self.arena, self.aws, self.abs, self.ahs, self.cws, self.cbs, self.chs, self.act,
                   mean, std, clip, norm is not None, seed)
-        storage = (buf.obs, buf.actions, buf.log_probs, buf.values, buf.rewards, buf.terminated, buf.truncated,
-                   buf.final_values, a._raw_obs)
+        storage = (buffer.obs, buffer.actions, buffer.log_probs, buffer.values, buffer.rewards, buffer.terminated,
+                   buffer.truncated, buffer.final_values, raw_obs)
         if self.discrete:
             collect_discrete(*common, *storage, self.head, self.values, self.scratch_obs, self.ep_r, self.ep_l,
                              self.ep_count)
         else:
-            collect_continuous(*common, self.log_std, self.low, self.high, a.policy.squash == "tanh",
+            collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
                                self.env_actions, *storage, self.head, self.values, self.scratch_obs, self.ep_r,
                                self.ep_l, self.ep_count)
-        buf._pos = buf.num_steps  # the kernel wrote all T steps
-        np.copyto(a._obs, a.env._obs)
+        buffer.mark_full()
+        np.copyto(obs, self.env._obs)
         k = int(self.ep_count[0])
-        if k:
-            a._returns.extend(self.ep_r[:k].tolist())
-            a._lengths.extend(self.ep_l[:k].tolist())
-            a.num_episodes += k
+        return self.ep_r[:k], self.ep_l[:k]

@@ -99,8 +99,8 @@ def _check_sections(data: dict, origin: str) -> None:
     for key, value in data.items():
         if key not in SECTIONS:
             close = difflib.get_close_matches(key, SECTIONS, n=1)
-            hint = f"; did you mean [{close[0]}]?" if close else ""
-            raise ConfigError(f"{origin}: unknown section [{key}]{hint} Allowed sections: {', '.join(SECTIONS)}")
+            hint = f"did you mean [{close[0]}]? " if close else ""
+            raise ConfigError(f"{origin}: unknown section [{key}]; {hint}allowed sections: {', '.join(SECTIONS)}")
         if not isinstance(value, dict):
             raise ConfigError(f"{origin}: {key} must be a [{key}] table, got {type(value).__name__}")
 
@@ -277,6 +277,11 @@ def load_run_config(run_dir: str | os.PathLike) -> RunConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG_FILE})")
+    return load_run_config_file(path)
+
+
+def load_run_config_file(path: str | os.PathLike) -> RunConfig:
+    """A resolved config file (as written by ``RunConfig.write``)."""
     data = read_toml(path)
     run = RunSettings(**coerce_section("run", RunSettings, data.get("run", {})))
     cls = _algorithms()[run.algo].config_class

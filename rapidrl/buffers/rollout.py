@@ -1,0 +1,314 @@
+"""On-policy rollout storage: preallocated time-major ``[T, N, ...]`` arrays, GAE in place, minibatches.
+
+On the CPU every field is a NumPy array (``buffer.rewards``) and, sharing its memory, a torch tensor
+(``buffer.tensors.rewards``, via ``torch.from_numpy``). On another device every field is a torch tensor on
+that device (``buffer.rewards`` is then the tensor itself, and ``buffer.tensors`` holds the same tensors).
+
+Episode ends follow ``rapidrl.kernels.advantages``: ``terminated[t]`` cuts the trace with no bootstrap,
+``truncated[t]`` cuts it and bootstraps from ``final_values[t]``, the value of the true final observation
+(the env has already reset, so ``values[t + 1]`` belongs to the next episode).
+
+Minibatches are gathered from a shuffled flat index ``[T * N]`` with one ``index_select`` per field into
+tensors that are allocated once per batch size and reused: a yielded ``RolloutBatch`` is valid until
+the next one is produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from rapidrl.kernels import gae_into
+from rapidrl.kernels.validation import check_int, check_scalar
+
+__all__ = ["RolloutBatch", "RolloutBuffer", "gae_torch"]
+
+_FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values",
+           "advantages", "returns")
+_ADDED = _FIELDS[:8]  # written by add(), in its argument order
+_BATCH = ("obs", "actions", "log_probs", "values", "advantages", "returns")
+_NORMALIZE = ("minibatch", "batch", None)
+
+
+class RolloutBatch(NamedTuple):
+    """One minibatch of M flat (time, env) samples; torch tensors on the buffer's device."""
+
+    obs: torch.Tensor  # [M, *obs_shape]
+    actions: torch.Tensor  # [M, *action_shape]
+    log_probs: torch.Tensor  # [M]
+    values: torch.Tensor  # [M]
+    advantages: torch.Tensor  # [M], normalized as asked
+    returns: torch.Tensor  # [M]
+
+
+class RolloutStorage(NamedTuple):
+    """Every field of a ``RolloutBuffer``, ``[T, N, ...]`` (NumPy arrays or torch tensors)."""
+
+    obs: object
+    actions: object
+    log_probs: object
+    values: object
+    rewards: object
+    terminated: object
+    truncated: object
+    final_values: object
+    advantages: object
+    returns: object
+
+
+def gae_torch(rewards: torch.Tensor, values: torch.Tensor, last_values: torch.Tensor, terminated: torch.Tensor,
+              truncated: torch.Tensor, *, gamma: float, lam: float, final_values: torch.Tensor | None = None,
+              out_advantages: torch.Tensor | None = None, out_returns: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rapidrl.kernels.gae`` for torch tensors on any device (same semantics, same argument shapes).
+
+    rewards, values: [T, N] float; last_values: [N]; terminated, truncated: [T, N] bool;
+    final_values: [T, N] (read where truncated; None only if nothing is truncated).
+    Vectorized over time except the advantage recursion, one fused op per step:
+
+        nv[t] = 0 if terminated[t] else final_values[t] if truncated[t] else values[t+1] (last_values)
+        delta[t] = r[t] + gamma * nv[t] - V[t]
+        A[t] = delta[t] + gamma * lam * (1 - ended[t]) * A[t+1],  returns = A + V
+
+    Writes into out_advantages/out_returns ([T, N], rewards' dtype/device) when given. Returns them.
+    """
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must have shape [T, N], got {tuple(rewards.shape)}")
+    T, N = rewards.shape
+    for name, x, shape in (("values", values, (T, N)), ("last_values", last_values, (N,)),
+                           ("terminated", terminated, (T, N)), ("truncated", truncated, (T, N)),
+                           ("final_values", final_values, (T, N)), ("out_advantages", out_advantages, (T, N)),
+                           ("out_returns", out_returns, (T, N))):
+        if x is not None and tuple(x.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
+    if terminated.dtype != torch.bool or truncated.dtype != torch.bool:
+        raise TypeError("terminated and truncated must be torch.bool tensors")
+    gamma = check_scalar("gamma", gamma, low=0.0, high=1.0)
+    lam = check_scalar("lam", lam, low=0.0, high=1.0)
+    if final_values is None:
+        if bool((truncated & ~terminated).any()):
+            raise ValueError("final_values is None but some steps are truncated (and not terminated)")
+        final_values = values
+    adv = torch.empty_like(rewards) if out_advantages is None else out_advantages
+    ret = torch.empty_like(rewards) if out_returns is None else out_returns
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)])  # [T, N]
+    nv = torch.where(truncated, final_values, next_values).masked_fill_(terminated, 0.0)  # [T, N]
+    delta = rewards + gamma * nv - values  # [T, N]
+    carry = (~(terminated | truncated)).to(rewards.dtype).mul_(gamma * lam)  # [T, N]
+    adv[T - 1] = delta[T - 1]
+    for t in range(T - 2, -1, -1):
+        torch.addcmul(delta[t], carry[t], adv[t + 1], out=adv[t])
+    torch.add(adv, values, out=ret)
+    return adv, ret
+
+
+def _kind(x) -> str:
+    """NumPy dtype kind of an array or tensor ('b', 'i', 'u', 'f', 'c')."""
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind
+    if x.dtype == torch.bool:
+        return "b"
+    if x.dtype.is_floating_point:
+        return "f"
+    if x.dtype.is_complex:
+        return "c"
+    return "u" if x.dtype == torch.uint8 else "i"
+
+
+_ACCEPTS = {"f": "biuf", "i": "biu", "u": "biu", "b": "b"}
+
+
+class RolloutBuffer:
+    """Preallocated ``[num_steps, num_envs, ...]`` storage for one on-policy rollout.
+
+    Args:
+        num_steps (T), num_envs (N): rollout size.
+        obs_shape, action_shape: per-env shapes (``()`` for a discrete action).
+        obs_dtype: storage dtype of observations; action_dtype: storage dtype of actions (default
+            int64 for ``action_shape == ()``, else float32).
+        device: "cpu" (NumPy storage + torch views) or a torch device (torch storage).
+
+    Fields (``[T, N]`` unless noted): obs ``[T, N, *obs_shape]``, actions ``[T, N, *action_shape]``,
+    log_probs, values, rewards, final_values, advantages, returns (float32); terminated, truncated (bool).
+    """
+
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple = (), *,
+                 obs_dtype=np.float32, action_dtype=None, device: str | torch.device = "cpu"):
+        self.num_steps = check_int("num_steps", num_steps, low=1)
+        self.num_envs = check_int("num_envs", num_envs, low=1)
+        self.obs_shape = tuple(int(s) for s in obs_shape)
+        self.action_shape = tuple(int(s) for s in action_shape)
+        if action_dtype is None:
+            action_dtype = np.int64 if self.action_shape == () else np.float32
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.action_dtype = np.dtype(action_dtype)
+        self.device = torch.device(device)
+        T, N = self.num_steps, self.num_envs
+        specs = {"obs": ((T, N, *self.obs_shape), self.obs_dtype),
+                 "actions": ((T, N, *self.action_shape), self.action_dtype),
+                 **{f: ((T, N), np.dtype(np.float32)) for f in ("log_probs", "values", "rewards", "final_values",
+                                                               "advantages", "returns")},
+                 "terminated": ((T, N), np.dtype(np.bool_)), "truncated": ((T, N), np.dtype(np.bool_))}
+        self._specs = {f: specs[f] for f in _FIELDS}
+        if self.device.type == "cpu":
+            self.arrays = RolloutStorage(*(np.zeros(s, dtype=d) for s, d in self._specs.values()))
+            self.tensors = RolloutStorage(*(torch.from_numpy(a) for a in self.arrays))
+            storage = self.arrays
+        else:
+            self.arrays = None
+            self.tensors = RolloutStorage(*(torch.zeros(s, dtype=torch.from_numpy(np.empty(0, d)).dtype,
+                                                        device=self.device) for s, d in self._specs.values()))
+            storage = self.tensors
+        for name, x in zip(_FIELDS, storage):
+            setattr(self, name, x)
+        self._flat = {f: getattr(self.tensors, f).reshape(T * N, *getattr(self.tensors, f).shape[2:])
+                      for f in _BATCH}
+        self._pos = 0
+        self._minibatch_cache: dict[int, RolloutBatch] = {}
+        self._perm = torch.empty(T * N, dtype=torch.int64)
+        self._arange = np.arange(T * N, dtype=np.int64)
+        self._perm_device = self._perm if self.device.type == "cpu" else torch.empty(
+            T * N, dtype=torch.int64, device=self.device)
+
+    # -- filling -----------------------------------------------------------------------------------
+    @property
+    def pos(self) -> int:
+        """Time index the next ``add`` writes."""
+        return self._pos
+
+    @property
+    def full(self) -> bool:
+        return self._pos == self.num_steps
+
+    def reset(self) -> None:
+        """Start a new rollout (storage is overwritten by the next adds)."""
+        self._pos = 0
+
+    def mark_full(self) -> None:
+        """Declare all T steps written by a writer other than ``add`` (the fused rollout collector)."""
+        self._pos = self.num_steps
+
+    def add(self, obs, actions, log_probs, values, rewards, terminated, truncated, final_values=None) -> None:
+        """Write one time step for all N envs at ``pos`` and advance.
+
+        obs [N, *obs_shape], actions [N, *action_shape], log_probs/values/rewards [N], terminated/
+        truncated [N] bool, final_values [N] (value of the true final observation where truncated;
+        None is allowed only when no env is truncated-not-terminated). NumPy arrays or torch tensors
+        (any device); numbers are cast to the storage dtype within their kind family (bool < int <
+        float), flags must be bool. Everything is checked before anything is written.
+        """
+        if self._pos >= self.num_steps:
+            raise ValueError(f"rollout is full ({self.num_steps} steps); call reset() first")
+        args = [obs, actions, log_probs, values, rewards, terminated, truncated, final_values]
+        cpu = self.device.type == "cpu"
+        for k, (name, x) in enumerate(zip(_ADDED, args)):
+            if x is None and name == "final_values":
+                continue
+            if isinstance(x, torch.Tensor):
+                x = x.detach()
+                if cpu:
+                    x = x.cpu().numpy()
+            elif isinstance(x, np.ndarray):
+                if not cpu:
+                    x = torch.from_numpy(x)
+            else:
+                raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor, got {type(x).__name__}")
+            shape, dtype = self._specs[name]
+            if tuple(x.shape) != shape[1:]:
+                raise ValueError(f"{name} must have shape {shape[1:]}, got {tuple(x.shape)}")
+            if _kind(x) not in _ACCEPTS[dtype.kind]:
+                raise TypeError(f"{name} has dtype {x.dtype}, which cannot be stored as {dtype}")
+            args[k] = x
+        if final_values is None and bool((args[6] & ~args[5]).any()):
+            raise ValueError("final_values is None but an env is truncated: pass the value of its final observation")
+        t = self._pos
+        for name, x in zip(_ADDED, args):
+            dst = getattr(self, name)
+            if x is None:
+                dst[t] = 0
+            elif cpu:
+                dst[t] = x
+            else:
+                dst[t].copy_(x, non_blocking=True)
+        self._pos = t + 1
+
+    # -- advantages --------------------------------------------------------------------------------
+    def compute_advantages(self, last_values, *, gamma: float, lam: float) -> None:
+        """GAE into ``advantages``/``returns`` in place (``rapidrl.kernels.gae_into`` on the CPU,
+        ``gae_torch`` on a device). last_values: [N], value of the observation after the last step."""
+        if not self.full:
+            raise ValueError(f"compute_advantages needs a full rollout: {self._pos}/{self.num_steps} steps added")
+        if self.device.type == "cpu":
+            if isinstance(last_values, torch.Tensor):
+                last_values = last_values.detach().cpu().numpy()
+            if isinstance(last_values, np.ndarray) and last_values.dtype != np.float32:
+                last_values = last_values.astype(np.float32)
+            gae_into(self.rewards, self.values, last_values, self.terminated, self.truncated, gamma=gamma, lam=lam,
+                     out_advantages=self.advantages, out_returns=self.returns, final_values=self.final_values)
+        else:
+            if isinstance(last_values, np.ndarray):
+                last_values = torch.from_numpy(last_values)
+            last_values = last_values.detach().to(device=self.device, dtype=self.rewards.dtype)
+            gae_torch(self.rewards, self.values, last_values, self.terminated, self.truncated, gamma=gamma, lam=lam,
+                      final_values=self.final_values, out_advantages=self.advantages, out_returns=self.returns)
+
+    # -- minibatches -------------------------------------------------------------------------------
+    def minibatches(self, batch_size: int, *, generator: torch.Generator | np.random.Generator | None = None,
+                    normalize_advantages: str | None = "minibatch", epochs: int = 1) -> Iterator[RolloutBatch]:
+        """Yield shuffled minibatches of the full rollout, ``epochs`` passes over all T*N samples.
+
+        batch_size: 1 .. T*N. Each epoch is one random permutation cut into ceil(T*N / batch_size)
+        minibatches: every sample appears exactly once per epoch, and when batch_size does not divide
+        T*N the last minibatch of the epoch is smaller (T*N mod batch_size samples).
+        generator: torch.Generator, numpy Generator, or None (torch's global generator).
+        normalize_advantages: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the mean and
+        std of the whole rollout) or None. Std is the population std (+1e-8), so a 1-sample minibatch
+        gives 0, not NaN. The stored advantages are never modified.
+        Yields ``RolloutBatch`` views of reused tensors (overwritten by the next minibatch).
+        """
+        total = self.num_steps * self.num_envs
+        batch_size = check_int("batch_size", batch_size, low=1, high=total)
+        epochs = check_int("epochs", epochs, low=1)
+        if normalize_advantages not in _NORMALIZE:
+            raise ValueError(f"normalize_advantages must be one of {_NORMALIZE}, got {normalize_advantages!r}")
+        if generator is not None and not isinstance(generator, (torch.Generator, np.random.Generator)):
+            raise TypeError(f"generator must be a torch.Generator, numpy Generator or None, "
+                            f"got {type(generator).__name__}")
+        if not self.full:
+            raise ValueError(f"minibatches needs a full rollout: {self._pos}/{self.num_steps} steps added")
+        out = self._minibatch_cache.get(batch_size)
+        if out is None:
+            out = RolloutBatch(*(torch.empty((batch_size, *self._flat[f].shape[1:]), dtype=self._flat[f].dtype,
+                                             device=self.device) for f in _BATCH))
+            self._minibatch_cache[batch_size] = out
+        if normalize_advantages == "batch":
+            adv = self.tensors.advantages
+            mean, std = adv.mean(), adv.std(correction=0) + 1e-8
+        for _ in range(epochs):
+            self._shuffle(generator)
+            for start in range(0, total, batch_size):
+                m = min(batch_size, total - start)
+                idx = self._perm_device[start:start + m]
+                mb = RolloutBatch(*(x[:m] for x in out)) if m < batch_size else out
+                for name, dst in zip(_BATCH, mb):
+                    torch.index_select(self._flat[name], 0, idx, out=dst)
+                if normalize_advantages == "minibatch":
+                    mean, std = mb.advantages.mean(), mb.advantages.std(correction=0) + 1e-8
+                if normalize_advantages is not None:
+                    mb.advantages.sub_(mean).div_(std)
+                yield mb
+
+    def _shuffle(self, generator) -> None:
+        """Fill the flat permutation (on the device) from ``generator``."""
+        n = self._perm.shape[0]
+        if isinstance(generator, np.random.Generator):
+            perm = self._perm.numpy()
+            np.copyto(perm, self._arange)
+            generator.shuffle(perm)
+        else:
+            torch.randperm(n, generator=generator, out=self._perm)
+        if self._perm_device is not self._perm:
+            self._perm_device.copy_(self._perm)

@@ -1,0 +1,22 @@
+"""Experience storage: on-policy rollouts, uniform replay, prioritized replay.
+
+``RolloutBuffer`` holds one time-major ``[T, N, ...]`` rollout with GAE in place and shuffled
+minibatches; ``ReplayBuffer`` is a ring buffer of transitions with n-step targets, memory or mmap
+storage and save/load; ``PrioritizedReplayBuffer`` adds proportional prioritization on a sum/min tree.
+"""
+
+from __future__ import annotations
+
+from rapidrl.buffers.prioritized import PrioritizedReplayBuffer
+from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer
+from rapidrl.buffers.rollout import RolloutBatch, RolloutBuffer, RolloutStorage, gae_torch
+
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "ReplayBatch",
+    "ReplayBuffer",
+    "RolloutBatch",
+    "RolloutBuffer",
+    "RolloutStorage",
+    "gae_torch",
+]

@@ -1,0 +1,573 @@
+"""Uniform experience replay: a preallocated ring buffer of transitions with optional n-step returns.
+
+Storage is one array per field, row-major over transitions (``obs[capacity, *obs_shape]``, ...), in the
+dtypes given at construction (uint8 images stay uint8). ``add`` writes a batch of rows (a vector env's
+output, one row per env) with one compiled call; ``sample`` draws uniform rows with the buffer's own
+NumPy ``Generator`` and gathers every field into preallocated arrays with one compiled call.
+
+Rows and envs. Rows written by one ``add`` are different envs of one time step. With ``n_step > 1``
+every ``add`` must carry exactly ``num_envs`` rows, so row ``r`` belongs to env ``r % num_envs`` and
+that env's next step is row ``r + num_envs`` (modulo ``capacity``, a multiple of ``num_envs``).
+
+Episode ends and n-step returns. At an episode end the caller passes the *true final observation* as
+``next_obs`` (gymnasium's ``info["final_obs"]``), never the reset observation. A sampled row ``t`` of
+env ``e`` looks ahead along ``e``'s stream for ``m <= n_step`` steps::
+
+    rewards   = sum_{k<m} gamma^k r[t+k]
+    discounts = gamma^m, or 0 if step t+m-1 is terminated (no bootstrap)
+    next_obs  = next_obs[t+m-1]   (the observation to bootstrap from)
+    terminated, truncated = the flags of step t+m-1
+
+where the look-ahead stops after a terminated or truncated step (a truncated step bootstraps from
+its own true final ``next_obs``) and at the write head (the newest stored step). The learner's target
+is ``rewards + discounts * V(next_obs)`` for any ``n_step`` (``discounts = gamma * (1 - terminated)``
+for ``n_step = 1``). This equals ``rapidrl.kernels.n_step_returns`` on the same data.
+
+Thread safety. One lock guards the storage and the bookkeeping: ``add`` holds it while it writes rows
+and moves the head, ``sample``/``sample_into`` while they draw indices and gather. A collector thread
+may therefore ``add`` while a learner thread samples, and every sampled transition comes from a single
+``add``. The compiled cores release the GIL. The arrays a ``sample`` returns are *reused*: the next
+``sample`` with the same batch size overwrites them (use ``sample_into`` for caller-owned storage).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+import torch
+from numba.core.errors import TypingError
+
+from rapidrl.kernels.validation import check_array, check_int, check_scalar
+
+__all__ = ["ReplayBatch", "ReplayBuffer"]
+
+_F32 = np.dtype(np.float32)
+_BOOL = np.dtype(np.bool_)
+_INT64 = np.dtype(np.int64)
+_FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
+_HEADER = "header.json"
+_FORMAT = 1
+
+
+class ReplayBatch(NamedTuple):
+    """A sampled minibatch (NumPy arrays, or torch tensors with ``as_torch=True``), B rows.
+
+    ``rewards``/``discounts``/``next_obs``/``terminated``/``truncated`` describe the (n-step) target
+    ``rewards + discounts * V(next_obs)``; see the module docstring.
+    """
+
+    obs: Any  # [B, *obs_shape] obs_dtype
+    actions: Any  # [B, *action_shape] action_dtype
+    rewards: Any  # [B] float32, n-step discounted reward sum
+    next_obs: Any  # [B, *obs_shape] obs_dtype, observation to bootstrap from
+    terminated: Any  # [B] bool, of the last step looked at
+    truncated: Any  # [B] bool, of the last step looked at
+    discounts: Any  # [B] float32, gamma^m, 0 after a termination
+    weights: Any  # [B] float32 importance weights (all 1 for uniform replay)
+    indices: Any  # [B] int64 rows sampled (for update_priorities)
+
+
+# ------------------------------------------------------------------------------------------ cores
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_core(pos, rows_per_add, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s,
+                obs, act, rew, nobs, term, trunc):
+    """Write n = obs.shape[0] rows at ``pos`` (wrapping at capacity). Checks every shape first and
+    writes nothing on bad input: returns 0 when written, else the code of the first failed check
+    (1-6 a bad argument in ``_FIELDS`` order, 7 n == 0 or n > capacity, 8 n != rows_per_add > 0);
+    the caller re-runs the checks in Python for the message."""
+    n = obs.shape[0]
+    C = obs_s.shape[0]
+    if obs.shape[1:] != obs_s.shape[1:]:
+        return 1
+    if act.shape[0] != n or act.shape[1:] != act_s.shape[1:]:
+        return 2
+    if rew.shape[0] != n or rew.shape[1:] != rew_s.shape[1:]:
+        return 3
+    if nobs.shape[0] != n or nobs.shape[1:] != nobs_s.shape[1:]:
+        return 4
+    if term.shape[0] != n or term.shape[1:] != term_s.shape[1:]:
+        return 5
+    if trunc.shape[0] != n or trunc.shape[1:] != trunc_s.shape[1:]:
+        return 6
+    if n == 0 or n > C:
+        return 7
+    if rows_per_add > 0 and n != rows_per_add:
+        return 8
+    for i in range(n):
+        j = pos + i
+        if j >= C:
+            j -= C
+        obs_s[j] = obs[i]
+        act_s[j] = act[i]
+        rew_s[j] = rew[i]
+        nobs_s[j] = nobs[i]
+        term_s[j] = term[i]
+        trunc_s[j] = trunc[i]
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gather_rows(src, idx, out):
+    """out[k, :] = src[idx[k], :] for 2-D arrays; rows are independent, so cache misses overlap."""
+    D = src.shape[1]
+    for k in range(idx.shape[0]):
+        i = idx[k]
+        for d in range(D):
+            out[k, d] = src[i, d]
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_core(u, draw, size, idx, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s,
+                 obs_o, act_o, rew_o, nobs_o, term_o, trunc_o, disc_o, n_step, gamma, num_envs,
+                 oldest_slot):
+    """Gather B = idx.shape[0] transitions with n-step targets (see the module docstring).
+
+    draw: idx[k] = floor(u[k] * size) (uniform over the stored rows), else idx is given.
+    Storage obs/next_obs/actions are 2-D row views [capacity, D]. A "slot" is one time step of all
+    num_envs envs (rows slot * num_envs ... + num_envs - 1); oldest_slot is the oldest stored one.
+    Fields are gathered one at a time over all rows (independent loads, overlapping misses).
+    """
+    B = idx.shape[0]
+    if draw:
+        for k in range(B):
+            i = int(u[k] * size)
+            idx[k] = i if i < size else size - 1
+    _gather_rows(obs_s, idx, obs_o)
+    _gather_rows(act_s, idx, act_o)
+    if n_step == 1:
+        for k in range(B):
+            i = idx[k]
+            rew_o[k] = rew_s[i]
+            t = term_s[i]
+            term_o[k] = t
+            trunc_o[k] = trunc_s[i]
+            disc_o[k] = 0.0 if t else gamma
+        _gather_rows(nobs_s, idx, nobs_o)
+        return
+    num_slots = obs_s.shape[0] // num_envs
+    size_slots = size // num_envs
+    for k in range(B):
+        i = idx[k]
+        s = i // num_envs
+        e = i - s * num_envs
+        age = s - oldest_slot
+        if age < 0:
+            age += num_slots
+        steps = min(n_step, size_slots - age)
+        g = 0.0
+        disc = 1.0
+        last = i
+        for m in range(steps):
+            slot = s + m
+            if slot >= num_slots:
+                slot -= num_slots
+            row = slot * num_envs + e
+            g += disc * rew_s[row]
+            disc *= gamma
+            last = row
+            if term_s[row]:
+                disc = 0.0
+                break
+            if trunc_s[row]:
+                break
+        rew_o[k] = g
+        disc_o[k] = disc
+        term_o[k] = term_s[last]
+        trunc_o[k] = trunc_s[last]
+        for d in range(nobs_s.shape[1]):  # next_obs of the last step looked at
+            nobs_o[k, d] = nobs_s[last, d]
+
+
+@numba.njit(cache=True, nogil=True)
+def _weighted_gather_core(q, q_min, beta, w_o, size, idx, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s,
+                          obs_o, act_o, rew_o, nobs_o, term_o, trunc_o, disc_o, n_step, gamma, num_envs,
+                          oldest_slot):
+    """Prioritized replay: w_o[k] = (q[idx[k]] / q_min)^-beta, then ``_gather_core`` at the given idx
+    (its ``u`` is unused then; w_o stands in). Defined beside ``_gather_core`` so that Numba's
+    per-file cache never pairs it with a stale compiled copy of the callee."""
+    for k in range(idx.shape[0]):
+        w_o[k] = (q[idx[k]] / q_min) ** -beta
+    _gather_core(w_o, False, size, idx, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s, obs_o, act_o, rew_o,
+                 nobs_o, term_o, trunc_o, disc_o, n_step, gamma, num_envs, oldest_slot)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+class _BatchSlot:
+    """Preallocated output arrays (and their torch views) for one batch size."""
+
+    __slots__ = ("arrays", "event", "flat", "host", "tensors", "u")
+
+    def __init__(self, buf: ReplayBuffer, batch_size: int):
+        B = batch_size
+        pinned = buf.pin_memory and buf.device.type == "cuda"
+        specs = (("obs", (B, *buf.obs_shape), buf.obs_dtype), ("actions", (B, *buf.action_shape), buf.action_dtype),
+                 ("rewards", (B,), _F32), ("next_obs", (B, *buf.obs_shape), buf.obs_dtype),
+                 ("terminated", (B,), _BOOL), ("truncated", (B,), _BOOL), ("discounts", (B,), _F32),
+                 ("weights", (B,), _F32), ("indices", (B,), _INT64))
+        if pinned:
+            self.host = [torch.empty(shape, dtype=_torch_dtype(dt), pin_memory=True) for _, shape, dt in specs]
+            arrays = [t.numpy() for t in self.host]
+        else:
+            arrays = [np.empty(shape, dtype=dt) for _, shape, dt in specs]
+            self.host = None
+        arrays[7].fill(1.0)  # uniform replay: weights stay 1
+        self.arrays = ReplayBatch(*arrays)
+        if buf.device.type == "cpu":
+            self.tensors = ReplayBatch(*(torch.from_numpy(a) for a in arrays))
+        else:
+            self.tensors = ReplayBatch(*(torch.empty(a.shape, dtype=_torch_dtype(a.dtype), device=buf.device)
+                                         for a in arrays))
+        self.event = None
+        self.u = np.empty(B, dtype=np.float64)
+        self.flat = _flat_outputs(self.arrays)
+
+
+def _flat_outputs(batch: ReplayBatch) -> tuple:
+    """The gather core's output views: obs/actions/next_obs as [B, D]."""
+    B = batch.rewards.shape[0]
+    return (batch.obs.reshape(B, -1), batch.actions.reshape(B, -1), batch.rewards,
+            batch.next_obs.reshape(B, -1), batch.terminated, batch.truncated, batch.discounts)
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def _shape(name: str, shape) -> tuple[int, ...]:
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{name} must be a tuple of ints, got {shape!r}") from None
+    if any(s <= 0 for s in out):
+        raise ValueError(f"{name} must have positive sizes, got {out}")
+    return out
+
+
+class _hybridmethod:
+    """``load``: called on the class, build a new buffer; called on an instance, load into it."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__doc__ = func.__doc__
+
+    def __get__(self, obj, cls):
+        return self.func.__get__(cls if obj is None else obj, cls)
+
+
+# ------------------------------------------------------------------------------------------ buffer
+
+
+class ReplayBuffer:
+    """Uniform replay ring buffer (see the module docstring for layout, n-step and thread safety).
+
+    Args:
+        capacity: rows kept (> 0); the oldest are overwritten. A multiple of num_envs when n_step > 1.
+        obs_shape, action_shape: per-row shapes (``()`` for a discrete action).
+        obs_dtype, action_dtype: storage dtypes (e.g. uint8 images, int64 discrete actions).
+        seed: seed of the sampling Generator (None: fresh entropy).
+        n_step: steps per return (>= 1); gamma: discount in [0, 1].
+        num_envs: rows per ``add`` (the per-env stream; enforced when n_step > 1).
+        storage: "memory" (NumPy arrays) or "mmap" (``.npy`` files in directory ``path``, for data
+            beyond RAM; the files are created/overwritten).
+        device: where ``sample(as_torch=True)`` puts tensors; pin_memory: stage through pinned host
+            memory for an asynchronous copy to a CUDA device.
+    """
+
+    def __init__(self, capacity: int, obs_shape: tuple, action_shape: tuple = (), *, obs_dtype=np.float32,
+                 action_dtype=np.float32, seed: int | None = None, n_step: int = 1, gamma: float = 0.99,
+                 num_envs: int = 1, storage: str = "memory", path: str | os.PathLike | None = None,
+                 device: str | torch.device = "cpu", pin_memory: bool = False):
+        self.capacity = check_int("capacity", capacity, low=1)
+        self.obs_shape = _shape("obs_shape", obs_shape)
+        self.action_shape = _shape("action_shape", action_shape)
+        self.obs_dtype = np.dtype(obs_dtype)
+        self.action_dtype = np.dtype(action_dtype)
+        for name, dt in (("obs_dtype", self.obs_dtype), ("action_dtype", self.action_dtype)):
+            if dt.kind not in "biuf":
+                raise TypeError(f"{name} must be a bool, integer or float dtype, got {dt}")
+        self.n_step = check_int("n_step", n_step, low=1)
+        self.gamma = check_scalar("gamma", gamma, low=0.0, high=1.0)
+        self.num_envs = check_int("num_envs", num_envs, low=1)
+        if self.n_step > 1 and self.capacity % self.num_envs:
+            raise ValueError(f"capacity={self.capacity} must be a multiple of num_envs={self.num_envs} "
+                             "when n_step > 1")
+        if storage not in ("memory", "mmap"):
+            raise ValueError(f"storage must be 'memory' or 'mmap', got {storage!r}")
+        if storage == "mmap" and path is None:
+            raise ValueError("storage='mmap' needs path (a directory for the .npy files)")
+        self.storage = storage
+        self.path = None if path is None else Path(path)
+        self.device = torch.device(device)
+        self.pin_memory = bool(pin_memory)
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+        self._pos = 0
+        self._size = 0
+        # The per-env stream only matters for n-step look-ahead.
+        self._stream_envs = self.num_envs if self.n_step > 1 else 1
+        self._rows_per_add = self.num_envs if self.n_step > 1 else 0
+        self._slots: dict[int, _BatchSlot] = {}
+        self._dtypes = (self.obs_dtype, self.action_dtype, _F32, self.obs_dtype, _BOOL, _BOOL)  # _FIELDS order
+        self._image_obs = len(self.obs_shape) > 1
+        self._on_write = None  # called under the lock as f(first_row, n) after each add (see subclasses)
+        self._allocate()
+
+    # -- storage -----------------------------------------------------------------------------------
+    def _field_specs(self) -> list[tuple[str, tuple, np.dtype]]:
+        C = self.capacity
+        return [("obs", (C, *self.obs_shape), self.obs_dtype), ("actions", (C, *self.action_shape), self.action_dtype),
+                ("rewards", (C,), _F32), ("next_obs", (C, *self.obs_shape), self.obs_dtype),
+                ("terminated", (C,), _BOOL), ("truncated", (C,), _BOOL)]
+
+    def _allocate(self) -> None:
+        if self.storage == "mmap":
+            self.path.mkdir(parents=True, exist_ok=True)
+        arrays = []
+        for name, shape, dtype in self._field_specs():
+            if self.storage == "mmap":
+                mm = np.lib.format.open_memmap(self.path / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+                arrays.append(mm.view(np.ndarray))
+            else:
+                arrays.append(np.zeros(shape, dtype=dtype))
+        self._store = tuple(arrays)  # in _FIELDS order
+        C = self.capacity
+        obs, act, rew, nobs, term, trunc = arrays
+        # Row-flattened views: the gather core's storage, and add's for multi-dim observations.
+        self._flat_store = (obs.reshape(C, -1), act.reshape(C, -1), rew, nobs.reshape(C, -1), term, trunc)
+        self._flat_obs_store = (obs.reshape(C, -1), act, rew, nobs.reshape(C, -1), term, trunc)
+
+
+    # -- public state ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def pos(self) -> int:
+        """Row the next ``add`` writes first."""
+        return self._pos
+
+    @property
+    def full(self) -> bool:
+        return self._size == self.capacity
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The storage arrays by field name (rows [0, len) are valid; read-only use)."""
+        return dict(zip(_FIELDS, self._store))
+
+    # -- adding ------------------------------------------------------------------------------------
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        """Append n transitions, one per row of every argument (n = the leading dimension).
+
+        obs, next_obs: [n, *obs_shape]; actions: [n, *action_shape]; rewards: [n] float;
+        terminated, truncated: [n] bool. Where an episode ended, next_obs must be the true final
+        observation. Dtypes are stored as given when they match the storage; other dtypes are cast
+        if NumPy's "same_kind" rule allows it (e.g. float64 rewards), else TypeError. Any bad argument
+        raises before anything is written.
+        """
+        try:
+            fast = (obs.dtype, actions.dtype, rewards.dtype, next_obs.dtype, terminated.dtype,
+                    truncated.dtype) == self._dtypes
+        except AttributeError:
+            fast = False
+        if not fast:
+            obs, actions, rewards, next_obs, terminated, truncated = self._check_dtypes(
+                (obs, actions, rewards, next_obs, terminated, truncated))
+        store, o, no = self._store, obs, next_obs
+        if self._image_obs:  # copy multi-dim observations as flat rows (a contiguous copy per row)
+            if obs.ndim < 2 or obs.shape[1:] != self.obs_shape or next_obs.shape != obs.shape:
+                self._raise_add(obs, actions, rewards, next_obs, terminated, truncated)
+            store, o, no = self._flat_obs_store, obs.reshape(obs.shape[0], -1), next_obs.reshape(obs.shape[0], -1)
+        with self._lock:
+            try:
+                code = _write_core(self._pos, self._rows_per_add, *store, o, actions, rewards, no, terminated,
+                                   truncated)
+            except TypingError:  # e.g. a 0-d array: numba cannot even type the copy
+                code = 1
+            if code:
+                self._raise_add(obs, actions, rewards, next_obs, terminated, truncated)
+            n = obs.shape[0]
+            if self._on_write is not None:
+                self._on_write(self._pos, n)
+            pos = self._pos + n
+            self._pos = pos - self.capacity if pos >= self.capacity else pos
+            if self._size < self.capacity:
+                self._size = min(self._size + n, self.capacity)
+
+    def _check_dtypes(self, args: tuple) -> tuple:
+        out = []
+        for name, x, dt in zip(_FIELDS, args, self._dtypes):
+            if not isinstance(x, np.ndarray):
+                raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+            if dt == _BOOL:
+                if x.dtype == np.uint8:
+                    x = x.view(np.bool_)
+                elif x.dtype != _BOOL:
+                    raise TypeError(f"{name} must have dtype bool (or uint8 0/1), got {x.dtype}")
+            elif not np.can_cast(x.dtype, dt, casting="same_kind"):
+                raise TypeError(f"{name} has dtype {x.dtype}, which cannot be stored as {dt} (same_kind cast)")
+            out.append(x)
+        return tuple(out)
+
+    def _raise_add(self, *args) -> None:
+        """Raise the error for a rejected add (``_write_core``'s checks, in Python, on the originals)."""
+        n = args[0].shape[0] if args[0].ndim else -1
+        for name, x, s in zip(_FIELDS, args, self._store):
+            if x.ndim == 0 or x.shape[0] != n or x.shape[1:] != s.shape[1:]:
+                want = "(" + ", ".join(["n", *map(str, s.shape[1:])]) + ")"
+                raise ValueError(f"{name} must have shape {want} with n = len(obs) = {n}, got {x.shape}")
+        if n == 0 or n > self.capacity:
+            raise ValueError(f"add needs 1 to capacity={self.capacity} rows, got {n}")
+        if self._rows_per_add and n != self._rows_per_add:
+            raise ValueError(f"with n_step > 1 every add must hold exactly num_envs={self.num_envs} rows, got {n}")
+        raise TypeError("add: the arguments cannot be stored (unsupported array types)")
+
+    # -- sampling ----------------------------------------------------------------------------------
+    def sample(self, batch_size: int, *, as_torch: bool = False) -> ReplayBatch:
+        """Draw ``batch_size`` rows uniformly (with replacement) from the stored ones.
+
+        Returns arrays owned by the buffer and overwritten by the next ``sample`` of the same batch
+        size. ``as_torch``: torch tensors on ``device`` instead (CPU: zero-copy views of the arrays;
+        CUDA: one copy per field, asynchronous from pinned memory when ``pin_memory``).
+        """
+        slot = self._slot(batch_size)
+        if slot.event is not None:  # the previous asynchronous copy must finish reading the host arrays
+            slot.event.synchronize()
+        with self._lock:
+            self._sample_locked(slot.arrays, slot.flat, slot.u)
+        if not as_torch:
+            return slot.arrays
+        if self.device.type != "cpu":
+            for dst, src in zip(slot.tensors, slot.host or slot.arrays):
+                dst.copy_(src if isinstance(src, torch.Tensor) else torch.from_numpy(src), non_blocking=self.pin_memory)
+            if self.pin_memory and self.device.type == "cuda":
+                slot.event = torch.cuda.Event()
+                slot.event.record()
+        return slot.tensors
+
+    def sample_into(self, batch_size: int, out: ReplayBatch) -> ReplayBatch:
+        """``sample`` writing into caller-owned NumPy arrays ``out`` (C-contiguous, the shapes and
+        dtypes of a ``sample`` result). Returns ``out``."""
+        B = check_int("batch_size", batch_size, low=1)
+        if not isinstance(out, ReplayBatch):
+            raise TypeError(f"out must be a ReplayBatch, got {type(out).__name__}")
+        ref = self._slot(B)
+        for name, x, want in zip(ReplayBatch._fields, out, ref.arrays):
+            check_array(f"out.{name}", x, shape=want.shape, dtypes=(want.dtype,))
+        out.weights.fill(1.0)
+        with self._lock:
+            self._sample_locked(out, _flat_outputs(out), ref.u)
+        return out
+
+    def _slot(self, batch_size: int) -> _BatchSlot:
+        """The preallocated outputs for ``batch_size`` (created on first use)."""
+        slot = self._slots.get(batch_size)
+        if slot is None:
+            check_int("batch_size", batch_size, low=1)
+            slot = self._slots[batch_size] = _BatchSlot(self, batch_size)
+        return slot
+
+    def _check_can_sample(self, batch_size: int) -> None:
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        if batch_size > self._size:
+            raise ValueError(f"batch_size={batch_size} is larger than the {self._size} stored transitions")
+
+    def _sample_locked(self, out: ReplayBatch, flat: tuple, u: np.ndarray) -> None:
+        """Draw and gather under the lock (uniform)."""
+        self._check_can_sample(u.shape[0])
+        self._rng.random(out=u)
+        self._gather(u, True, out.indices, flat)
+
+    def _gather(self, u, draw: bool, indices: np.ndarray, flat: tuple) -> None:
+        _gather_core(u, draw, self._size, indices, *self._flat_store, *flat, *self._stream_args())
+
+    def _stream_args(self) -> tuple:
+        """(n_step, gamma, num_envs, oldest_slot) of the gather cores."""
+        E = self._stream_envs
+        return self.n_step, self.gamma, E, (self._pos // E) if self._size == self.capacity else 0
+
+    # -- persistence -------------------------------------------------------------------------------
+    def _config(self) -> dict:
+        return dict(capacity=self.capacity, obs_shape=list(self.obs_shape), action_shape=list(self.action_shape),
+                    obs_dtype=self.obs_dtype.str, action_dtype=self.action_dtype.str, n_step=self.n_step,
+                    gamma=self.gamma, num_envs=self.num_envs)
+
+    def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """JSON-able state and extra arrays to save (under the lock)."""
+        return {"pos": self._pos, "size": self._size, "rng": self._rng.bit_generator.state}, {}
+
+    def _set_state(self, state: dict, arrays: dict[str, np.ndarray]) -> None:
+        self._pos, self._size = int(state["pos"]), int(state["size"])
+        self._rng.bit_generator.state = state["rng"]
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the buffer to directory ``path``: one ``.npy`` per field (the stored rows) and
+        ``header.json`` (configuration, head, sampler RNG state). No pickle. The directory is
+        replaced atomically (written beside it, then renamed). Returns the path."""
+        path = Path(path)
+        if self.path is not None and path.resolve() == self.path.resolve():
+            raise ValueError(f"cannot save into the buffer's own mmap directory {path}")
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with self._lock:
+            state, extra = self._state()
+            header = {"format": _FORMAT, "class": type(self).__name__, "config": self._config(), "state": state}
+            for name, arr in zip(_FIELDS, self._store):
+                np.save(tmp / f"{name}.npy", arr[: self._size], allow_pickle=False)
+            for name, arr in extra.items():
+                np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+        (tmp / _HEADER).write_text(json.dumps(header))
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+        return path
+
+    @_hybridmethod
+    def load(self_or_cls, source: str | os.PathLike, /, **kwargs):
+        """Read a buffer written by ``save`` from directory ``source``.
+
+        ``ReplayBuffer.load(source, **kwargs)`` builds a new buffer (kwargs: storage, path, device,
+        pin_memory as in the constructor, e.g. ``storage="mmap", path=...`` to load into memory-mapped
+        files); ``buffer.load(source)`` loads into an existing buffer of the same configuration.
+        Returns the buffer.
+        """
+        source = Path(source)
+        header = json.loads((source / _HEADER).read_text())
+        if header.get("format") != _FORMAT:
+            raise ValueError(f"{source}: unknown replay buffer format {header.get('format')!r}")
+        config = header["config"]
+        if isinstance(self_or_cls, type):
+            buf = self_or_cls(**config, **kwargs)
+        else:
+            buf = self_or_cls
+            if kwargs:
+                raise TypeError("buffer.load(source) takes no options; use the class method to choose them")
+            if buf._config() != config or type(buf).__name__ != header["class"]:
+                raise ValueError(f"{source} holds a {header['class']} with {config}, not this buffer's "
+                                 f"{buf._config()}")
+        state = header["state"]
+        size = int(state["size"])
+        # Memory-mapped reads: a buffer larger than RAM streams from the files into its storage.
+        arrays = {p.stem: np.load(p, mmap_mode="r", allow_pickle=False) for p in source.glob("*.npy")}
+        with buf._lock:
+            for name, dst in zip(_FIELDS, buf._store):
+                src = arrays.pop(name)
+                if src.shape != (size, *dst.shape[1:]) or src.dtype != dst.dtype:
+                    raise ValueError(f"{source}/{name}.npy has shape {src.shape} {src.dtype}, expected "
+                                     f"{(size, *dst.shape[1:])} {dst.dtype}")
+                dst[:size] = src
+            buf._set_state(state, arrays)
+        return buf

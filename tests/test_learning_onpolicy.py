@@ -1,0 +1,44 @@
+"""Learning thresholds for PPO and A2C (slow; run in CI).
+
+Each run stops as soon as a 10-episode deterministic evaluation reaches the threshold; the test asserts it
+was reached within the step budget of the issue. Hyperparameters are the presets in configs/.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import rapidrl as rr
+from rapidrl.train.callbacks import EvalCallback
+
+PPO_CARTPOLE = dict(num_envs=8, num_steps=32, minibatch_size=256, update_epochs=20, gamma=0.98, gae_lambda=0.8,
+                    ent_coef=0.0, learning_rate=1e-3, anneal_clip=True)
+PPO_PENDULUM = dict(num_envs=16, num_steps=256, minibatch_size=512, update_epochs=10, gamma=0.9, gae_lambda=0.95,
+                    learning_rate=1e-3, ent_coef=0.0, normalize_reward=True, log_std_init=-0.5)
+A2C_CARTPOLE = dict(num_envs=8)
+
+
+def reaches(model, threshold: float, budget: int, eval_freq: int) -> tuple[bool, list]:
+    cb = EvalCallback(eval_freq=eval_freq, n_episodes=10, reward_threshold=threshold)
+    model.learn(budget, callback=cb, progress_bar=False)
+    return any(mean >= threshold for _, mean, _, _ in cb.history), cb.history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_cartpole_solves_within_100k_steps(seed):
+    ok, history = reaches(rr.PPO("CartPole-v1", seed=seed, **PPO_CARTPOLE), 475.0, 100_000, 5_000)
+    assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0])
+def test_ppo_pendulum_reaches_minus_250_within_200k_steps(seed):
+    ok, history = reaches(rr.PPO("Pendulum-v1", seed=seed, **PPO_PENDULUM), -250.0, 200_000, 16_384)
+    assert ok, history
+
+
+@pytest.mark.slow
+def test_a2c_cartpole_reaches_400():
+    ok, history = reaches(rr.A2C("CartPole-v1", seed=0, **A2C_CARTPOLE), 400.0, 300_000, 10_000)
+    assert ok, history

@@ -98,3 +98,42 @@ def check_int(name: str, value, *, low: int | None = None, high: int | None = No
     if high is not None and v > high:
         raise ValueError(f"{name} must be <= {high}, got {v}")
     return v
+
+
+def check_float_fast(name: str, x, *, ndim: int) -> np.ndarray:
+    """``check_float_array(name, x, ndim=ndim)`` with a sub-microsecond path for valid input.
+
+    Hot wrappers call this for the argument that fixes dtype and shape; only input that fails the
+    cheap test goes through the detailed checks (which raise the usual messages).
+    """
+    if (type(x) is np.ndarray and x.ndim == ndim and x.dtype in FLOAT_DTYPES and x.size
+            and x.flags.c_contiguous):
+        return x
+    return check_float_array(name, x, ndim=ndim)
+
+
+def check_like(name: str, x, *, like: str, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """``x`` must be a C-contiguous ndarray with exactly ``dtype`` and ``shape``, those of argument ``like``.
+
+    The cheap test costs a few hundred ns; on failure the detailed checks name what is wrong. For
+    ``dtype`` bool, uint8 0/1 flags are accepted and returned as a bool view (as ``check_bool_array``).
+    """
+    if type(x) is np.ndarray and x.dtype == dtype and x.shape == shape and x.flags.c_contiguous:
+        return x
+    if dtype == np.bool_:
+        return check_bool_array(name, x, shape=shape)
+    check_array(name, x, shape=shape, allow_empty=True)
+    if x.dtype != dtype:
+        raise TypeError(f"{name} has dtype {x.dtype} but {like} has {dtype}; all must match")
+    return x
+
+
+def check_unit_scalar(name: str, value) -> float:
+    """``check_scalar(name, value, low=0.0, high=1.0)`` with a ~100 ns path for a Python float.
+
+    Discounts and lambdas go through this on every call of a hot wrapper; anything that is not a
+    plain float in [0, 1] (NaN fails the comparison) takes the detailed path, which raises.
+    """
+    if type(value) is float and 0.0 <= value <= 1.0:
+        return value
+    return check_scalar(name, value, low=0.0, high=1.0)

@@ -16,7 +16,7 @@ import numba
 # memory-bound and the cores are shared with the env/learner threads, so threads start only above
 # 8M elements (32 MB per float32 array); re-measure on an idle machine before lowering this.
 GAE_PARALLEL_MIN = 1 << 23
-ENV_STEP_PARALLEL_MIN = 4096
+ENV_STEP_PARALLEL_MIN = 32768
 ROW_PARALLEL_MIN = 1 << 16
 
 

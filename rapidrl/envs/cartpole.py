@@ -1,0 +1,219 @@
+"""CartPole-v1 for N envs in one Numba kernel: Gymnasium's ``CartPoleEnv`` equations, exactly.
+
+State float64[4, N]: rows x, x_dot, theta, theta_dot. Observation float32[N, 4] = the state.
+Explicit Euler with tau = 0.02; terminated when |x| > 2.4 or |theta| > 12 degrees; reward +1 on
+every step including the terminal one (``sutton_barto_reward=True``: 0 per step, -1 on termination).
+Initial state uniform in [low, high) = [-0.05, 0.05) per variable. TimeLimit 500.
+An env is reset when its episode ends, so Gymnasium's "stepping after termination" path
+(``steps_beyond_terminated``, reward 0) never occurs.
+
+params: [max_episode_steps, sutton_barto_reward (0/1), low, high].
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+from rapidrl.envs import render as _render
+from rapidrl.envs.builtin import (
+    BuiltinSpec,
+    clear_counters,
+    copy_row,
+    finish_step,
+    first_bad_discrete,
+    skip_step,
+    unpack,
+)
+from rapidrl.kernels.rng import next_uniform
+
+# Constants computed with Gymnasium's expressions, so they round identically.
+GRAVITY = 9.8
+MASSCART = 1.0
+MASSPOLE = 0.1
+TOTAL_MASS = MASSPOLE + MASSCART
+LENGTH = 0.5  # half the pole's length
+POLEMASS_LENGTH = MASSPOLE * LENGTH
+FORCE_MAG = 10.0
+TAU = 0.02
+THETA_THRESHOLD = 12 * 2 * math.pi / 360
+X_THRESHOLD = 2.4
+NUM_ACTIONS = 2
+
+
+@numba.njit(cache=True, inline="always")
+def _dynamics(state, i, actions, params, elapsed):
+    """Advance env i one Euler step (action 0 = push left, 1 = right); returns (reward, terminated)."""
+    x = state[0, i]
+    x_dot = state[1, i]
+    theta = state[2, i]
+    theta_dot = state[3, i]
+    force = FORCE_MAG if actions[i] == 1 else -FORCE_MAG
+    costheta = np.cos(theta)
+    sintheta = np.sin(theta)
+    temp = (force + POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / TOTAL_MASS
+    thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+        LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS)
+    )
+    xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+    x = x + TAU * x_dot
+    x_dot = x_dot + TAU * xacc
+    theta = theta + TAU * theta_dot
+    theta_dot = theta_dot + TAU * thetaacc
+    state[0, i] = x
+    state[1, i] = x_dot
+    state[2, i] = theta
+    state[3, i] = theta_dot
+    term = x < -X_THRESHOLD or x > X_THRESHOLD or theta < -THETA_THRESHOLD or theta > THETA_THRESHOLD
+    if params[1] != 0.0:
+        return (-1.0 if term else 0.0), term
+    return 1.0, term
+
+
+@numba.njit(cache=True, inline="always")
+def observe(state, i, obs):
+    """obs[i] = float32(state[:, i])."""
+    for j in range(4):
+        obs[i, j] = np.float32(state[j, i])
+
+
+@numba.njit(cache=True, inline="always")
+def _draw_initial(state, i, params, rng_key, rng_counter):
+    """Each state variable uniform in [low, high)."""
+    low = params[2]
+    high = params[3]
+    for j in range(4):
+        state[j, i] = low + (high - low) * next_uniform(rng_key, rng_counter, i)
+
+
+@numba.njit(cache=True, inline="always")
+def _first_bad(actions, n):
+    return first_bad_discrete(actions, n, NUM_ACTIONS)
+
+
+
+# -- the uniform kernels (identical in every built-in env module; protocol in builtin.py) -----------
+
+@numba.njit(cache=True, inline="always")
+def _step_env(i, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
+              rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
+              done):
+    if needs_reset[i]:
+        _draw_initial(state, i, params, rng_key, rng_counter)
+        observe(state, i, obs)
+        skip_step(i, elapsed, needs_reset, rewards, terminated, truncated, ep_return, ep_length, done)
+        return
+    reward, term = _dynamics(state, i, actions, params, elapsed)
+    observe(state, i, obs)
+    if finish_step(i, reward, term, params, elapsed, next_step_mode, needs_reset, rewards, terminated,
+                   truncated, ep_return, ep_length, done_return, done_length, done):
+        copy_row(obs, final_obs, i)
+        _draw_initial(state, i, params, rng_key, rng_counter)
+        observe(state, i, obs)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def step(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards,
+         terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done):
+    """Step all N envs in place (serial). Arguments and semantics: the protocol in builtin.py."""
+    for i in range(state.shape[1]):
+        _step_env(i, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
+                  rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
+                  done)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, _nrt=False)
+def step_parallel(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
+                  rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
+                  done):
+    """``step`` with the envs split over threads (identical results: envs are independent)."""
+    for i in prange(state.shape[1]):
+        _step_env(i, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
+                  rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
+                  done)
+
+
+@numba.njit(cache=True, _nrt=False)
+def step_packed(arena, actions):
+    """Check actions, then ``step`` on the arrays packed in ``arena`` (``builtin.unpack``).
+
+    Keeps the GIL: releasing it costs ~0.2 us per call, 5-8% of a step of 8 envs.
+
+    Returns -1, or (nothing stepped) -2 if ``actions`` has the wrong shape, else the index of the first
+    invalid action.
+    """
+    a = unpack(arena)
+    bad = _first_bad(actions, a[0].shape[1])
+    if bad == -1:
+        step(a[0], actions, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
+             a[14], a[15], a[16])
+    return bad
+
+
+@numba.njit(cache=True, _nrt=False)
+def step_packed_parallel(arena, actions):
+    """``step_packed`` calling ``step_parallel``."""
+    a = unpack(arena)
+    bad = _first_bad(actions, a[0].shape[1])
+    if bad == -1:
+        step_parallel(a[0], actions, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                      a[12], a[13], a[14], a[15], a[16])
+    return bad
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def reset(state, params, mask, rng_key, rng_counter, obs, elapsed, needs_reset, ep_return, ep_length):
+    """Redraw the initial state of every env where ``mask`` (bool[N]) is True; write its observation."""
+    for i in range(state.shape[1]):
+        if mask[i]:
+            _draw_initial(state, i, params, rng_key, rng_counter)
+            observe(state, i, obs)
+            clear_counters(i, elapsed, needs_reset, ep_return, ep_length)
+
+def set_state(state, i, gym_state):
+    """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (x, x_dot, theta, theta_dot)."""
+    state[:, i] = np.asarray(gym_state, dtype=np.float64).reshape(4)
+
+
+def get_state(state, i):
+    """Gymnasium's state vector of env i."""
+    return state[:, i].copy()
+
+
+def check_params(params):
+    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
+    if params[2] > params[3]:
+        raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
+
+
+_HIGH = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
+
+SPEC = BuiltinSpec(
+    id="CartPole-v1",
+    state_dim=4,
+    obs_low=-_HIGH,
+    obs_high=_HIGH,
+    action_kind="discrete",
+    action_size=NUM_ACTIONS,
+    action_low=None,
+    action_high=None,
+    max_episode_steps=500,
+    param_names=("sutton_barto_reward", "low", "high"),
+    default_params=(0.0, -0.05, 0.05),
+    reset_options={"low": "low", "high": "high"},
+    step=step,
+    step_parallel=step_parallel,
+    step_packed=step_packed,
+    step_packed_parallel=step_packed_parallel,
+    reset=reset,
+    observe=observe,
+    check_params=check_params,
+    set_state=set_state,
+    get_state=get_state,
+    render=_render.cartpole,
+    render_fps=50,
+    reward_threshold=475.0,
+)

@@ -1,0 +1,87 @@
+"""``make_vec``: one entry point for every vector env rapidrl offers.
+
+- built-in ids (``list_builtin_envs()``) on the CPU -> ``BuiltinVecEnv`` (one Numba kernel);
+- built-in ids on another device (or ``vectorization="torch"``) -> ``TorchVecEnv`` (PyTorch on the device);
+- any other Gymnasium id -> ``SyncVecEnv`` (in process) or ``SubprocVecEnv`` (worker processes).
+"""
+
+from __future__ import annotations
+
+from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs, unknown_env_message
+
+VECTORIZATIONS = ("numba", "torch", "sync", "subprocess")
+
+
+def _device_type(device) -> str:
+    """'cpu', 'cuda', ... for a str or torch.device; ValueError otherwise (torch imported only if needed)."""
+    if isinstance(device, str) and device == "cpu":
+        return "cpu"
+    import torch
+
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from e
+
+
+def _is_gymnasium_id(env_id: str) -> bool:
+    import gymnasium as gym
+
+    return env_id in gym.registry
+
+
+def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu", vectorization: str | None = None,
+             autoreset_mode="same_step", copy: bool = False, **env_kwargs):
+    """Create ``num_envs`` copies of ``env_id`` as one vector env (``gymnasium.vector.VectorEnv`` API).
+
+    Args:
+        env_id: a built-in id (``list_builtin_envs()``) or any registered Gymnasium id.
+        num_envs: number of envs N (positive int).
+        seed: seeds the envs (env i's stream derives from (seed, i)); ``None`` = fresh entropy.
+        device: where a ``TorchVecEnv`` keeps its tensors ("cpu", "cuda", "cuda:1", ...).
+        vectorization: ``None`` picks "numba" for built-in ids on the CPU, "torch" for built-in ids on
+            another device and "sync" otherwise; or explicitly "numba", "torch" (built-ins, any device),
+            "sync" or "subprocess" (any Gymnasium id, built-ins included).
+        autoreset_mode: "same_step" (default; final observation in ``info["final_obs"]``) or "next_step".
+        copy: return copies instead of views of the env's preallocated outputs.
+        **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
+            to ``gymnasium.make`` for wrapped envs.
+    """
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a str, got {type(env_id).__name__}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if vectorization is not None and vectorization not in VECTORIZATIONS:
+        raise ValueError(f"vectorization must be None or one of {VECTORIZATIONS}, got {vectorization!r}")
+    device_type = _device_type(device)
+    builtin = env_id in list_builtin_envs()
+    if vectorization is None:
+        if builtin:
+            vectorization = "numba" if device_type == "cpu" else "torch"
+        else:
+            vectorization = "sync"
+    if vectorization in ("numba", "torch") and not builtin:
+        if _is_gymnasium_id(env_id):
+            raise ValueError(f"{env_id!r} is not a built-in env, and vectorization={vectorization!r} needs one "
+                             f"of {', '.join(list_builtin_envs())}; use 'sync' or 'subprocess' for it")
+        raise ValueError(unknown_env_message(env_id))
+    if vectorization != "torch" and device_type != "cpu":
+        raise ValueError(f"vectorization={vectorization!r} runs on the CPU; device={device!r} needs "
+                         "vectorization='torch' (built-in envs only)")
+    if vectorization == "numba":
+        return BuiltinVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    if vectorization == "torch":
+        from rapidrl.envs.torch_envs import TorchVecEnv
+
+        return TorchVecEnv(env_id, num_envs, seed=seed, device=device, autoreset_mode=autoreset_mode, **env_kwargs)
+    if not builtin and not _is_gymnasium_id(env_id):
+        import gymnasium as gym
+
+        raise ValueError(unknown_env_message(env_id, list(gym.registry)))
+    if vectorization == "sync":
+        from rapidrl.envs.gym_vec import SyncVecEnv
+
+        return SyncVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    from rapidrl.envs.subproc import SubprocVecEnv
+
+    return SubprocVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)

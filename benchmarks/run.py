@@ -1,0 +1,135 @@
+"""Command line of the benchmark suite: ``python -m benchmarks.run kernels [--quick] [--against rlox]``.
+
+``rapidrl bench ...`` calls ``main(argv)`` with the same arguments. Each suite is a module with a
+``cases(ctx) -> Iterator[Case]`` function, optionally ``REPEATS = {"quick": r, "full": r}`` and
+``extras(ctx) -> (title, rows)`` for figures that are not timings (memory per env); registering a new
+suite is one line in ``SUITES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import (
+    Context,
+    machine_info,
+    parse_against,
+    report_markdown,
+    rows_markdown,
+    run_cases,
+    suite_json,
+    write_outputs,
+)
+
+# suite name -> module defining cases(ctx)
+SUITES = {
+    "kernels": "benchmarks.bench_kernels",
+    "envs": "benchmarks.bench_envs",
+    "buffers": "benchmarks.bench_buffers",
+    "train": "benchmarks.bench_train",
+    "llm": "benchmarks.bench_llm",
+}
+
+DEFAULT_REPEATS = {"quick": 5, "full": 30}
+DEFAULT_WARMUP = {"quick": 1, "full": 3}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser shared by ``python -m benchmarks.run`` and ``rapidrl bench``."""
+    p = argparse.ArgumentParser(
+        prog="rapidrl bench", description="Benchmark rapidrl against the installed peers (interleaved)."
+    )
+    p.add_argument("suite", nargs="?", default="all", help=f"one of {', '.join(SUITES)}, or all")
+    p.add_argument("--against", default=None, help="comma-separated peers, e.g. rlox,sb3 (default: all)")
+    p.add_argument("--quick", action="store_true", help="few repeats: for development, not for reports")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds per case (overrides the suite)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls per contender before timing")
+    p.add_argument("--filter", default=None, help="run only cases whose name contains this text")
+    p.add_argument(
+        "--torch-threads", type=int, default=1, help="torch.set_num_threads (default 1; 0 keeps torch's)"
+    )
+    p.add_argument("--baseline", default="rapidrl", help="contender the speedups are computed against")
+    p.add_argument("--out", default="bench_results", help="directory for <suite>.json and <suite>.md")
+    return p
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(), Console(stderr=True)
+
+
+def run_suite(name: str, args: argparse.Namespace, against: set[str] | None, out: Path) -> bool:
+    """Run one suite, print its table, write its JSON and markdown. False if the suite is unavailable."""
+    from rich.markdown import Markdown
+
+    console, err = _console()
+    try:
+        module = importlib.import_module(SUITES[name])
+    except ImportError as exc:
+        err.print(f"[yellow]suite {name!r} is not available: {exc}[/yellow]")
+        return False
+    mode = "quick" if args.quick else "full"
+    repeats = args.repeats or getattr(module, "REPEATS", DEFAULT_REPEATS)[mode]
+    warmup = args.warmup if args.warmup is not None else DEFAULT_WARMUP[mode]
+    ctx = Context(quick=args.quick, against=against)
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        err.print(f"[dim]{time.perf_counter() - t0:7.1f}s[/dim] {msg}", highlight=False)
+
+    results = run_cases(
+        module.cases(ctx), ctx, warmup=warmup, repeats=repeats, progress=progress,
+        baseline=args.baseline, name_filter=args.filter,
+    )  # fmt: skip
+    extra = None
+    if hasattr(module, "extras") and not args.filter:
+        progress("extras")
+        title, rows = module.extras(ctx)
+        extra = {"title": title, "rows": rows}
+    machine = machine_info()
+    md = report_markdown(name, results, machine, ctx.skipped, ctx.skipped_cases)
+    if extra:
+        md += "\n" + rows_markdown(extra["title"], extra["rows"])
+    doc = suite_json(
+        name, results, machine, ctx.skipped, ctx.skipped_cases,
+        quick=args.quick, repeats=repeats, warmup=warmup, against=sorted(against) if against else None,
+    )  # fmt: skip
+    doc["extras"] = extra
+    if console.is_terminal:
+        console.print(Markdown(md))
+    else:  # piped or logged: the plain markdown, not wrapped to 80 columns
+        console.print(md, markup=False, highlight=False, soft_wrap=True)
+    jp, mp = write_outputs(out, name, doc, md)
+    err.print(f"wrote {jp} and {mp} ({time.perf_counter() - t0:.0f}s)")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (2 on bad arguments or an unknown suite)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.suite != "all" and args.suite not in SUITES:
+        parser.print_usage(sys.stderr)
+        print(f"unknown suite {args.suite!r}; choose from {', '.join(SUITES)}, all", file=sys.stderr)
+        return 2
+    try:
+        against = parse_against(args.against)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    ok = [run_suite(n, args, against, Path(args.out)) for n in names]
+    return 0 if all(ok) or (args.suite == "all" and any(ok)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,6 +33,18 @@ def test_smoke_every_builtin_env_and_path(env_id, fused):
     assert model.env.action_space.contains(actions.astype(model.env.action_space.dtype))
 
 
+@pytest.mark.parametrize("fused", ["always", "never"])
+def test_rollout_records_rewards_and_episodes(fused):
+    """CartPole pays 1 per step: every stored reward is 1, every finished episode's return equals its length,
+    and the episodes counted are exactly the terminated-or-truncated steps of the rollout."""
+    model = rr.PPO("CartPole-v1", **small(fused_rollout=fused, num_steps=128))
+    model._collect()
+    buf = model.buffer
+    assert buf.rewards.sum() == buf.rewards.size
+    assert model.num_episodes == int((buf.terminated | buf.truncated).sum()) > 0
+    assert list(model._returns) == [float(n) for n in model._lengths]
+
+
 @pytest.mark.parametrize("squash", ["clip", "tanh"])
 def test_continuous_squash_modes(squash):
     model = rr.PPO("Pendulum-v1", **small(squash=squash, normalize_obs=True, normalize_reward=True))
@@ -75,7 +87,7 @@ def test_load_env_mismatch_is_a_clear_error(tmp_path):
     path = rr.PPO("CartPole-v1", **small()).save(tmp_path / "m.pt")
     with pytest.raises(ValueError, match="env mismatch"):
         rr.PPO.load(path, env=rr.make_vec("Acrobot-v1", 4, seed=0))
-    with pytest.raises(ValueError, match="not a PPO|holds a PPO"):
+    with pytest.raises(ValueError, match="holds a PPO model, not A2C"):
         rr.A2C.load(path)
 
 

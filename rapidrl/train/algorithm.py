@@ -101,8 +101,10 @@ class Algorithm:
             self.dist.setup(self)
 
     def trainable_modules(self) -> list[torch.nn.Module]:
-        """The modules whose parameters are trained (and kept identical across distributed ranks)."""
-        raise NotImplementedError
+        """The modules whose parameters are trained (and kept identical across distributed ranks).
+
+        Default: every ``nn.Module`` attribute of the algorithm; override to be explicit."""
+        return [v for v in vars(self).values() if isinstance(v, torch.nn.Module)]
 
     def _sync_grads(self, params) -> None:
         """Average gradients over distributed ranks (a no-op for a single learner)."""
@@ -151,6 +153,18 @@ class Algorithm:
         """Add metrics to the current record (flushed to loggers after each update)."""
         self.metrics.update(values)
 
+    def _check_finite(self) -> None:
+        """Raise NonFiniteError if a loss of this update or a trained parameter is NaN or inf (before any
+        callback can save the broken state)."""
+        for k, v in self.metrics.items():
+            if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v):
+                raise NonFiniteError(f"{k} is {v} at step {self.num_timesteps}; training stopped")
+        for module in self.trainable_modules():
+            for name, p in module.named_parameters():
+                if not torch.isfinite(p).all():
+                    raise NonFiniteError(f"parameter {name} is not finite at step {self.num_timesteps}; "
+                                         "training stopped")
+
     def _flush_metrics(self) -> None:
         self.metrics["global_step"] = self.num_timesteps
         if self._returns:
@@ -161,9 +175,6 @@ class Algorithm:
         self.metrics.update(rep)
         if self.dist is not None:
             self.dist.reduce_metrics(self.metrics)
-        for k, v in self.metrics.items():
-            if isinstance(v, float) and not math.isfinite(v) and k.startswith("losses/"):
-                raise NonFiniteError(f"{k} is {v} at step {self.num_timesteps}; training stopped")
         self.history.append(dict(self.metrics))
         for logger in self.loggers:
             logger.log(self.metrics, self.num_timesteps)
@@ -199,6 +210,7 @@ class Algorithm:
             while self.num_timesteps < target:
                 self.num_timesteps += self._iteration()
                 self.num_updates += 1
+                self._check_finite()
                 keep_going = cb.on_rollout_end(self) and cb.on_update_end(self)
                 self._flush_metrics()
                 recent = self.recent_returns(20)
@@ -269,6 +281,7 @@ class Algorithm:
             "version": FORMAT_VERSION,
             "algo": self.name,
             "env_id": self.env_id,
+            "env_kwargs": dict(self.env_kwargs),
             "config": config_to_dict(self.config),
             "observation_space": space_to_dict(self.observation_space),
             "action_space": space_to_dict(self.action_space),
@@ -282,8 +295,9 @@ class Algorithm:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env=None, device: str | None = None, **overrides):
-        """Rebuild a saved model. ``env``: an id or vector env (default: the saved env id, same config)."""
+    def load(cls, path: str | os.PathLike, env=None, device: str | None = None, env_kwargs: dict | None = None,
+             **overrides):
+        """Rebuild a saved model. ``env``: an id or vector env (default: the saved env id and env_kwargs)."""
         payload = load_checkpoint(path)
         if payload["algo"] != cls.name:
             raise ValueError(f"{path} holds a {payload['algo'].upper()} model, not {cls.name.upper()}")
@@ -296,7 +310,9 @@ class Algorithm:
             if payload["env_id"] is None:
                 raise ValueError(f"{path} was trained on an env instance without id: pass env=...")
             env = payload["env_id"]
-        model = cls(env, config)
+        if env_kwargs is None:
+            env_kwargs = payload.get("env_kwargs", {})
+        model = cls(env, config, env_kwargs=env_kwargs)
         for which in ("observation_space", "action_space"):
             saved = space_from_dict(payload[which])
             if not spaces_equal(saved, getattr(model, which)):
@@ -345,7 +361,7 @@ def env_state(env) -> dict[str, Any]:
 
     if not isinstance(env, BuiltinVecEnv):
         return {}
-    return {"arena": torch.from_numpy(env._arena.copy()), "ready": bool(env._ready)}
+    return {"arena": torch.from_numpy(env._arena.copy()), "ready": env._kernel != env._not_ready}
 
 
 def set_env_state(env, state: dict[str, Any]) -> None:
@@ -353,7 +369,7 @@ def set_env_state(env, state: dict[str, Any]) -> None:
     if not state:
         return
     np.copyto(env._arena, state["arena"].numpy())
-    env._ready = bool(state["ready"])
+    env._kernel = env._step_packed if state["ready"] else env._not_ready
 
 
 def atomic_torch_save(obj, path: Path) -> None:

@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
 

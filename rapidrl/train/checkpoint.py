@@ -1,6 +1,7 @@
 """Resumable checkpoints of a run: periodic + final, keep-last-k, never half-written, never non-finite.
 
-Files are ``checkpoints/step_<000000012345>.pt`` written with ``Algorithm.save(..., training_state=True)``
+Files are ``checkpoints/step_<000000012345>.pt`` (plus ``<file>.buffer/``, the replay buffer of off-policy
+algorithms, so that their resume is exact too) written with ``Algorithm.save(..., training_state=True)``
 (temp file + fsync + rename, so every file in the directory always loads). A checkpoint is only written
 when the latest losses and every parameter are finite: after a non-finite loss the newest checkpoint is
 the last good one.
@@ -8,9 +9,11 @@ the last good one.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -33,9 +36,23 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
-    found = list_checkpoints(directory)
-    return found[-1][1] if found else None
+def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> Path | None:
+    """Newest checkpoint; with_buffer: the newest whose replay buffer was saved too (else the newest)."""
+    found = [p for _, p in list_checkpoints(directory)]
+    if with_buffer:
+        complete = [p for p in found if buffer_dir(p).is_dir()]
+        found = complete or found
+    return found[-1] if found else None
+
+
+def saves_buffer(algo_or_class) -> bool:
+    """Off-policy algorithms store their replay buffer beside the checkpoint (``save(..., include_buffer=True)``)."""
+    return "include_buffer" in inspect.signature(algo_or_class.save).parameters
+
+
+def buffer_dir(checkpoint: Path) -> Path:
+    """Where an off-policy checkpoint's replay buffer lives (``rapidrl.algos.offpolicy.buffer_path``)."""
+    return checkpoint.with_name(checkpoint.name + ".buffer")
 
 
 def _all_finite(obj) -> bool:
@@ -89,7 +106,8 @@ class Checkpointer(Callback):
         if not training_is_finite(algo):
             self.skipped_non_finite = algo.num_timesteps
             return None
-        path = algo.save(checkpoint_path(self.directory, algo.num_timesteps), training_state=True)
+        extra = {"include_buffer": True} if saves_buffer(algo) else {}
+        path = algo.save(checkpoint_path(self.directory, algo.num_timesteps), training_state=True, **extra)
         self.last_good = path
         self._prune()
         return path
@@ -98,3 +116,4 @@ class Checkpointer(Callback):
         found = list_checkpoints(self.directory)
         for _, path in found[: max(0, len(found) - max(self.keep, 1))]:
             path.unlink(missing_ok=True)
+            shutil.rmtree(buffer_dir(path), ignore_errors=True)

@@ -1,0 +1,422 @@
+"""The ``rapidrl`` command: train, eval, monitor, list, plot, bench.
+
+    rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0
+    rapidrl train --config my.toml --set algo.learning_rate=1e-3
+    rapidrl train --resume runs/ppo-CartPole-v1-20261121-120000
+    rapidrl eval runs/<run> --episodes 10 --video play.gif
+    rapidrl monitor --latest
+    rapidrl list presets
+    rapidrl plot runs/a runs/b --out curves.png
+
+Bad keys, values and missing files end with one line ``rapidrl: error: ...`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rapidrl.train.config import ConfigError, config_to_dict
+from rapidrl.train.rundir import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    METRICS_CSV,
+    MODEL_FILE,
+    MONITOR_FILE,
+    TRAIN_LOG,
+    find_runs,
+    latest_run,
+    list_presets,
+    load_run_config,
+    new_run_dir,
+    parse_set,
+    read_toml,
+    resolve,
+    write_summary,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+# -- train ----------------------------------------------------------------------------------------------
+
+def _cli_layer(args) -> dict:
+    run = {}
+    for key, value in (("algo", args.algo), ("env", args.env), ("timesteps", args.timesteps), ("seed", args.seed),
+                       ("eval_episodes", args.eval_episodes)):
+        if value is not None:
+            run[key] = value
+    return {"run": run}
+
+
+def _set_layer(assignments: list[str]) -> dict:
+    layer: dict = {}
+    for a in assignments:
+        section, key, value = parse_set(a)
+        layer.setdefault(section, {})[key] = value
+    return layer
+
+
+def cmd_train(args) -> int:
+    if args.resume:
+        if args.algo or args.config or args.set:
+            raise CLIError("--resume continues a run with its saved config.toml; do not pass ALGO ENV, --config "
+                           "or --set with it")
+        run_dir = Path(args.resume)
+        load_run_config(run_dir)  # fails early, one line, when it is not a run directory
+    else:
+        layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
+        layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
+        config = resolve(layers)
+        _check_buildable(config)
+        run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir)
+        config.write(run_dir / CONFIG_FILE)
+        print(f"run directory: {run_dir}")
+    if args.detach or args.monitor:
+        return _train_in_background(run_dir, show_monitor=args.monitor)
+    return run_training(run_dir, progress=not args.headless)
+
+
+def _train_in_background(run_dir: Path, show_monitor: bool) -> int:
+    """Start ``rapidrl train --resume RUN_DIR --headless`` as a detached child logging to train.log."""
+    log = open(run_dir / TRAIN_LOG, "a")
+    child = subprocess.Popen([sys.executable, "-m", "rapidrl", "train", "--resume", str(run_dir), "--headless"],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    if not show_monitor:
+        print(f"training in the background (pid {child.pid}), log: {run_dir / TRAIN_LOG}\n"
+              f"attach a monitor:  rapidrl monitor {run_dir}\n"
+              f"stop it:           kill {child.pid}   (continue later: rapidrl train --resume {run_dir})")
+        return 0
+    from rapidrl.monitor.view import DETACHED, run_monitor
+
+    if run_monitor([run_dir], stop_when=lambda: child.poll() is not None) == DETACHED:
+        print(f"training continues in the background (pid {child.pid}); log: {run_dir / TRAIN_LOG}")
+        return 0
+    child.wait()  # the run has ended; the trainer is saving and evaluating
+    tail = (run_dir / TRAIN_LOG).read_text().strip().splitlines()[-4:]
+    print("\n".join(tail))
+    return child.returncode
+
+
+def _check_buildable(config) -> None:
+    """Build (and drop) the model once, so that an env/algorithm mismatch fails before a run directory exists."""
+    try:
+        model = config.algo_class(config.run.env, config.algo_config, env_kwargs=config.env_kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{config.run.algo} on {config.run.env}: {str(e).splitlines()[0]}") from None
+    model.env.close()
+
+
+def _build_model(config, run_dir: Path):
+    """A fresh model, or the latest checkpoint's (returns model, resumed)."""
+    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint, saves_buffer
+
+    cls, run = config.algo_class, config.run
+    with_buffer = saves_buffer(cls)
+    ckpt = latest_checkpoint(run_dir / CHECKPOINT_DIR, with_buffer=with_buffer)
+    try:
+        if ckpt is None:
+            return cls(run.env, config.algo_config, env_kwargs=config.env_kwargs), False
+        env = None
+        if config.env_kwargs:
+            from rapidrl.envs import make_vec
+
+            env = make_vec(run.env, config.algo_config.num_envs, seed=run.seed, **config.env_kwargs)
+        extra = {"include_buffer": True} if with_buffer and buffer_dir(ckpt).is_dir() else {}
+        if with_buffer and not extra:
+            print(f"warning: {ckpt} has no saved replay buffer; resuming with an empty one", file=sys.stderr)
+        # config.toml is authoritative (edit it to change hyperparameters before resuming)
+        model = cls.load(ckpt, env=env, **extra, **config_to_dict(config.algo_config))
+        model.env_kwargs = dict(config.env_kwargs)
+        print(f"resuming from {ckpt} (step {model.num_timesteps:,})")
+        return model, True
+    except (ValueError, TypeError, RuntimeError) as e:  # bad env kwargs, or a checkpoint config.toml cannot fit
+        raise ConfigError(str(e).splitlines()[0]) from None
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_training(run_dir: Path, progress: bool = True) -> int:
+    """Train the run in ``run_dir`` (fresh or from its latest checkpoint), evaluate, save, summarize."""
+    from rapidrl.monitor.publisher import MonitorPublisher
+    from rapidrl.train.algorithm import NonFiniteError
+    from rapidrl.train.checkpoint import Checkpointer
+    from rapidrl.train.loggers import CSVLogger, TensorBoardLogger, TextLogger, WandbLogger
+
+    config = load_run_config(run_dir)
+    run = config.run
+    model, resumed = _build_model(config, run_dir)
+    if resumed and model.num_timesteps >= run.timesteps:
+        print(f"{run_dir} already trained {model.num_timesteps:,} of {run.timesteps:,} steps: nothing to do")
+        return 0
+    start_step = model.num_timesteps if resumed else None
+    publisher = MonitorPublisher(model, run_dir / MONITOR_FILE, run_name=run_dir.name, total_steps=run.timesteps)
+    loggers = [CSVLogger(run_dir / METRICS_CSV, resume_step=start_step),
+               TensorBoardLogger(run_dir, resume_step=start_step), publisher]
+    if run.wandb:
+        loggers.append(WandbLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
+    if not progress:
+        loggers.append(TextLogger(run.timesteps))
+    model.loggers.extend(loggers)
+    every = run.checkpoint_every or max(1, run.timesteps // 10)
+    checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, every=every, keep=run.checkpoint_keep)
+    t0 = time.perf_counter()
+    status, code = "finished", 0
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C
+    try:
+        model.learn(run.timesteps, callback=checkpointer, progress_bar=progress, resume=resumed)
+    except NonFiniteError as e:
+        status, code = "failed", 1
+        good = checkpointer.last_good
+        print(f"rapidrl: error: {e}. Last good checkpoint: {good or 'none'}; lower the learning rate "
+              f"(rapidrl train ... --set algo.learning_rate=...) or resume it with: rapidrl train --resume {run_dir}",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        status, code = "stopped", 130
+        print(f"\ninterrupted at step {model.num_timesteps:,}; last checkpoint: {checkpointer.last_good or 'none'}\n"
+              f"continue with: rapidrl train --resume {run_dir}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        wall = time.perf_counter() - t0
+        for logger in loggers:
+            if logger is not publisher:
+                logger.close()
+    summary = {"status": status, "algo": run.algo, "env": run.env, "timesteps": model.num_timesteps,
+               "total_timesteps": run.timesteps, "episodes": model.num_episodes, "wall_time_s": round(wall, 3),
+               "sps": round((model.num_timesteps - (start_step or 0)) / max(wall, 1e-9), 1), "resumed": resumed,
+               "last_checkpoint": str(checkpointer.last_good) if checkpointer.last_good else None}
+    if status == "finished":
+        model_path = model.save(run_dir / MODEL_FILE)
+        summary["model"] = str(model_path)
+        if run.eval_episodes > 0:
+            mean, std = model.evaluate(run.eval_episodes)
+            summary.update(eval_mean=mean, eval_std=std, eval_episodes=run.eval_episodes)
+            print(f"eval return: {mean:.2f} ± {std:.2f} over {run.eval_episodes} episodes")
+        print(f"trained {model.num_timesteps:,} steps in {wall:.1f} s ({summary['sps']:,.0f} SPS)")
+        print(f"model saved to {model_path}")
+    write_summary(run_dir, summary)
+    publisher.close(status)
+    return code
+
+
+# -- eval -----------------------------------------------------------------------------------------------
+
+def _load_for_eval(target: Path):
+    """(model, env_id, env_kwargs, seed) from a run directory (model.pt, else newest checkpoint) or a .pt file."""
+    from rapidrl.algos import ALGORITHMS
+    from rapidrl.train.algorithm import load_checkpoint
+    from rapidrl.train.checkpoint import latest_checkpoint
+
+    env_kwargs, seed = {}, 0
+    if target.is_dir():
+        config = load_run_config(target)
+        env_kwargs, seed = config.env_kwargs, config.run.seed or 0
+        path = target / MODEL_FILE if (target / MODEL_FILE).is_file() else latest_checkpoint(target / CHECKPOINT_DIR)
+        if path is None:
+            raise CLIError(f"{target} has no {MODEL_FILE} and no checkpoint yet")
+    elif target.is_file():
+        path = target
+    else:
+        raise CLIError(f"no run directory or model file at {target}")
+    algo = load_checkpoint(path)["algo"]
+    if algo not in ALGORITHMS:
+        raise CLIError(f"{path} holds a {algo!r} model; this rapidrl knows {', '.join(ALGORITHMS)}")
+    model = ALGORITHMS[algo].load(path)
+    model.env_kwargs = dict(env_kwargs)
+    return model, path, env_kwargs, seed
+
+
+def cmd_eval(args) -> int:
+    from rapidrl.monitor.video import check_video_path, record
+
+    if args.episodes <= 0:
+        raise CLIError(f"--episodes must be > 0, got {args.episodes}")
+    video = Path(args.video) if args.video else None
+    if video is not None:
+        try:
+            check_video_path(video)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+    model, path, env_kwargs, seed = _load_for_eval(Path(args.run))
+    mean, std = model.evaluate(args.episodes)
+    print(f"{path}: eval return {mean:.2f} ± {std:.2f} over {args.episodes} episodes")
+    if video is not None:
+        out, returns = record(model, model.env_id, video, seed=seed, env_kwargs=env_kwargs)
+        print(f"video of {len(returns)} episode(s) (return {', '.join(f'{r:.1f}' for r in returns) or '-'}): {out}")
+    return 0
+
+
+# -- monitor, list, plot, bench -------------------------------------------------------------------------
+
+def cmd_monitor(args) -> int:
+    from rich.console import Console
+
+    from rapidrl.monitor.view import run_monitor, runs_table
+
+    if args.list:
+        Console().print(runs_table(find_runs(args.runs_root)))
+        return 0
+    runs = [Path(r) for r in args.runs] if args.runs else []
+    if args.latest or not runs:
+        runs.append(latest_run(args.runs_root))
+    for r in runs:
+        if not (r / CONFIG_FILE).is_file():
+            raise CLIError(f"{r} is not a run directory (no {CONFIG_FILE})")
+    run_monitor(runs, refresh_hz=args.refresh, once=args.once)
+    return 0
+
+
+def cmd_list(args) -> int:
+    what = [args.what] if args.what else ["algos", "envs", "presets"]
+    if "algos" in what:
+        from rapidrl.algos import ALGORITHMS
+
+        print("algorithms:")
+        for name, cls in ALGORITHMS.items():
+            print(f"  {name:6s} {(cls.__doc__ or '').strip().splitlines()[0]}")
+    if "envs" in what:
+        from rapidrl.envs import list_builtin_envs
+
+        print("built-in envs (any Gymnasium id works too):")
+        for env_id in list_builtin_envs():
+            print(f"  {env_id}")
+    if "presets" in what:
+        print("presets (configs/, applied automatically for their algo and env):")
+        for p in list_presets():
+            run = read_toml(p).get("run", {})
+            print(f"  {p.stem:16s} {run.get('algo', '?')} {run.get('env', '?')}, {run.get('timesteps', '?'):,} steps")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from rapidrl.monitor.plot import plot_runs
+
+    runs = [Path(r) for r in args.runs]
+    out = Path(args.out) if args.out else runs[0] / "curves.png"
+    try:
+        print(f"learning curves: {plot_runs(runs, out)}")
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    return 0
+
+
+def cmd_bench(rest: list[str]) -> int:
+    root = REPO_ROOT
+    if not (root / "benchmarks" / "run.py").is_file():
+        raise CLIError(f"the benchmark suite is not installed: no benchmarks/run.py next to the rapidrl package "
+                       f"({root}); run it from a clone of the repository")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks.run import main as bench_main
+
+    return int(bench_main(rest) or 0)
+
+
+# -- parser ---------------------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        raise CLIError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rapidrl", description="Fast reinforcement learning: train, evaluate and watch runs.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train an agent in a new run directory (or resume one)",
+                       description="Train ALGO on ENV, then evaluate and save the model.\n\n"
+                                   "Settings layer (later wins): algorithm defaults < preset configs/<algo>_<env>.toml"
+                                   "\n< --config FILE < flags < --set. A new run directory runs/<algo>-<env>-<time>/"
+                                   "\nholds config.toml, metrics.csv, TensorBoard events, checkpoints/, model.pt and"
+                                   "\nsummary.json (docs/quickstart.md, docs/configs.md).",
+                       epilog="examples:\n  rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0\n"
+                              "  rapidrl train --config configs/ppo_pendulum.toml --set algo.learning_rate=1e-3\n"
+                              "  rapidrl train ppo CartPole-v1 --detach   # then: rapidrl monitor --latest\n"
+                              "  rapidrl train --resume runs/ppo-CartPole-v1-20261121-120000",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("algo", nargs="?", help="algorithm: see `rapidrl list algos`")
+    t.add_argument("env", nargs="?", help="environment id: see `rapidrl list envs` (or any Gymnasium id)")
+    t.add_argument("--config", metavar="FILE.toml", help="TOML file with [run], [algo], [env] sections")
+    t.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one setting, e.g. --set algo.learning_rate=3e-4 --set env.max_episode_steps=200")
+    t.add_argument("--timesteps", type=int, metavar="N", help="total environment steps (run.timesteps)")
+    t.add_argument("--seed", type=int, metavar="S", help="seed (run.seed)")
+    t.add_argument("--eval-episodes", type=int, metavar="N",
+                   help="episodes of the final evaluation, 0 to skip (run.eval_episodes)")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its latest checkpoint, same total")
+    mode = t.add_mutually_exclusive_group()
+    mode.add_argument("--monitor", action="store_true", help="train in a background process and watch it here")
+    mode.add_argument("--detach", action="store_true", help="train in the background, logging to RUN_DIR/train.log")
+    t.add_argument("--headless", action="store_true", help="no progress bar; a progress line every few seconds")
+    t.add_argument("--run-dir", metavar="DIR", help="use DIR as the run directory (default: a new one in --runs-root)")
+    t.add_argument("--runs-root", default="runs", metavar="DIR", help="where new run directories go (default: runs)")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a trained run (or a model .pt file)",
+                       epilog="example: rapidrl eval runs/ppo-CartPole-v1-20261121-120000 --episodes 10 "
+                              "--video play.gif")
+    e.add_argument("run", metavar="RUN_DIR",
+                   help="run directory (uses model.pt, else its newest checkpoint) or a .pt file")
+    e.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default: 10)")
+    e.add_argument("--video", metavar="OUT.gif|OUT.mp4", help="also record one episode (mp4 needs imageio-ffmpeg)")
+    e.set_defaults(func=cmd_eval)
+
+    m = sub.add_parser("monitor", help="watch runs live (a separate process: attach and detach at will)",
+                       epilog="examples:\n  rapidrl monitor --latest\n  rapidrl monitor runs/a runs/b\n"
+                              "  rapidrl monitor --list", formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run directories (default: the newest under --runs-root)")
+    m.add_argument("--latest", action="store_true", help="watch the newest run under --runs-root")
+    m.add_argument("--list", action="store_true", help="list the runs under --runs-root with status and progress")
+    m.add_argument("--runs-root", default="runs", metavar="DIR", help="where to look for runs (default: runs)")
+    m.add_argument("--once", action="store_true", help="print one frame and exit")
+    m.add_argument("--refresh", type=float, default=4.0, metavar="HZ", help="redraws per second (default: 4)")
+    m.set_defaults(func=cmd_monitor)
+
+    li = sub.add_parser("list", help="list algorithms, built-in environments or presets")
+    li.add_argument("what", nargs="?", choices=["algos", "envs", "presets"], help="what to list (default: all)")
+    li.set_defaults(func=cmd_list)
+
+    pl = sub.add_parser("plot", help="plot learning curves of runs from their metrics.csv")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="one or more run directories")
+    pl.add_argument("--out", metavar="FILE.png", help="image to write (default: RUN_DIR/curves.png of the first run)")
+    pl.set_defaults(func=cmd_plot)
+
+    sub.add_parser("bench", help="run the benchmark suite against installed peers (args go to benchmarks/run.py)",
+                   add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``rapidrl`` and ``python -m rapidrl``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        if argv and argv[0] == "bench":
+            return cmd_bench(argv[1:])
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if getattr(args, "refresh", 1.0) <= 0:
+            raise CLIError("--refresh must be > 0")
+        return args.func(args)
+    except (CLIError, ConfigError, FileNotFoundError) as e:
+        msg = str(e) if not isinstance(e, FileNotFoundError) or not e.filename else f"{e.strerror}: {e.filename}"
+        print(f"rapidrl: error: {msg}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -1,0 +1,189 @@
+"""Checkpoint/resume: a SIGKILLed run resumes and completes; checkpoint files always load; resuming at a
+checkpoint boundary reproduces the uninterrupted run exactly; corrupt files and non-finite losses end with
+clear messages and keep the last good checkpoint."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl import cli
+from rapidrl.train.algorithm import NonFiniteError, load_checkpoint
+from rapidrl.train.callbacks import Callback
+from rapidrl.train.checkpoint import Checkpointer, latest_checkpoint, list_checkpoints
+from rapidrl.train.loggers import read_csv_metrics
+from rapidrl.train.rundir import read_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64", "--set", "algo.minibatch_size=128",
+         "--set", "algo.update_epochs=2"]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def _load_all(directory: Path) -> int:
+    """Load every checkpoint file present; a file pruned between listing and loading is fine."""
+    loaded = 0
+    for _, path in list_checkpoints(directory):
+        try:
+            load_checkpoint(path)
+        except FileNotFoundError:
+            continue
+        loaded += 1
+    return loaded
+
+
+def test_sigkill_mid_run_then_resume_completes(tmp_path, capsys):
+    run = tmp_path / "run"
+    total = 256 * 40
+    argv = [sys.executable, "-m", "rapidrl", "train", "ppo", "CartPole-v1", "--timesteps", str(total), "--run-dir",
+            str(run), "--headless", "--eval-episodes", "2", *SMALL, "--set", "algo.update_epochs=4",
+            "--set", "algo.minibatch_size=64", "--set", "run.checkpoint_every=256", "--set", "run.checkpoint_keep=2"]
+    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        loads, end = 0, time.monotonic() + 300
+        while time.monotonic() < end and proc.poll() is None:
+            loads += _load_all(run / "checkpoints")  # every file that ever appears loads (atomic writes)
+            found = list_checkpoints(run / "checkpoints")
+            if found and found[-1][0] >= 256 * 3:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert loads > 0
+    killed_at = list_checkpoints(run / "checkpoints")[-1][0]
+    assert _load_all(run / "checkpoints") == len(list_checkpoints(run / "checkpoints")) <= 2  # keep-last-2
+    assert killed_at < total and read_summary(run) is None
+    assert cli.main(["train", "--resume", str(run), "--headless"]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming from {run / 'checkpoints'}" in out and "eval return" in out
+    summary = read_summary(run)
+    assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
+    steps = read_csv_metrics(run / "metrics.csv")["global_step"]
+    assert steps == [256.0 * i for i in range(1, 41)]  # rows written after the checkpoint were replaced
+    again = cli.main(["train", "--resume", str(run)])
+    assert again == 0  # nothing left to do
+
+
+TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--set", "algo.batch_size=32",
+            "--set", "algo.buffer_size=2000", "--set", "algo.train_freq=4", "--set", "algo.gradient_steps=2",
+            "--set", "algo.target_update_interval=50", "--set", "algo.log_interval=1"]
+
+
+@pytest.mark.parametrize("algo, settings", [
+    ("ppo", [*SMALL, "--set", "algo.fused_rollout=always"]),
+    ("ppo", [*SMALL, "--set", "algo.fused_rollout=never"]),
+    ("dqn", TINY_DQN),
+], ids=["ppo-fused", "ppo-per-step", "dqn"])
+def test_resume_at_a_checkpoint_boundary_equals_the_uninterrupted_run(tmp_path, algo, settings):
+    """Run A trains 2048 steps; run B starts from A's 1024-step checkpoint (as if killed right after it)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert cli.main(["train", algo, "CartPole-v1", "--timesteps", "2048", "--run-dir", str(a), "--headless",
+                     "--eval-episodes", "0", *settings, "--set", "run.checkpoint_every=1024",
+                     "--set", "run.checkpoint_keep=5"]) == 0
+    (b / "checkpoints").mkdir(parents=True)
+    shutil.copy(a / "config.toml", b / "config.toml")
+    for item in (a / "checkpoints").glob("step_000000001024.pt*"):  # the model file (+ replay buffer)
+        (shutil.copytree if item.is_dir() else shutil.copy)(item, b / "checkpoints" / item.name)
+    assert cli.main(["train", "--resume", str(b), "--headless"]) == 0
+    sa, sb = load_checkpoint(a / "model.pt"), load_checkpoint(b / "model.pt")
+    assert sa["num_timesteps"] == sb["num_timesteps"] == 2048
+    assert _same(sa["state"], sb["state"]), "parameters or optimizer state differ after resume"
+    ca, cb = read_csv_metrics(a / "metrics.csv"), read_csv_metrics(b / "metrics.csv")
+    after = [i for i, step in enumerate(ca["global_step"]) if step > 1024]
+    assert cb["global_step"] == [ca["global_step"][i] for i in after]
+    for key in [k for k in ca if k.startswith("losses/")] + ["charts/episodic_return"]:
+        assert cb[key] == [ca[key][i] for i in after], key
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, torch.Tensor):
+        return torch.equal(x, y)
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return len(x) == len(y) and all(_same(u, v) for u, v in zip(x, y))
+    return x == y
+
+
+def test_corrupt_and_foreign_checkpoints_are_clear_errors(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(["train", "ppo", "CartPole-v1", "--timesteps", "512", "--run-dir", str(run), "--headless",
+                     "--eval-episodes", "0", *SMALL, "--set", "run.checkpoint_every=256"]) == 0
+    (run / "summary.json").unlink()
+    latest = latest_checkpoint(run / "checkpoints")
+    latest.write_bytes(b"\x00garbage" * 100)
+    assert cli.main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{latest} is not a readable rapidrl model file" in err
+    torch.save({"weights": torch.zeros(2)}, latest)
+    assert cli.main(["train", "--resume", str(run)]) == 2
+    assert f"{latest} is not a rapidrl model file" in capsys.readouterr().err
+
+
+def test_non_finite_loss_from_the_cli_names_the_step(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = cli.main(["train", "ppo", "CartPole-v1", "--timesteps", "1024", "--run-dir", str(run), "--headless",
+                     *SMALL, "--set", "algo.learning_rate=1e30", "--set", "algo.max_grad_norm=0"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "rapidrl: error: losses/" in err and " at step " in err and "Last good checkpoint" in err
+    assert read_summary(run)["status"] == "failed" and not (run / "model.pt").exists()
+    for _, path in list_checkpoints(run / "checkpoints"):
+        assert _finite(load_checkpoint(path)["state"])
+
+
+class _Poison(Callback):
+    """Makes the update that reaches ``at`` steps report a NaN loss (runs before the checkpointer)."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_update_end(self, algo) -> bool:
+        if algo.num_timesteps == self.at:
+            algo.record({"losses/value_loss": float("nan")})
+        return True
+
+
+def test_non_finite_training_keeps_the_last_good_checkpoint(tmp_path):
+    model = rr.PPO("CartPole-v1", num_envs=4, num_steps=64, minibatch_size=128, update_epochs=1, seed=0)
+    ckpt = Checkpointer(tmp_path, every=256, keep=2)
+    with pytest.raises(NonFiniteError, match="losses/value_loss is nan at step 768"):
+        model.learn(4096, callback=[_Poison(768), ckpt], progress_bar=False)
+    assert ckpt.skipped_non_finite == 768
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [256, 512]  # 768 was poisoned: never written
+    assert ckpt.last_good == latest_checkpoint(tmp_path)
+    resumed = rr.PPO.load(ckpt.last_good)
+    assert resumed.num_timesteps == 512 and _finite(load_checkpoint(ckpt.last_good)["state"])
+
+
+def test_checkpointer_keeps_the_newest_and_always_writes_the_final(tmp_path):
+    model = rr.PPO("CartPole-v1", num_envs=4, num_steps=64, minibatch_size=128, update_epochs=1, seed=0)
+    ckpt = Checkpointer(tmp_path, every=512, keep=2)
+    model.learn(256 * 7, callback=ckpt, progress_bar=False)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1536, 1792]  # 512, 1024 pruned; 1792 is the final
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def _finite(obj) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
+    if isinstance(obj, dict):
+        return all(_finite(v) for v in obj.values())
+    return all(_finite(v) for v in obj) if isinstance(obj, (list, tuple)) else True

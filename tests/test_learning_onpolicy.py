@@ -10,12 +10,17 @@ import pytest
 
 import rapidrl as rr
 from rapidrl.train.callbacks import EvalCallback
+from rapidrl.train.rundir import preset_path, read_toml
 
-PPO_CARTPOLE = dict(num_envs=8, num_steps=32, minibatch_size=256, update_epochs=20, gamma=0.98, gae_lambda=0.8,
-                    ent_coef=0.0, learning_rate=1e-3, anneal_clip=True)
-PPO_PENDULUM = dict(num_envs=16, num_steps=256, minibatch_size=512, update_epochs=10, gamma=0.9, gae_lambda=0.95,
-                    learning_rate=1e-3, ent_coef=0.0, normalize_reward=True, log_std_init=-0.5)
-A2C_CARTPOLE = dict(num_envs=8)
+
+def preset(algo: str, env_id: str) -> dict:
+    """The [algo] section of configs/<algo>_<env>.toml: the tests train exactly what users get."""
+    return read_toml(preset_path(algo, env_id))["algo"]
+
+
+PPO_CARTPOLE = preset("ppo", "CartPole-v1")
+PPO_PENDULUM = preset("ppo", "Pendulum-v1")
+A2C_CARTPOLE = preset("a2c", "CartPole-v1")
 
 
 def reaches(model, threshold: float, budget: int, eval_freq: int) -> tuple[bool, list]:

@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev
+	scripts/setup.sh dev,ray
 
 setup-bench:
 	scripts/setup.sh dev,bench

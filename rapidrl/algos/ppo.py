@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rapidrl.algos.impala import vtrace_targets
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.policies import LOG_2PI
@@ -36,6 +37,17 @@ class PPOConfig(OnPolicyConfig):
     closed_form_grads: bool = True
     """Compute the gradients of separate actor/critic MLPs in closed form (``ppo_output_grads`` and
     ``rapidrl.nn.mlp_grad``) instead of autograd: same gradients, about a quarter of the PyTorch calls."""
+    async_collect: bool = False
+    """Collect the next rollout in a thread while updating on the last (``rapidrl.train.async_collect``): the
+    data is then one update stale (policy lag 1); the stored log-probs are the behaviour policy's, so the
+    probability ratio corrects for it."""
+    vtrace_advantages: bool = False
+    """Replace GAE by V-trace (importance weights clipped at 1), computed with the learner's policy and critic
+    at the start of each update: advantages = V-trace policy-gradient advantages, returns = V-trace targets.
+    Corrects the policy lag of ``async_collect`` in the advantages too. CPU storage only."""
+    bf16_update: bool = False
+    """Run the update's forward pass and loss under bfloat16 autocast (with autograd: closed-form gradients
+    are then off). Parameters, optimizer state and rollout storage stay float32."""
 
     def validate(self) -> None:
         super().validate()
@@ -47,6 +59,8 @@ class PPOConfig(OnPolicyConfig):
         require(self.norm_adv in ("minibatch", "batch", "none"),
                 f"norm_adv must be 'minibatch', 'batch' or 'none', got {self.norm_adv!r}")
         require(self.target_kl is None or self.target_kl > 0, f"target_kl must be > 0 or None, got {self.target_kl}")
+        require(not self.vtrace_advantages or self.device == "cpu",
+                "vtrace_advantages needs device='cpu' (the V-trace kernel is Numba)")
 
 
 def ppo_loss(new_log_probs: torch.Tensor, entropy: torch.Tensor, new_values: torch.Tensor,
@@ -138,7 +152,7 @@ class PPO(OnPolicyAlgorithm):
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         p = self.policy
-        self._closed_form = self.config.closed_form_grads and not p.shared
+        self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update
         self._actor_layers, self._critic_layers = (linear_layers(p.actor), linear_layers(p.critic)) \
             if not p.shared else ([], [])
         return torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate, eps=1e-5, foreach=True)
@@ -158,8 +172,23 @@ class PPO(OnPolicyAlgorithm):
             p.log_std.grad = d_log_std
         return stats
 
+    @torch.no_grad()
+    def _vtrace_advantages(self) -> None:
+        """Overwrite the rollout's advantages/returns with V-trace under the learner's current policy."""
+        c, b = self.config, self.buffer.tensors
+        T, N = c.num_steps, c.num_envs
+        log_probs, _, values = self.policy.evaluate(b.obs.reshape(T * N, *b.obs.shape[2:]),
+                                                    b.actions.reshape(T * N, *b.actions.shape[2:]))
+        vs, pg_adv = vtrace_targets(log_probs.view(T, N), b.log_probs, b.rewards, values.view(T, N),
+                                    self.policy.value(torch.from_numpy(self._last_obs)), b.terminated, b.truncated,
+                                    b.final_values, gamma=c.gamma, rho_bar=1.0, c_bar=1.0)
+        b.advantages.copy_(pg_adv)
+        b.returns.copy_(vs)
+
     def _update(self) -> None:
         c = self.config
+        if c.vtrace_advantages:
+            self._vtrace_advantages()
         clip = c.clip_coef * (self.progress_remaining() if c.anneal_clip else 1.0)
         norm = None if c.norm_adv == "none" else c.norm_adv
         params = list(self.policy.parameters())
@@ -171,10 +200,11 @@ class PPO(OnPolicyAlgorithm):
                 if self._closed_form:
                     stats = self._closed_form_grads(mb, clip)
                 else:
-                    new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
-                    loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values, mb.advantages,
-                                           mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss,
-                                           ent_coef=c.ent_coef, vf_coef=c.vf_coef)
+                    with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.bf16_update):
+                        new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
+                        loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values,
+                                               mb.advantages, mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss,
+                                               ent_coef=c.ent_coef, vf_coef=c.vf_coef)
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                 self._sync_grads(params)
@@ -185,8 +215,12 @@ class PPO(OnPolicyAlgorithm):
                     totals[k] = totals[k] + v if k in totals else v
                 count += 1
                 last_kl = stats["approx_kl"]
-            if c.target_kl is not None and float(last_kl) > c.target_kl:
-                break
+            if c.target_kl is not None:  # every rank must take the same decision
+                kl = float(last_kl) if self.dist is None else self.dist.all_reduce_mean(float(last_kl))
+                if kl > c.target_kl:
+                    break
+        if self.num_updates % c.log_every:
+            return  # scalars are read back only every log_every updates
         record = {f"losses/{k}": float(v) / count for k, v in totals.items()}
         record["losses/explained_variance"] = self._explained_variance()
         record["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs, unknown_env_message
 
-VECTORIZATIONS = ("numba", "torch", "sync", "subprocess")
+VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray")
 
 
 def _device_type(device) -> str:
@@ -41,7 +41,8 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
         device: where a ``TorchVecEnv`` keeps its tensors ("cpu", "cuda", "cuda:1", ...).
         vectorization: ``None`` picks "numba" for built-in ids on the CPU, "torch" for built-in ids on
             another device and "sync" otherwise; or explicitly "numba", "torch" (built-ins, any device),
-            "sync" or "subprocess" (any Gymnasium id, built-ins included).
+            "sync", "subprocess" or "ray" (any Gymnasium id, built-ins included; "ray" runs the envs in Ray
+            actors, see ``rapidrl.dist.ray_vec.RayVecEnv`` for num_workers/max_restarts/actor_options).
         autoreset_mode: "same_step" (default; final observation in ``info["final_obs"]``) or "next_step".
         copy: return copies instead of views of the env's preallocated outputs.
         **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
@@ -82,6 +83,10 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
         from rapidrl.envs.gym_vec import SyncVecEnv
 
         return SyncVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    if vectorization == "ray":
+        from rapidrl.dist.ray_vec import RayVecEnv
+
+        return RayVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
     from rapidrl.envs.subproc import SubprocVecEnv
 
     return SubprocVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)

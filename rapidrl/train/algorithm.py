@@ -296,7 +296,7 @@ class Algorithm:
 
     @classmethod
     def load(cls, path: str | os.PathLike, env=None, device: str | None = None, env_kwargs: dict | None = None,
-             **overrides):
+             distributed: bool = False, **overrides):
         """Rebuild a saved model. ``env``: an id or vector env (default: the saved env id and env_kwargs)."""
         payload = load_checkpoint(path)
         if payload["algo"] != cls.name:
@@ -312,7 +312,7 @@ class Algorithm:
             env = payload["env_id"]
         if env_kwargs is None:
             env_kwargs = payload.get("env_kwargs", {})
-        model = cls(env, config, env_kwargs=env_kwargs)
+        model = cls(env, config, env_kwargs=env_kwargs, distributed=distributed)
         for which in ("observation_space", "action_space"):
             saved = space_from_dict(payload[which])
             if not spaces_equal(saved, getattr(model, which)):

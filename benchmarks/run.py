@@ -32,6 +32,7 @@ SUITES = {
     "buffers": "benchmarks.bench_buffers",
     "train": "benchmarks.bench_train",
     "llm": "benchmarks.bench_llm",
+    "scale": "benchmarks.bench_scale",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

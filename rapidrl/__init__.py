@@ -23,6 +23,7 @@ _LAZY = {
     "PrioritizedReplayBuffer": "rapidrl.buffers",
     "PPO": "rapidrl.algos",
     "A2C": "rapidrl.algos",
+    "IMPALA": "rapidrl.algos",
     "DQN": "rapidrl.algos",
     "SAC": "rapidrl.algos",
     "TD3": "rapidrl.algos",

@@ -6,19 +6,25 @@ Collection has two paths that produce the same data in distribution:
 - per-step: the PyTorch policy and the vector env's zero-copy outputs, for any env.
 Both normalise observations with the statistics frozen at the start of the rollout and update them
 with the raw observations afterwards, so the two paths agree exactly on what the learner sees.
+
+Two further modes: with ``async_collect`` (PPO, IMPALA) either path runs in a collector thread with a
+behaviour copy of the policy while the learner trains (``rapidrl.train.async_collect``); with a
+``TorchVecEnv`` the whole loop stays on the env's device (``rapidrl.train.device_collect``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.buffers import RolloutBuffer
+from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.train.algorithm import Algorithm
+from rapidrl.train.async_collect import AsyncCollector, StepCollector
 from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, require
 
 
@@ -66,9 +72,14 @@ class OnPolicyConfig:
     """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
     torch_threads: int | None = 1
     """torch.set_num_threads at construction (1 is fastest for small MLPs on CPU); None leaves it."""
+    log_every: int = 1
+    """Record losses and episode statistics every this many updates (PPO, IMPALA and the device path; each
+    record reads scalars back from the device, so a larger value keeps a GPU run free of host syncs)."""
+    cuda_graph: bool = False
+    """Device path on CUDA only: replay the rollout collection as one captured CUDA graph."""
 
     def validate(self) -> None:
-        check_positive(self, "num_envs", "num_steps", "learning_rate")
+        check_positive(self, "num_envs", "num_steps", "learning_rate", "log_every")
         check_positive(self, "ent_coef", "vf_coef", "max_grad_norm", allow_zero=True)
         check_unit_interval(self, "gamma", "gae_lambda")
         check_hidden(self.hidden)
@@ -100,7 +111,10 @@ def _to_arrays(state):
 
 
 class OnPolicyAlgorithm(Algorithm):
-    """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C)."""
+    """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C/IMPALA)."""
+
+    uses_gae: ClassVar[bool] = True
+    """Compute GAE advantages/returns after each rollout (IMPALA computes V-trace targets in its update)."""
 
     def _build(self) -> None:
         c = self.config
@@ -111,21 +125,47 @@ class OnPolicyAlgorithm(Algorithm):
                                   ).to(self.device)
         self.optimizer = self._make_optimizer()
         obs_shape = self.observation_space.shape
-        discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        self.buffer = RolloutBuffer(c.num_steps, c.num_envs, obs_shape, () if discrete else self.action_space.shape,
-                                    action_dtype=np.int64 if discrete else np.float32, device=c.device)
+        self.buffer = self._make_buffer()
         self.obs_normalizer = ObsNormalizer(obs_shape) if c.normalize_obs else None
         self.reward_scaler = RewardScaler(c.num_envs, c.gamma) if c.normalize_reward else None
         self._raw_obs = np.zeros((c.num_steps, c.num_envs, *obs_shape), np.float32)
         self._obs = np.zeros((c.num_envs, *obs_shape), np.float32)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)
+        from rapidrl.envs.torch_envs import TorchVecEnv
+        from rapidrl.train.device_collect import DeviceCollector
         from rapidrl.train.fused import FusedCollector, fused_applies
 
         use_fused = c.fused_rollout != "never" and fused_applies(self.env, self.policy, self.device)
-        self.collector = FusedCollector(self.env, self.policy, c.num_steps) if use_fused else None
-        if c.fused_rollout == "always" and self.collector is None:
+        if c.fused_rollout == "always" and not use_fused:
             raise ValueError("fused_rollout='always' needs a built-in env on the CPU and an MLP policy on the CPU")
+        self.collector = self._step_collector = self.async_collector = self.device_collector = None
+        self._last_obs = self._obs  # the last rollout's final observations, normalized (its bootstrap state)
+        if isinstance(self.env, TorchVecEnv) or c.env_device != "cpu":
+            unsupported = ("normalize_obs", "normalize_reward", "async_collect", "vtrace_advantages")
+            require(not any(getattr(c, name, False) for name in unsupported),
+                    f"the device path (a TorchVecEnv) supports none of {', '.join(unsupported)}")
+            self.device_collector = DeviceCollector(self.env, self.policy, c.num_steps, cuda_graph=c.cuda_graph)
+        elif getattr(c, "async_collect", False):  # a field of PPOConfig and IMPALAConfig
+
+            def make_collector(env, policy):
+                return FusedCollector(env, policy, c.num_steps) if use_fused else \
+                    StepCollector(env, policy, c.num_steps, self.device)
+
+            self.async_collector = AsyncCollector(make_collector, self.env, self.policy, self.obs_normalizer,
+                                                  self._obs, self._make_buffer)
+            self.buffer = self.async_collector.slots[0].buffer
+        elif use_fused:
+            self.collector = FusedCollector(self.env, self.policy, c.num_steps)
+        else:
+            self._step_collector = StepCollector(self.env, self.policy, c.num_steps, self.device, self.timer)
+
+    def _make_buffer(self) -> RolloutBuffer:
+        c = self.config
+        discrete = isinstance(self.action_space, gym.spaces.Discrete)
+        return RolloutBuffer(c.num_steps, c.num_envs, self.observation_space.shape,
+                             () if discrete else self.action_space.shape,
+                             action_dtype=np.int64 if discrete else np.float32, device=c.device)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -151,54 +191,89 @@ class OnPolicyAlgorithm(Algorithm):
         np.copyto(self._obs, obs)
         self._needs_reset = False
 
+    def _draw_seed(self) -> int:
+        return int(self.np_rng.integers(0, 2**31 - 1))
+
     def _collect(self) -> None:
         """Fill ``self.buffer`` with one rollout and compute advantages."""
+        if self.device_collector is not None:
+            self._collect_on_device()
+            return
         if self._needs_reset:
             self._reset_envs()
-        if self.collector is not None:
-            with self.timer.phase("collect"):
-                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, self.obs_normalizer,
-                                                          seed=int(self.np_rng.integers(0, 2**31 - 1)))
-                self._record_episodes(returns, lengths)
+        last_values = None
+        if self.async_collector is not None:
+            rollout = self._collect_async()
+            self.buffer, self._raw_obs = rollout.buffer, rollout.raw_obs
+            self._last_obs, last_values = rollout.last_obs, rollout.last_values
         else:
-            self._collect_per_step()
+            if self.collector is not None:
+                with self.timer.phase("collect"):
+                    returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs,
+                                                              self.obs_normalizer, seed=self._draw_seed())
+                    self._record_episodes(returns, lengths)
+            else:
+                self._collect_per_step()
+            self._last_obs = self._normalize(self._obs)
         c = self.config
         with self.timer.phase("advantages"):
             if self.reward_scaler is not None:
                 done = self.buffer.terminated | self.buffer.truncated
                 for t in range(c.num_steps):
                     self.buffer.rewards[t] = self.reward_scaler(self.buffer.rewards[t], done[t])
-            with torch.no_grad():
-                last_values = self.policy.value(torch.from_numpy(self._normalize(self._obs)).to(self.device))
+            if last_values is None:
+                with torch.no_grad():
+                    last_values = self.policy.value(torch.from_numpy(self._last_obs).to(self.device))
             if self.obs_normalizer is not None:
                 self.obs_normalizer.rms.update(self._raw_obs.reshape(-1, *self._obs.shape[1:]))
-            self.buffer.compute_advantages(last_values.cpu().numpy() if self.buffer.device.type == "cpu"
-                                           else last_values, gamma=c.gamma, lam=c.gae_lambda)
+            if self.uses_gae:
+                self.buffer.compute_advantages(last_values, gamma=c.gamma, lam=c.gae_lambda)
 
     def _collect_per_step(self) -> None:
         """The generic path: PyTorch policy + any rapidrl vector env, one step at a time."""
-        buf, timer, policy = self.buffer, self.timer, self.policy
-        buf.reset()
-        final_values = np.zeros(self.config.num_envs, np.float32)
-        for t in range(self.config.num_steps):
-            with timer.phase("policy"):
-                obs_n = self._normalize(self._obs)
-                with torch.no_grad():
-                    raw, logp, values = policy.act(torch.from_numpy(obs_n).to(self.device))
-                    env_actions = policy.to_env_action(raw).cpu().numpy()
-            with timer.phase("env"):
-                next_obs, rewards, terminated, truncated, info = self.env.step(env_actions)
-            with timer.phase("storage"):
-                final_values.fill(0.0)
-                bootstrap = truncated & ~terminated
-                if bootstrap.any():
-                    final = self._normalize(info["final_obs"][bootstrap])
-                    with torch.no_grad():
-                        final_values[bootstrap] = policy.value(torch.from_numpy(final).to(self.device)).cpu().numpy()
-                buf.add(obs_n, raw, logp, values, rewards, terminated, truncated, final_values)
-                self._raw_obs[t] = self._obs
-                np.copyto(self._obs, next_obs)
-                self._track_episodes(info)
+        returns, lengths = self._step_collector.collect(self.buffer, self._obs, self._raw_obs, self.obs_normalizer,
+                                                        seed=None)
+        self._record_episodes(returns, lengths)
+
+    def _collect_async(self):
+        """Rollout k from the collector thread; rollout k+1 starts (with the weights published so far)."""
+        ac = self.async_collector
+        with self.timer.phase("collect_wait"):
+            if not ac.pending:  # first rollout: publish the current weights (they may have been loaded)
+                ac.publish()
+                ac.start(self._draw_seed())
+            rollout = ac.wait()
+            ac.start(self._draw_seed())
+        self._record_episodes(rollout.ep_returns, rollout.ep_lengths)
+        return rollout
+
+    def _collect_on_device(self) -> None:
+        """Device path: rollout, GAE and episode sums stay on the env's device (scalars read every log_every)."""
+        c, dc = self.config, self.device_collector
+        if self._needs_reset:
+            dc.reset(self._env_seed)
+            self._needs_reset = False
+        with self.timer.phase("collect"):
+            dc.collect(self.buffer)
+        if self.uses_gae:
+            with self.timer.phase("advantages"):
+                b = self.buffer.tensors
+                gae_torch(b.rewards, b.values, dc.last_values, b.terminated, b.truncated, gamma=c.gamma,
+                          lam=c.gae_lambda, final_values=b.final_values, out_advantages=b.advantages,
+                          out_returns=b.returns)
+        if self.num_updates % c.log_every == 0:
+            count, mean_return, mean_length = dc.pop_episode_stats()
+            self.num_episodes += count
+            if count:
+                self.record({"charts/episodic_return": mean_return, "charts/episodic_length": mean_length})
+
+    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
+        """See ``Algorithm.learn``; with ``async_collect`` the collector thread is joined when it returns or raises."""
+        try:
+            return super().learn(total_timesteps, callback, progress_bar, resume=resume)
+        finally:
+            if self.async_collector is not None:
+                self.async_collector.close()
 
     # -- the iteration ---------------------------------------------------------------------------
     def _iteration(self) -> int:
@@ -210,6 +285,8 @@ class OnPolicyAlgorithm(Algorithm):
         self._collect()
         with self.timer.phase("update"):
             self._update()
+        if self.async_collector is not None:
+            self.async_collector.publish()
         return c.num_steps * c.num_envs
 
     def _update(self) -> None:
@@ -236,7 +313,12 @@ class OnPolicyAlgorithm(Algorithm):
         return state
 
     def _extra_training_state(self) -> dict:
-        return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
+        if self.async_collector is not None and self.async_collector.pending:
+            raise NotImplementedError("an exact-resume checkpoint cannot hold the rollout in flight of async_collect; "
+                                      "save without training_state=True")
+        # a device env's state is not saved (``env_state``): it is reset on resume
+        return {"obs": torch.from_numpy(self._obs.copy()),
+                "needs_reset": self._needs_reset or self.device_collector is not None,
                 "generator": self.torch_generator.get_state()}
 
     def _load_extra_training_state(self, state: dict) -> None:

@@ -1,0 +1,135 @@
+"""IMPALA (Espeholt et al. 2018): actor-critic on off-policy rollouts corrected by V-trace.
+
+A collector thread acts with a behaviour copy of the policy while the learner trains (``async_collect``,
+``rapidrl.train.async_collect``): each rollout is one or more updates stale (policy lag >= 1). V-trace
+(``rapidrl.kernels.vtrace``, truncated importance weights rho = min(rho_bar, pi/mu), c = min(c_bar, pi/mu))
+turns it into value targets ``vs`` and policy-gradient advantages for the learner's current policy.
+
+Read top to bottom: the config, the targets and the loss (pure functions), the update. Collection comes
+from the shared on-policy core (``rapidrl.algos.onpolicy``); GAE is not used (``gae_lambda`` is ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.kernels import vtrace
+from rapidrl.train.config import check_positive, require
+
+__all__ = ["IMPALA", "IMPALAConfig", "impala_loss", "vtrace_targets"]
+
+
+@dataclass
+class IMPALAConfig(OnPolicyConfig):
+    num_steps: int = 32
+    """Steps per env in each rollout (the V-trace unroll length)."""
+    learning_rate: float = 1e-3
+    """Optimizer learning rate (start value when annealed)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    async_collect: bool = True
+    """Collect the next rollout in a thread while learning on the last (policy lag 1); False: lag 0."""
+    rho_bar: float = 1.0
+    """Truncation of the importance weights in the V-trace TD errors and policy gradient."""
+    c_bar: float = 1.0
+    """Truncation of the importance weights in the V-trace traces (plays the role of lambda)."""
+    update_epochs: int = 1
+    """Gradient steps per rollout on the whole rollout; each recomputes V-trace with the current weights."""
+    normalize_advantage: bool = True
+    """Normalize the policy-gradient advantages over the rollout (mean 0, std 1)."""
+    optimizer: str = "adam"
+    """"adam" or "rmsprop" (the paper's)."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop (and Adam) epsilon."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "rho_bar", "c_bar", "update_epochs", "rms_eps")
+        require(0.0 < self.rms_alpha < 1.0, f"rms_alpha must lie in (0, 1), got {self.rms_alpha}")
+        require(self.optimizer in ("rmsprop", "adam"), f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
+        require(self.device == "cpu" and self.env_device == "cpu",
+                "IMPALA runs on the CPU (its V-trace kernel is NumPy/Numba): device and env_device must be 'cpu'")
+
+
+def vtrace_targets(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, rewards: torch.Tensor,
+                   values: torch.Tensor, bootstrap_value: torch.Tensor, terminated: torch.Tensor,
+                   truncated: torch.Tensor, final_values: torch.Tensor, *, gamma: float, rho_bar: float,
+                   c_bar: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace value targets and policy-gradient advantages of the learner's policy; CPU tensors [T, N].
+
+    log_rhos = log pi(a|s) - log mu(a|s) (learner over behaviour). bootstrap_value [N] = V(s_T); final_values
+    [T, N] = V(final observation) where an episode was truncated. Returns (vs, pg_advantages), [T, N] each.
+    """
+    log_rhos = (log_probs - behaviour_log_probs).numpy()
+    vs, pg = vtrace(log_rhos, rewards.numpy(), values.numpy(), bootstrap_value.numpy(), terminated.numpy(),
+                    gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, truncated=truncated.numpy(),
+                    final_values=final_values.numpy())
+    return torch.from_numpy(vs), torch.from_numpy(pg)
+
+
+def impala_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, vs: torch.Tensor,
+                pg_advantages: torch.Tensor, *, ent_coef: float, vf_coef: float
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """L = -E[A_vtrace log pi(a|s)] + vf_coef * 0.5 E[(vs - V(s))^2] - ent_coef * E[H]; every tensor [B]."""
+    pg_loss = -(pg_advantages * log_probs).mean()
+    v_loss = 0.5 * (vs - values).square().mean()
+    ent = entropy.mean()
+    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
+    return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
+
+
+class IMPALA(OnPolicyAlgorithm):
+    """IMPALA with V-trace. ``IMPALA(env, **hyperparameters)``; see IMPALAConfig for the fields."""
+
+    name = "impala"
+    config_class = IMPALAConfig
+    uses_gae = False
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "adam":
+            return torch.optim.Adam(self.policy.parameters(), lr=c.learning_rate, eps=c.rms_eps, foreach=True)
+        return torch.optim.RMSprop(self.policy.parameters(), lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps,
+                                   foreach=True)
+
+    def _update(self) -> None:
+        c, policy, b = self.config, self.policy, self.buffer.tensors
+        T, N = c.num_steps, c.num_envs
+        obs, actions = b.obs.reshape(T * N, *b.obs.shape[2:]), b.actions.reshape(T * N, *b.actions.shape[2:])
+        last_obs = torch.from_numpy(self._last_obs)
+        params = list(policy.parameters())
+        for _epoch in range(c.update_epochs):
+            log_probs, entropy, values = policy.evaluate(obs, actions)  # [T * N] each
+            with torch.no_grad():
+                vs, pg_adv = vtrace_targets(log_probs.view(T, N), b.log_probs, b.rewards, values.view(T, N),
+                                            policy.value(last_obs), b.terminated, b.truncated, b.final_values,
+                                            gamma=c.gamma, rho_bar=c.rho_bar, c_bar=c.c_bar)
+                pg_adv = pg_adv.reshape(-1)
+                if c.normalize_advantage:
+                    pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std(correction=0) + 1e-8)
+            loss, stats = impala_loss(log_probs, entropy, values, vs.reshape(-1), pg_adv, ent_coef=c.ent_coef,
+                                      vf_coef=c.vf_coef)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self._sync_grads(params)
+            if c.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(params, c.max_grad_norm, foreach=True)
+            self.optimizer.step()
+        if self.num_updates % c.log_every:
+            return
+        with torch.no_grad():
+            rhos = (log_probs.detach().view(T, N) - b.log_probs).exp()
+            var_vs = float(vs.var(correction=0))
+            ev = 0.0 if var_vs == 0.0 else 1.0 - float((vs.reshape(-1) - values.detach()).var(correction=0)) / var_vs
+        record = {f"losses/{k}": float(v) for k, v in stats.items()}
+        record.update({"losses/explained_variance": ev, "losses/mean_rho": float(rhos.mean()),
+                       "losses/clipped_rho_frac": float((rhos > c.rho_bar).float().mean()),
+                       "charts/learning_rate": self.optimizer.param_groups[0]["lr"]})
+        self.record(record)
+

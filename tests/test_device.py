@@ -1,0 +1,141 @@
+"""The device path (``rapidrl.train.device_collect``), run on the CPU through the same code as on a GPU:
+storage and advantages stay tensors, no NumPy conversion in the loop, truncation bootstrapping, bf16
+autocast of the PPO update, and PPO learning CartPole with the PyTorch env backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl.train.callbacks import EvalCallback
+from rapidrl.train.config import ConfigError
+
+PPO_CARTPOLE = dict(num_envs=8, num_steps=32, minibatch_size=256, update_epochs=20, gamma=0.98, gae_lambda=0.8,
+                    ent_coef=0.0, learning_rate=1e-3, anneal_clip=True)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def torch_env(env_id="CartPole-v1", n=4, **kw):
+    return rr.make_vec(env_id, n, seed=0, vectorization="torch", **kw)
+
+
+def small(**kw):
+    base = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, seed=0)
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_device_path_is_used_and_runs(env_id):
+    model = rr.PPO(torch_env(env_id), **small())
+    assert model.device_collector is not None and model.collector is None
+    model.learn(256, progress_bar=False)
+    assert model.num_timesteps == 256 and np.isfinite(model.metrics["losses/value_loss"])
+    assert isinstance(model.buffer.tensors.advantages, torch.Tensor)
+
+
+def test_no_numpy_conversion_in_the_loop(monkeypatch):
+    """After the first (logged) update, iterations that do not log touch no NumPy: every Tensor.numpy,
+    Tensor.cpu, Tensor.tolist and torch.from_numpy call is counted."""
+    model = rr.PPO(torch_env(validate_actions=False), **small(log_every=1000))
+    model.learn(64, progress_bar=False)  # update 0 logs
+    calls = []
+    for name in ("numpy", "cpu", "tolist"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name, **k: (calls.append(_n),
+                                                                                               _o(self, *a, **k))[1])
+    original_from_numpy = torch.from_numpy
+    monkeypatch.setattr(torch, "from_numpy", lambda x: (calls.append("from_numpy"), original_from_numpy(x))[1])
+    model.learn(64 * 5, progress_bar=False)
+    assert model.num_updates == 6
+    assert calls == []
+    model.config.log_every = 1  # a logging iteration reads its scalars back, and the counter sees it
+    model.learn(64, progress_bar=False)
+    assert "tolist" in calls
+
+
+def test_episode_statistics_come_from_the_device_sums():
+    model = rr.PPO(torch_env(), **small(log_every=2))
+    model.learn(64 * 4, progress_bar=False)
+    assert model.num_episodes > 0
+    assert 8.0 <= model.metrics["charts/episodic_return"] <= 200.0  # a random CartPole policy: ~20
+
+
+def test_truncation_bootstraps_from_the_final_observation():
+    """final_values[t] = V(final obs) exactly where truncated and not terminated, else 0."""
+    env = torch_env(max_episode_steps=5)
+    model = rr.PPO(env, **small())
+    finals = []
+    step = env.step
+
+    def recording_step(actions):
+        out = step(actions)
+        finals.append(out[4]["final_obs"].clone())
+        return out
+
+    env.step = recording_step
+    model.device_collector.reset(0)
+    model.device_collector.collect(model.buffer)
+    b = model.buffer.tensors
+    mask = b.truncated & ~b.terminated
+    assert mask.any()
+    with torch.no_grad():
+        expect = torch.stack([model.policy.value(f) for f in finals])  # [T, N]
+    torch.testing.assert_close(b.final_values[mask], expect[mask])
+    assert (b.final_values[~mask] == 0).all()
+
+
+def test_device_path_same_seed_same_result():
+    def run():
+        model = rr.PPO(torch_env(), **small())
+        model.learn(256, progress_bar=False)
+        return [p.detach().clone() for p in model.policy.parameters()]
+
+    for a, b in zip(run(), run()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_bf16_autocast_update():
+    """bf16 autocast changes the update's arithmetic (so results differ from float32) but keeps float32
+    parameters and finite losses."""
+    def run(bf16):
+        model = rr.PPO(torch_env(), **small(bf16_update=bf16))
+        model.learn(256, progress_bar=False)
+        return model
+
+    fp32, bf16 = run(False), run(True)
+    assert not bf16._closed_form
+    assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
+    assert np.isfinite(bf16.metrics["losses/value_loss"])
+    assert bf16.history[0]["losses/value_loss"] != fp32.history[0]["losses/value_loss"]
+
+
+@pytest.mark.parametrize("kwargs, match", [({"normalize_obs": True}, "normalize_obs"),
+                                           ({"async_collect": True}, "async_collect"),
+                                           ({"cuda_graph": True}, "CUDA")])
+def test_device_path_rejects_unsupported_settings(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        rr.PPO(torch_env(), **small(**kwargs))
+
+
+def test_gpu_benchmark_exits_cleanly_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the benchmark would run for real")
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "no CUDA GPU" in out.stdout
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole_with_the_torch_env_backend():
+    model = rr.PPO(rr.make_vec("CartPole-v1", 8, seed=0, vectorization="torch"), seed=0, **PPO_CARTPOLE)
+    cb = EvalCallback(eval_freq=5_000, n_episodes=10, reward_threshold=400.0)
+    model.learn(100_000, callback=cb, progress_bar=False)
+    assert any(mean >= 400.0 for _, mean, _, _ in cb.history), cb.history

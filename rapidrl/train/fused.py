@@ -23,6 +23,8 @@ import numpy as np
 
 from rapidrl.envs import acrobot, cartpole, mountain_car, mountain_car_continuous, pendulum
 from rapidrl.envs.builtin import unpack
+from rapidrl.kernels import rng
+from rapidrl.kernels.cache import invalidate_stale_cache
 
 DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}
 CONTINUOUS_CODES = {"MountainCarContinuous-v0": 0, "Pendulum-v1": 1}
@@ -213,6 +215,11 @@ def _mlp_arrays(seq) -> tuple[tuple, tuple]:
 
     linears = [m for m in seq if isinstance(m, nn.Linear)]
     return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
+
+
+# The collectors inline the env kernels: recompile them whenever an env's source changes.
+invalidate_stale_cache(collect_discrete, [m.__file__ for m in (acrobot, cartpole, mountain_car, mountain_car_continuous,
+                                                               pendulum, rng)] + [unpack.py_func.__code__.co_filename])
 
 
 def fused_applies(env, policy, device) -> bool:

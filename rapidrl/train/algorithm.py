@@ -175,6 +175,7 @@ class Algorithm:
         self.metrics.update(rep)
         if self.dist is not None:
             self.dist.reduce_metrics(self.metrics)
+        self._check_finite()  # again: callbacks may have recorded metrics (evaluation, custom losses)
         self.history.append(dict(self.metrics))
         for logger in self.loggers:
             logger.log(self.metrics, self.num_timesteps)

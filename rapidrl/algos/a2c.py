@@ -72,6 +72,8 @@ class A2C(OnPolicyAlgorithm):
         if c.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm, foreach=True)
         self.optimizer.step()
+        if self.num_updates % c.log_every:
+            return  # scalars are read back only every log_every updates
         record = {f"losses/{k}": float(v) for k, v in stats.items()}
         record["losses/explained_variance"] = self._explained_variance()
         self.record(record)

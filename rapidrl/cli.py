@@ -67,6 +67,8 @@ def _set_layer(assignments: list[str]) -> dict:
 
 
 def cmd_train(args) -> int:
+    if args.distributed:
+        return _train_distributed(args)
     if args.resume:
         if args.algo or args.config or args.set:
             raise CLIError("--resume continues a run with its saved config.toml; do not pass ALGO ENV, --config "
@@ -84,6 +86,33 @@ def cmd_train(args) -> int:
     if args.detach or args.monitor:
         return _train_in_background(run_dir, show_monitor=args.monitor)
     return run_training(run_dir, progress=not args.headless)
+
+
+def _train_distributed(args) -> int:
+    """One learner per process under torchrun: every rank resolves the same config from the same arguments;
+    rank 0 alone creates the run directory, logs, checkpoints, saves and evaluates."""
+    if args.resume or args.detach or args.monitor:
+        raise CLIError("--distributed cannot be combined with --resume, --detach or --monitor")
+    if not args.run_dir:
+        raise CLIError("--distributed needs --run-dir DIR so that every rank agrees on the run directory")
+    layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
+    layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
+    config = resolve(layers)
+    try:
+        model = config.algo_class(config.run.env, config.algo_config, env_kwargs=config.env_kwargs, distributed=True)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise ConfigError(f"{config.run.algo} on {config.run.env}: {str(e).splitlines()[0]}") from None
+    main = model.dist.is_main
+    run_dir = Path(args.run_dir)
+    if main:
+        run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir)
+        config.write(run_dir / CONFIG_FILE)
+        print(f"run directory: {run_dir} ({model.dist.world_size} learners)")
+    model.dist.barrier()
+    try:
+        return run_training(run_dir, progress=main and not args.headless, prebuilt=(config, model), main=main)
+    finally:
+        model.dist.close()
 
 
 def _train_in_background(run_dir: Path, show_monitor: bool) -> int:
@@ -148,27 +177,36 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def run_training(run_dir: Path, progress: bool = True) -> int:
-    """Train the run in ``run_dir`` (fresh or from its latest checkpoint), evaluate, save, summarize."""
+def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool = True) -> int:
+    """Train the run in ``run_dir`` (fresh or from its latest checkpoint), evaluate, save, summarize.
+
+    prebuilt: (config, model) already built (distributed learners); main: False on ranks other than 0, which
+    train without logging, checkpointing, saving or evaluating.
+    """
     from rapidrl.monitor.publisher import MonitorPublisher
     from rapidrl.train.algorithm import NonFiniteError
     from rapidrl.train.checkpoint import Checkpointer
     from rapidrl.train.loggers import CSVLogger, TensorBoardLogger, TextLogger, WandbLogger
 
-    config = load_run_config(run_dir)
+    if prebuilt is None:
+        config = load_run_config(run_dir)
+        model, resumed = _build_model(config, run_dir)
+    else:
+        (config, model), resumed = prebuilt, False
     run = config.run
-    model, resumed = _build_model(config, run_dir)
     if resumed and model.num_timesteps >= run.timesteps:
         print(f"{run_dir} already trained {model.num_timesteps:,} of {run.timesteps:,} steps: nothing to do")
         return 0
     start_step = model.num_timesteps if resumed else None
-    publisher = MonitorPublisher(model, run_dir / MONITOR_FILE, run_name=run_dir.name, total_steps=run.timesteps)
-    loggers = [CSVLogger(run_dir / METRICS_CSV, resume_step=start_step),
-               TensorBoardLogger(run_dir, resume_step=start_step), publisher]
-    if run.wandb:
-        loggers.append(WandbLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
-    if not progress:
-        loggers.append(TextLogger(run.timesteps))
+    publisher, loggers = None, []
+    if main:
+        publisher = MonitorPublisher(model, run_dir / MONITOR_FILE, run_name=run_dir.name, total_steps=run.timesteps)
+        loggers = [CSVLogger(run_dir / METRICS_CSV, resume_step=start_step),
+                   TensorBoardLogger(run_dir, resume_step=start_step), publisher]
+        if run.wandb:
+            loggers.append(WandbLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
+        if not progress:
+            loggers.append(TextLogger(run.timesteps))
     model.loggers.extend(loggers)
     every = run.checkpoint_every or max(1, run.timesteps // 10)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, every=every, keep=run.checkpoint_keep)
@@ -176,7 +214,7 @@ def run_training(run_dir: Path, progress: bool = True) -> int:
     status, code = "finished", 0
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C
     try:
-        model.learn(run.timesteps, callback=checkpointer, progress_bar=progress, resume=resumed)
+        model.learn(run.timesteps, callback=checkpointer if main else None, progress_bar=progress, resume=resumed)
     except NonFiniteError as e:
         status, code = "failed", 1
         good = checkpointer.last_good
@@ -193,6 +231,8 @@ def run_training(run_dir: Path, progress: bool = True) -> int:
         for logger in loggers:
             if logger is not publisher:
                 logger.close()
+    if not main:
+        return code
     summary = {"status": status, "algo": run.algo, "env": run.env, "timesteps": model.num_timesteps,
                "total_timesteps": run.timesteps, "episodes": model.num_episodes, "wall_time_s": round(wall, 3),
                "sps": round((model.num_timesteps - (start_step or 0)) / max(wall, 1e-9), 1), "resumed": resumed,
@@ -361,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--monitor", action="store_true", help="train in a background process and watch it here")
     mode.add_argument("--detach", action="store_true", help="train in the background, logging to RUN_DIR/train.log")
     t.add_argument("--headless", action="store_true", help="no progress bar; a progress line every few seconds")
+    t.add_argument("--distributed", action="store_true",
+                   help="one learner per process under torchrun (needs --run-dir); rank 0 logs and saves")
     t.add_argument("--run-dir", metavar="DIR", help="use DIR as the run directory (default: a new one in --runs-root)")
     t.add_argument("--runs-root", default="runs", metavar="DIR", help="where new run directories go (default: runs)")
     t.set_defaults(func=cmd_train)

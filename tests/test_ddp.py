@@ -112,3 +112,18 @@ def test_single_rank_is_a_no_op():
     ctx.reduce_metrics(metrics)
     assert metrics == {"global_step": 7, "losses/x": 0.5}
     assert ctx.all_reduce_mean(3.0) == 3.0
+
+
+def test_cli_distributed_training_rank0_writes_the_run(tmp_path):
+    """`rapidrl train ... --distributed` under torchrun: one run directory, written by rank 0 only."""
+    run = tmp_path / "run"
+    out = run_reaped([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                      "-m", "rapidrl", "train", "ppo", "CartPole-v1", "--distributed", "--run-dir", str(run),
+                      "--timesteps", "2048", "--headless", "--eval-episodes", "2",
+                      "--set", "algo.num_envs=4", "--set", "algo.num_steps=64", "--set", "algo.minibatch_size=128"],
+                     timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("run directory:") == 1 and out.stdout.count("model saved to") == 1
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["timesteps"] == 2048
+    assert (run / "model.pt").is_file() and len(list((run / "checkpoints").glob("*.pt"))) >= 1

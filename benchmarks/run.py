@@ -33,6 +33,7 @@ SUITES = {
     "train": "benchmarks.bench_train",
     "llm": "benchmarks.bench_llm",
     "scale": "benchmarks.bench_scale",
+    "offpolicy": "benchmarks.bench_offpolicy",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, adam, polyak_update
+from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
 
@@ -99,6 +100,13 @@ class DQN(OffPolicyAlgorithm):
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0
+
+    def _make_buffer(self) -> ReplayBuffer:
+        c = self.config
+        if not c.prioritized:
+            return super()._make_buffer()
+        return PrioritizedReplayBuffer(c.buffer_size, self.observation_space.shape, alpha=c.per_alpha,
+                                       beta=c.per_beta, eps=c.per_eps, **self._buffer_kwargs())
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.buffers import ReplayBuffer
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, require
 
@@ -160,15 +160,15 @@ class OffPolicyAlgorithm(Algorithm):
         self._stat_count = 0
         self.num_gradient_steps = 0
 
-    def _make_buffer(self) -> ReplayBuffer:
+    def _buffer_kwargs(self) -> dict[str, Any]:
         c = self.config
+        return dict(obs_dtype=np.float32, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
+                    n_step=c.n_step, gamma=c.gamma, num_envs=c.num_envs, device=c.device)
+
+    def _make_buffer(self) -> ReplayBuffer:
         action_shape = () if self.discrete else self.action_space.shape
-        kwargs = dict(obs_dtype=np.float32, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
-                      n_step=c.n_step, gamma=c.gamma, num_envs=c.num_envs, device=c.device)
-        if getattr(c, "prioritized", False):
-            return PrioritizedReplayBuffer(c.buffer_size, self.observation_space.shape, action_shape,
-                                           alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps, **kwargs)
-        return ReplayBuffer(c.buffer_size, self.observation_space.shape, action_shape, **kwargs)
+        return ReplayBuffer(self.config.buffer_size, self.observation_space.shape, action_shape,
+                            **self._buffer_kwargs())
 
     # -- to be supplied by DQN/SAC/TD3 -----------------------------------------------------------
     def _build_networks(self) -> None:

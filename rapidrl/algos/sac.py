@@ -3,10 +3,15 @@
 Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the
 update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``).
 
-One update: critic step on r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s'); actor step
-on alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi(s); temperature step; Polyak target update. The actor is run
-once on [s; s'] (both halves use the same, not yet updated, actor), the critics once per step for all
-members (``CriticEnsemble``), the target update is one ``torch._foreach_lerp_``.
+One update is one backward pass and one Adam step for all of actor, critics and temperature, on the sum of
+- the critic loss towards r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s'),
+- the actor loss alpha log pi(a|s) - min_i Q_i(s, a), a ~ pi(s), through critics whose weights are held
+  constant (so it only moves the actor; it sees the critics of before this step's critic update),
+- the temperature loss,
+then a Polyak target update (one ``torch._foreach_lerp_``). The losses touch disjoint parameters, so the
+gradients equal those of three separate steps; one step instead of three is what makes the update cheap
+(it is overhead-bound at these sizes). The actor runs once on [s; s'], each critic call evaluates all
+members at once (``CriticEnsemble``).
 """
 
 from __future__ import annotations
@@ -83,13 +88,12 @@ class SAC(OffPolicyAlgorithm):
         self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
         self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate)
-        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
         self.tune_alpha = c.ent_coef == "auto"
         init = c.ent_coef_init if self.tune_alpha else float(c.ent_coef)
         # a fixed alpha = 0 is log_alpha = -inf (exp gives exactly 0)
         self.log_alpha = torch.log(torch.tensor([init], device=self.device)).requires_grad_(self.tune_alpha)
-        self.alpha_optimizer = adam([self.log_alpha], c.learning_rate) if self.tune_alpha else None
+        params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, c.learning_rate)
         self.target_entropy = float(-act_dim if c.target_entropy == "auto" else c.target_entropy)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
@@ -104,24 +108,18 @@ class SAC(OffPolicyAlgorithm):
             next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B]
             target = soft_target(batch.rewards, batch.discounts, next_q, log_prob[b:], alpha)
         q = self.critic(batch.obs, batch.actions)  # [n, B]
+        q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # [n, B], gradients reach the actor only
         loss_q = critic_loss(q, target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss_q.backward()
-        self.critic_optimizer.step()
-
-        q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor only
         loss_pi = actor_loss(q_pi, log_prob[:b], alpha)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        loss_pi.backward()
-        self.actor_optimizer.step()
-
+        loss = loss_q + loss_pi
         if self.tune_alpha:
             loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            loss_alpha.backward()
-            self.alpha_optimizer.step()
+            loss = loss + loss_alpha
         else:
             loss_alpha = torch.zeros((), device=self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
         polyak_update(self._target_params, self._critic_params, c.tau)
         return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
                             q.detach().mean(), -log_prob[:b].detach().mean()])
@@ -140,13 +138,9 @@ class SAC(OffPolicyAlgorithm):
 
     # -- persistence -----------------------------------------------------------------------------
     def _state(self) -> dict:
-        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                 "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                 "actor_optimizer": self.actor_optimizer.state_dict(),
-                 "critic_optimizer": self.critic_optimizer.state_dict()}
-        if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return state
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "optimizer": self.optimizer.state_dict()}
 
     def _load_state(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
@@ -154,7 +148,4 @@ class SAC(OffPolicyAlgorithm):
         self.critic_target.load_state_dict(state["critic_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.optimizer.load_state_dict(state["optimizer"])

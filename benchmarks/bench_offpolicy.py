@@ -1,0 +1,183 @@
+"""Off-policy benchmarks: SAC and DQN updates and end-to-end training against rlox and Stable-Baselines3.
+
+Cases (timed by the harness, interleaved): one gradient update of SAC (batch 256, 256x256 actor and twin
+critics) and of DQN (batch 64, 256x256), each library on its own filled replay buffer. The SAC floor is
+~4 ms per update on this machine (0.6 GFLOP at ~150 GFLOP/s, PERFORMANCE.md).
+
+Extras (one timed run per library, the libraries interleaved): SAC Pendulum-v1, 1 env, 5k steps, 1 update
+per step; DQN CartPole-v1, 50k steps, the rl-zoo hyperparameters. Every library gets the same
+hyperparameters; each trained policy is evaluated on 10 Gymnasium episodes with its own ``predict``.
+
+    python -m benchmarks.bench_offpolicy [--quick] [--against rlox,sb3]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from benchmarks.harness import Case, Context
+
+REPEATS = {"quick": 5, "full": 20}
+SAC_FLOOR_MS = 4.0
+
+SAC_HP = dict(learning_rate=1e-3, batch_size=256, buffer_size=100_000, learning_starts=100, gamma=0.99, tau=0.005)
+DQN_HP = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1_000, gamma=0.99,
+              target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+              exploration_final_eps=0.04)
+
+
+# -- the three libraries, same hyperparameters ----------------------------------------------------------
+def rapidrl_sac(seed: int = 0, **over):
+    from rapidrl.algos.sac import SAC
+
+    return SAC("Pendulum-v1", seed=seed, hidden=(256, 256), **{**SAC_HP, **over})
+
+
+def sb3_sac(seed: int = 0, **over):
+    from stable_baselines3 import SAC
+
+    hp = {**SAC_HP, **over}
+    return SAC("MlpPolicy", "Pendulum-v1", seed=seed, device="cpu", policy_kwargs=dict(net_arch=[256, 256]),
+               **{k: hp[k] for k in ("learning_rate", "batch_size", "buffer_size", "learning_starts", "gamma", "tau")})
+
+
+def rlox_sac(seed: int = 0, **over):
+    from rlox.algorithms.sac import SAC
+
+    hp = {**SAC_HP, **over}
+    return SAC("Pendulum-v1", seed=seed, hidden=256,
+               **{k: hp[k] for k in ("learning_rate", "batch_size", "buffer_size", "learning_starts", "gamma", "tau")})
+
+
+def rapidrl_dqn(seed: int = 0, **over):
+    from rapidrl.algos.dqn import DQN
+
+    return DQN("CartPole-v1", seed=seed, hidden=(256, 256), **{**DQN_HP, **over})
+
+
+def sb3_dqn(seed: int = 0, **over):
+    from stable_baselines3 import DQN
+
+    return DQN("MlpPolicy", "CartPole-v1", seed=seed, device="cpu", policy_kwargs=dict(net_arch=[256, 256]),
+               **{**DQN_HP, **over})
+
+
+def rlox_dqn(seed: int = 0, **over):
+    from rlox.algorithms.dqn import DQN
+
+    hp = {**DQN_HP, **over}
+    hp["target_update_freq"] = hp.pop("target_update_interval")
+    return DQN("CartPole-v1", seed=seed, hidden=256, **hp)
+
+
+def train(lib: str, model, steps: int) -> None:
+    if lib == "rapidrl":
+        model.learn(steps, progress_bar=False)
+    elif lib == "sb3":
+        model.learn(steps)
+    else:
+        model.train(steps)
+
+
+def gym_eval(lib: str, model, env_id: str, episodes: int = 10, seed: int = 1_000) -> float:
+    """Mean return of ``episodes`` Gymnasium episodes with the library's own deterministic ``predict``."""
+    env = gym.make(env_id)
+    returns = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        done, total = False, 0.0
+        while not done:
+            if lib == "sb3":
+                action = model.predict(obs, deterministic=True)[0]
+            else:
+                action = model.predict(obs, deterministic=True)
+            obs, r, term, trunc, _ = env.step(action)
+            total += float(r)
+            done = term or trunc
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+BUILDERS = {"sac": {"rapidrl": rapidrl_sac, "sb3": sb3_sac, "rlox": rlox_sac},
+            "dqn": {"rapidrl": rapidrl_dqn, "sb3": sb3_dqn, "rlox": rlox_dqn}}
+
+
+def _libs(ctx: Context) -> list[str]:
+    return ["rapidrl"] + [p for p in ("rlox", "sb3") if ctx.peer(p) is not None]
+
+
+# -- update cases ---------------------------------------------------------------------------------------
+def _update_fn(lib: str, algo: str) -> Callable[[], None]:
+    """A filled model and a zero-argument call doing one gradient update."""
+    fill = 1_000
+    if algo == "sac":
+        model = BUILDERS[algo][lib](learning_starts=fill)
+    else:
+        model = BUILDERS[algo][lib](learning_starts=fill, train_freq=1, gradient_steps=1)
+    train(lib, model, fill)  # random actions only: fills the buffer
+    if lib == "rapidrl":
+        return model._train_step
+    if lib == "sb3":
+        batch = model.batch_size
+        return lambda: model.train(gradient_steps=1, batch_size=batch)
+    return (lambda: model._update(fill)) if algo == "sac" else (lambda: model._update(fill, 10 * fill))
+
+
+def cases(ctx: Context) -> Iterator[Case]:
+    torch.set_num_threads(1)
+    for algo, label in (("sac", "sac/update/b256-256x256x2"), ("dqn", "dqn/update/b64-256x256")):
+        contenders = {lib: _update_fn(lib, algo) for lib in _libs(ctx)}
+        yield Case(label, contenders, params={"algo": algo}, items_per_call=1, item_unit="updates")
+
+
+# -- end-to-end runs ------------------------------------------------------------------------------------
+def extras(ctx: Context) -> tuple[str, list[dict]]:
+    """End-to-end training: SPS and evaluation return per library, interleaved (rapidrl first)."""
+    torch.set_num_threads(1)
+    runs = [("sac", "Pendulum-v1", 1_000 if ctx.quick else 5_000),
+            ("dqn", "CartPole-v1", 10_000 if ctx.quick else 50_000)]
+    rows = []
+    for algo, env_id, steps in runs:
+        sps = {}
+        for lib in _libs(ctx):
+            model = BUILDERS[algo][lib]()
+            t0 = time.perf_counter()
+            train(lib, model, steps)
+            wall = time.perf_counter() - t0
+            sps[lib] = steps / wall
+            rows.append({"run": f"{algo} {env_id} {steps} steps", "library": lib, "wall_s": round(wall, 1),
+                         "SPS": round(sps[lib], 1), "eval_return": round(gym_eval(lib, model, env_id), 1),
+                         "rapidrl_speedup": round(sps["rapidrl"] / sps[lib], 2)})
+    model = rapidrl_sac(learning_starts=1_000)
+    train("rapidrl", model, 1_000)
+    timings = []
+    for _ in range(5 if ctx.quick else 20):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            model._train_step()
+        timings.append((time.perf_counter() - t0) / 10 * 1e3)
+    update_ms = float(np.median(timings))
+    rows.append({"run": "sac update, batch 256, 256x256", "library": "rapidrl", "wall_s": None,
+                 "SPS": None, "eval_return": None,
+                 "rapidrl_speedup": f"{update_ms:.2f} ms/update = {update_ms / SAC_FLOOR_MS:.1f}x the 4 ms floor"})
+    return "End-to-end off-policy training (one run each, same hyperparameters)", rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.bench_offpolicy [options]`` = ``python -m benchmarks.run offpolicy [options]``."""
+    from benchmarks.run import SUITES
+    from benchmarks.run import main as run_main
+
+    SUITES.setdefault("offpolicy", __name__)
+    return run_main(["offpolicy", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Networks of the off-policy algorithms: Q networks (optionally dueling), the batched critic ensemble,
+the squashed Gaussian actor (SAC) and the deterministic actor (TD3).
+
+``CriticEnsemble`` holds n critics as stacked weights ``[n, in, out]`` and evaluates all of them with one
+``torch.baddbmm`` per layer: two 256x256 critics cost three matmul calls instead of six, forward and
+backward, and its parameters are three weight and three bias tensors whatever n is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rapidrl.nn.policies import LOG_2PI, mlp, orthogonal_init
+
+
+class QNetwork(nn.Module):
+    """Q values of every discrete action: obs [B, O] -> [B, A].
+
+    dueling: Q(s, a) = V(s) + A(s, a) - mean_a A(s, a) with separate value and advantage heads on a
+    shared trunk (Wang et al. 2016); else one MLP.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, dueling: bool = False):
+        super().__init__()
+        self.dueling = dueling
+        if dueling:
+            self.trunk = mlp(obs_dim, hidden[:-1], None, "relu")
+            width = hidden[-2] if len(hidden) > 1 else obs_dim
+            self.value = mlp(width, hidden[-1:], 1, "relu")
+            self.advantage = mlp(width, hidden[-1:], num_actions, "relu")
+        else:
+            self.net = mlp(obs_dim, hidden, num_actions, "relu")
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if not self.dueling:
+            return self.net(obs)
+        h = self.trunk(obs)  # [B, H]
+        adv = self.advantage(h)  # [B, A]
+        return self.value(h) + adv - adv.mean(-1, keepdim=True)
+
+
+class CriticEnsemble(nn.Module):
+    """n independent MLP critics Q_i(s, a) evaluated together: (obs [B, O], actions [B, A]) -> [n, B].
+
+    Layer l has ``weights[l]`` [n, in, out] and ``biases[l]`` [n, 1, out]; member i equals the MLP whose
+    ``nn.Linear`` layers have ``weight = weights[l][i].T`` and ``bias = biases[l][i, 0]``, ReLU between
+    layers. Each member is initialised like ``rapidrl.nn.mlp`` (orthogonal, gain sqrt 2, output gain 1).
+    """
+
+    def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: Sequence[int]):
+        super().__init__()
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        self.n = n
+        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for layer, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            gain = 1.0 if layer == len(sizes) - 2 else math.sqrt(2.0)
+            w = torch.stack([nn.init.orthogonal_(torch.empty(d_out, d_in), gain).T for _ in range(n)])
+            self.weights.append(nn.Parameter(w))
+            self.biases.append(nn.Parameter(torch.zeros(n, 1, d_out)))
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, members: int | None = None,
+                detach_params: bool = False) -> torch.Tensor:
+        """Q values [k, B] of the first ``members`` critics (default all n).
+
+        detach_params: treat the weights as constants, so a backward pass computes gradients for the inputs
+        (an actor loss) without the weight gradients it would otherwise accumulate.
+        """
+        k = self.n if members is None else members
+        x = torch.cat([obs, actions], -1)  # [B, O + A]
+        h = x.unsqueeze(0).expand(k, *x.shape)  # [k, B, O + A], no copy
+        last = len(self.weights) - 1
+        for layer, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if detach_params:
+                w, b = w.detach(), b.detach()
+            h = torch.baddbmm(b[:k], h, w[:k])  # [k, B, out]
+            if layer < last:
+                h = torch.relu(h)
+        return h.squeeze(-1)  # [k, B]
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC policy: a = low + (tanh(u) + 1) (high - low) / 2, u ~ N(mu(s), sigma(s)^2).
+
+    ``forward(obs) -> (actions [B, A] in the env's bounds, log_probs [B])``: reparameterised samples (or
+    the mean action when deterministic) and the log-density of the env action, with the change of variables
+    log pi(a) = log N(u) - sum_j log(scale_j (1 - tanh(u_j)^2)), written stably as
+    log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)). log sigma is squashed into [log_std_min, log_std_max].
+    """
+
+    def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int],
+                 log_std_min: float = -5.0, log_std_max: float = 2.0):
+        super().__init__()
+        act_dim = int(low.shape[0])
+        self.trunk = mlp(obs_dim, hidden, None, "relu")
+        self.head = orthogonal_init(nn.Linear(hidden[-1], 2 * act_dim), 0.01)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.register_buffer("scale", (high - low).float() / 2)
+        self.register_buffer("center", (high + low).float() / 2)
+
+    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.head(self.trunk(obs)).chunk(2, -1)  # [B, A] each
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1.0)
+        noise = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
+        u = mean + noise * log_std.exp()
+        log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)  # [B]
+        log_prob = log_prob - (torch.log(self.scale) + 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+                               ).sum(-1)
+        return self.center + self.scale * torch.tanh(u), log_prob
+
+
+class DeterministicActor(nn.Module):
+    """TD3 policy: obs [B, O] -> actions [B, A] = center + scale * tanh(MLP(obs))."""
+
+    def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int]):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, int(low.shape[0]), "relu", out_gain=0.01)
+        self.register_buffer("scale", (high - low).float() / 2)
+        self.register_buffer("center", (high + low).float() / 2)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.center + self.scale * torch.tanh(self.net(obs))

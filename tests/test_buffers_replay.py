@@ -373,3 +373,61 @@ def test_as_torch_on_another_device_copies_into_device_tensors():
     assert all(x.device.type == "meta" for x in t)
     assert t.obs.shape == (2, 3) and t.indices.dtype == torch.int64 and t.terminated.dtype == torch.bool
     assert isinstance(rb.sample(2).obs, np.ndarray)
+
+
+def _same_state(a: ReplayBuffer, b: ReplayBuffer):
+    assert (len(a), a.pos) == (len(b), b.pos)
+    for x, y in zip(a.arrays().values(), b.arrays().values()):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("obs_shape", [(3,), (2, 3, 2)])
+def test_fast_add_equals_checked_add_with_wrap_and_any_input_form(obs_shape):
+    """``add``'s compiled fast path (exact dtypes, C-contiguous) and the checked path store the same rows;
+    inputs the fast path declines (casts, uint8 flags, strided views, action rows) still go through."""
+    D = int(np.prod(obs_shape))
+    fast = ReplayBuffer(10, obs_shape, (2,), action_dtype=np.int64, seed=0)
+    checked = ReplayBuffer(10, obs_shape, (2,), action_dtype=np.int64, seed=0)
+    rng = np.random.default_rng(0)
+    for k in range(9):
+        n = 1 + k % 4
+        obs = rng.standard_normal((n, *obs_shape)).astype(np.float32)
+        args = [obs, rng.integers(0, 9, (n, 2)), rng.standard_normal(n).astype(np.float32), obs + 1,
+                rng.random(n) < 0.5, rng.random(n) < 0.5]
+        if k == 3:
+            args[2] = args[2].astype(np.float64)  # same_kind cast
+        if k == 4:
+            args[4] = args[4].view(np.uint8)
+        if k == 5:
+            big = rng.standard_normal((n, 2 * D)).astype(np.float32)
+            args[0] = big[:, ::2].reshape(n, *obs_shape) if len(obs_shape) == 1 else args[0][:, ::-1]
+        fast.add(*args)
+        checked._add_checked(*args)
+        _same_state(fast, checked)
+    for x, y in zip(fast.sample(6), checked.sample(6)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_fast_add_declines_while_the_lock_is_held_and_for_large_batches():
+    rb = ReplayBuffer(10, (3,), (), action_dtype=np.int64, seed=0)
+    args = _transition(1, 3)
+    with rb._lock:  # a section that touches storage: the fast core must not write
+        assert replay_mod._add_fast_core(rb._table_addr, *args) == -1
+        assert (len(rb), rb.pos) == (0, 0)
+    assert replay_mod._add_fast_core(rb._table_addr, *args) == 0
+    assert (len(rb), rb.pos) == (3, 3)
+    n = replay_mod._FAST_MAX_BYTES // 8  # rows of >= 8 bytes: too large for the GIL-holding fast core
+    big = ReplayBuffer(n, (3,), (), action_dtype=np.int64, seed=0)
+    obs = np.ones((n, 3), np.float32)
+    bargs = (obs, np.arange(n), np.ones(n, np.float32), obs, np.zeros(n, bool), np.zeros(n, bool))
+    assert replay_mod._add_fast_core(big._table_addr, *bargs) == -1
+    big.add(*bargs)
+    assert len(big) == n and big.arrays()["actions"][-1] == n - 1
+
+
+def test_n_step_add_rows_are_checked_on_the_fast_path():
+    rb = ReplayBuffer(12, (3,), (), action_dtype=np.int64, n_step=2, num_envs=3)
+    rb.add(*_transition(0, 3))
+    with pytest.raises(ValueError, match="num_envs=3"):
+        rb.add(*_transition(1, 2))
+    assert (len(rb), rb.pos) == (3, 3)

@@ -344,3 +344,17 @@ def test_import_compiles_nothing():
             "assert not builtin.unpack.signatures\n"
             "rapidrl.make_vec\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_shared_kernels_reject_actions_of_the_other_kind():
+    """The per-env wrappers share one compiled loop per actions type; a wrong-kind array steps nothing."""
+    cart = BuiltinVecEnv("CartPole-v1", 3, seed=0)
+    cart.reset()
+    before = cart.get_state()
+    assert cart.spec_builtin.step_packed(cart._arena, np.zeros((3, 1), dtype=np.float32)) == -2
+    np.testing.assert_array_equal(cart.get_state(), before)
+    pend = BuiltinVecEnv("Pendulum-v1", 3, seed=0)
+    pend.reset()
+    before = pend.get_state()
+    assert pend.spec_builtin.step_packed(pend._arena, np.zeros(3, dtype=np.int64)) == -2
+    np.testing.assert_array_equal(pend.get_state(), before)

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import torch
 
-from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, _weighted_gather_core
+from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, _weighted_gather_table_core
 from rapidrl.kernels import SumMinTree
 from rapidrl.kernels.validation import check_array, check_int, check_scalar
 
@@ -69,6 +69,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._new_idx = np.empty(0, dtype=np.int64)
         self._new_q = np.empty(0, dtype=np.float64)
         self._on_write = self._set_new_priorities
+        self._set_fast_add(False)  # new rows' priorities are set under the lock: every add is checked
 
     @property
     def beta(self) -> float:
@@ -97,13 +98,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._tree.set(self._new_idx, self._new_q)
         self._q[self._new_idx] = self._new_q
 
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self._add_checked(obs, actions, rewards, next_obs, terminated, truncated)  # the fast path is off
+
+    add.__doc__ = ReplayBuffer.add.__doc__
+
     def _sample_locked(self, out: ReplayBatch, flat: tuple, u: np.ndarray) -> None:
-        self._check_can_sample(u.shape[0])
+        size = self._check_can_sample(u.shape[0])
         self._rng.random(out=u)
         _stratify(u)
         self._tree.sample_into(u, out.indices)
-        _weighted_gather_core(self._q, self._tree.min(), self.beta, out.weights, self._size, out.indices,
-                              *self._flat_store, *flat, *self._stream_args())
+        _weighted_gather_table_core(self._q, self._tree.min(), self.beta, out.weights, size, out.indices,
+                                    self._table_addr, *flat, *self._stream_args(size))
         self._samples += 1
 
     def update_priorities(self, indices, priorities) -> None:

@@ -23,11 +23,14 @@ its own true final ``next_obs``) and at the write head (the newest stored step).
 is ``rewards + discounts * V(next_obs)`` for any ``n_step`` (``discounts = gamma * (1 - terminated)``
 for ``n_step = 1``). This equals ``rapidrl.kernels.n_step_returns`` on the same data.
 
-Thread safety. One lock guards the storage and the bookkeeping: ``add`` holds it while it writes rows
-and moves the head, ``sample``/``sample_into`` while they draw indices and gather. A collector thread
-may therefore ``add`` while a learner thread samples, and every sampled transition comes from a single
-``add``. The compiled cores release the GIL. The arrays a ``sample`` returns are *reused*: the next
-``sample`` with the same batch size overwrites them (use ``sample_into`` for caller-owned storage).
+Thread safety. One lock guards the storage and the bookkeeping: ``sample``/``sample_into`` hold it
+while they draw indices and gather, a checked ``add`` while it writes rows and moves the head. The fast
+``add`` (inputs already in the storage dtypes, C-contiguous, under 64 KiB) is one compiled call that
+holds the GIL and writes only while nobody holds the lock (else ``add`` takes the locked path). A
+collector thread may therefore ``add`` while a learner thread samples, and every sampled transition
+comes from a single ``add``. The other compiled cores release the GIL. The arrays a ``sample``
+returns are *reused*: the next ``sample`` with the same batch size overwrites them (use ``sample_into``
+for caller-owned storage).
 """
 
 from __future__ import annotations
@@ -42,7 +45,11 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba.core import cgutils, types
 from numba.core.errors import TypingError
+from numba.extending import intrinsic, overload
+from numba.np import numpy_support
 
 from rapidrl.kernels.validation import check_array, check_int, check_scalar
 
@@ -75,6 +82,136 @@ class ReplayBatch(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------------ cores
+
+# The fast add. A Numba call costs about one unboxing per array argument, and releasing and retaking the
+# GIL costs more than copying a few rows, so ``add`` passes the address of the buffer's int64 table
+# (head, size, capacity, and per field: storage address, row bytes, dtype number, row shape) and the six
+# input arrays to ``_add_fast_core``, which checks them, copies bytes and moves the head while holding
+# the GIL. Every other section that touches storage holds ``_Guard`` (the lock + the table's busy flag);
+# the fast core then declines (returns -1) and ``add`` takes the checked, locked path.
+_T_POS, _T_SIZE, _T_CAP, _T_ROWS, _T_BUSY, _T_MAXBYTES, _T_ALLBYTES = range(7)
+_T_ADDR, _T_ROWBYTES, _T_DTYPE, _T_SHAPE = 8, 14, 20, 26  # 6 words each; _T_SHAPE: 9 per field
+_T_MAXDIM = 8  # row dims a table holds (more: no fast path)
+_T_LEN = _T_SHAPE + 6 * (1 + _T_MAXDIM)
+_FAST_MAX_BYTES = 1 << 16  # larger adds take the locked path, which releases the GIL while it copies
+
+
+@intrinsic
+def _address(typingctx, addr):
+    """An int64 address as a void pointer (compiled code only)."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+
+    return types.voidptr(types.int64), codegen
+
+
+@intrinsic
+def _memmove(typingctx, dst, src, nbytes):
+    """Copy nbytes from address src to address dst (int64 addresses, overlap allowed; compiled code only)."""
+    def codegen(context, builder, signature, args):
+        i8p = ir.IntType(8).as_pointer()
+        cgutils.raw_memmove(builder, builder.inttoptr(args[0], i8p), builder.inttoptr(args[1], i8p), args[2], 1)
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64, types.int64), codegen
+
+
+def _dtype_num(x):
+    """The canonical NumPy dtype number of array x's dtype (compiled: a constant)."""
+    return _canonical_num(x.dtype)
+
+
+@overload(_dtype_num, inline="always")
+def _dtype_num_overload(x):
+    if not isinstance(x, types.Array):
+        return None  # a typing error: the caller takes the checked path
+    num = numpy_support.as_dtype(x.dtype).num
+    return lambda x: num
+
+
+def _c_data(x):
+    """The data address of a C-contiguous array, 0 for any other layout (compiled code only)."""
+
+
+@overload(_c_data, inline="always")
+def _c_data_overload(x):
+    if not isinstance(x, types.Array):
+        return None
+    if x.layout == "C":
+        return lambda x: np.int64(x.ctypes.data)
+    return lambda x: np.int64(0)
+
+
+def _canonical_num(dt: np.dtype) -> int:
+    """dtype number as compiled code sees it (int64 is one type, 'l' or 'q'); -1 if Numba has none."""
+    try:
+        return numpy_support.as_dtype(numpy_support.from_dtype(dt)).num
+    except (NotImplementedError, KeyError):
+        return -1
+
+
+@numba.njit(cache=True, inline="always")
+def _fast_mismatch(tab, k, x, n):
+    """True unless x is a C-contiguous [n, *row shape of field k] array of field k's dtype."""
+    s = _T_SHAPE + (1 + _T_MAXDIM) * k
+    if _dtype_num(x) != tab[_T_DTYPE + k] or x.ndim - 1 != tab[s] or x.shape[0] != n:
+        return True
+    for d in range(1, x.ndim):
+        if x.shape[d] != tab[s + d]:
+            return True
+    return _c_data(x) == 0
+
+
+@numba.njit(cache=True, inline="always")
+def _fast_put(tab, k, x, pos, n, C):
+    """Copy the n rows of x to field k's rows pos, pos + 1, ... (wrapping at C)."""
+    R = tab[_T_ROWBYTES + k]
+    dst = tab[_T_ADDR + k]
+    src = _c_data(x)
+    first = min(n, C - pos)
+    _memmove(dst + pos * R, src, first * R)
+    if first < n:
+        _memmove(dst, src + first * R, (n - first) * R)
+
+
+@numba.njit(cache=True)  # holds the GIL: atomic with respect to every other Python thread
+def _add_fast_core(table_addr, obs, act, rew, nobs, term, trunc):
+    """``add`` for inputs stored as they are (see the table above): 0 when written, else nonzero and
+    nothing written (-1 busy or too large, 1-8 as ``_write_core``'s codes, also for dtype/layout)."""
+    tab = numba.carray(_address(table_addr), _T_LEN, np.int64)
+    if tab[_T_BUSY]:
+        return -1
+    n = obs.shape[0]
+    if _fast_mismatch(tab, 0, obs, n):
+        return 1
+    if _fast_mismatch(tab, 1, act, n):
+        return 2
+    if _fast_mismatch(tab, 2, rew, n):
+        return 3
+    if _fast_mismatch(tab, 3, nobs, n):
+        return 4
+    if _fast_mismatch(tab, 4, term, n):
+        return 5
+    if _fast_mismatch(tab, 5, trunc, n):
+        return 6
+    pos, size, C, rows = tab[_T_POS], tab[_T_SIZE], tab[_T_CAP], tab[_T_ROWS]
+    if n == 0 or n > C:
+        return 7
+    if rows > 0 and n != rows:
+        return 8
+    if n * tab[_T_ALLBYTES] > tab[_T_MAXBYTES]:
+        return -1
+    _fast_put(tab, 0, obs, pos, n, C)
+    _fast_put(tab, 1, act, pos, n, C)
+    _fast_put(tab, 2, rew, pos, n, C)
+    _fast_put(tab, 3, nobs, pos, n, C)
+    _fast_put(tab, 4, term, pos, n, C)
+    _fast_put(tab, 5, trunc, pos, n, C)
+    pos += n
+    tab[_T_POS] = pos - C if pos >= C else pos
+    tab[_T_SIZE] = min(size + n, C)
+    return 0
+
 
 
 @numba.njit(cache=True, nogil=True)
@@ -200,6 +337,41 @@ def _weighted_gather_core(q, q_min, beta, w_o, size, idx, obs_s, act_s, rew_s, n
                  nobs_o, term_o, trunc_o, disc_o, n_step, gamma, num_envs, oldest_slot)
 
 
+@numba.njit(cache=True, inline="always")
+def _table_store(table_addr, obs_o, act_o, rew_o, nobs_o, term_o, trunc_o):
+    """The storage row views [capacity, D] / [capacity] from the table, typed like the outputs (which have
+    the storage dtypes and row sizes)."""
+    tab = numba.carray(_address(table_addr), _T_LEN, np.int64)
+    C = tab[_T_CAP]
+    return (numba.carray(_address(tab[_T_ADDR]), (C, obs_o.shape[1]), obs_o.dtype),
+            numba.carray(_address(tab[_T_ADDR + 1]), (C, act_o.shape[1]), act_o.dtype),
+            numba.carray(_address(tab[_T_ADDR + 2]), C, rew_o.dtype),
+            numba.carray(_address(tab[_T_ADDR + 3]), (C, nobs_o.shape[1]), nobs_o.dtype),
+            numba.carray(_address(tab[_T_ADDR + 4]), C, term_o.dtype),
+            numba.carray(_address(tab[_T_ADDR + 5]), C, trunc_o.dtype))
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_table_core(table_addr, u, size, idx, obs_o, act_o, rew_o, nobs_o, term_o, trunc_o, disc_o, n_step,
+                       gamma, num_envs, oldest_slot):
+    """``_gather_core`` drawing idx from u, with the storage read through the table (one argument instead
+    of six arrays: each array argument costs an unboxing)."""
+    obs_s, act_s, rew_s, nobs_s, term_s, trunc_s = _table_store(table_addr, obs_o, act_o, rew_o, nobs_o, term_o,
+                                                                trunc_o)
+    _gather_core(u, True, size, idx, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s, obs_o, act_o, rew_o, nobs_o,
+                 term_o, trunc_o, disc_o, n_step, gamma, num_envs, oldest_slot)
+
+
+@numba.njit(cache=True, nogil=True)
+def _weighted_gather_table_core(q, q_min, beta, w_o, size, idx, table_addr, obs_o, act_o, rew_o, nobs_o, term_o,
+                                trunc_o, disc_o, n_step, gamma, num_envs, oldest_slot):
+    """``_weighted_gather_core`` with the storage read through the table (see ``_gather_table_core``)."""
+    obs_s, act_s, rew_s, nobs_s, term_s, trunc_s = _table_store(table_addr, obs_o, act_o, rew_o, nobs_o, term_o,
+                                                                trunc_o)
+    _weighted_gather_core(q, q_min, beta, w_o, size, idx, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s, obs_o, act_o,
+                          rew_o, nobs_o, term_o, trunc_o, disc_o, n_step, gamma, num_envs, oldest_slot)
+
+
 # ------------------------------------------------------------------------------------------ helpers
 
 
@@ -252,6 +424,26 @@ def _shape(name: str, shape) -> tuple[int, ...]:
     if any(s <= 0 for s in out):
         raise ValueError(f"{name} must have positive sizes, got {out}")
     return out
+
+
+class _Guard:
+    """The buffer's lock: ``with guard:`` holds the threading lock and sets the table's busy flag, so that
+    ``_add_fast_core`` (which holds the GIL) never runs inside a section that touches storage."""
+
+    __slots__ = ("lock", "table")
+
+    def __init__(self, table: np.ndarray):
+        self.lock = threading.Lock()
+        self.table = table
+
+    def __enter__(self):
+        self.lock.acquire()
+        self.table[_T_BUSY] = 1
+        return self
+
+    def __exit__(self, *exc):
+        self.table[_T_BUSY] = 0
+        self.lock.release()
 
 
 class _hybridmethod:
@@ -312,9 +504,9 @@ class ReplayBuffer:
         self.pin_memory = bool(pin_memory)
         self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
-        self._pos = 0
-        self._size = 0
+        self._table = np.zeros(_T_LEN, dtype=np.int64)  # see _add_fast_core; holds the head and size
+        self._table_addr = self._table.ctypes.data
+        self._lock = _Guard(self._table)
         # The per-env stream only matters for n-step look-ahead.
         self._stream_envs = self.num_envs if self.n_step > 1 else 1
         self._rows_per_add = self.num_envs if self.n_step > 1 else 0
@@ -323,6 +515,7 @@ class ReplayBuffer:
         self._image_obs = len(self.obs_shape) > 1
         self._on_write = None  # called under the lock as f(first_row, n) after each add (see subclasses)
         self._allocate()
+        self._set_fast_add(True)
 
     # -- storage -----------------------------------------------------------------------------------
     def _field_specs(self) -> list[tuple[str, tuple, np.dtype]]:
@@ -348,10 +541,43 @@ class ReplayBuffer:
         self._flat_store = (obs.reshape(C, -1), act.reshape(C, -1), rew, nobs.reshape(C, -1), term, trunc)
         self._flat_obs_store = (obs.reshape(C, -1), act, rew, nobs.reshape(C, -1), term, trunc)
 
+    def _set_fast_add(self, enabled: bool) -> None:
+        """Describe the storage in the table for ``_add_fast_core`` (disabled: every add is checked)."""
+        t = self._table
+        t[_T_CAP], t[_T_ROWS] = self.capacity, self._rows_per_add
+        ok = enabled
+        for k, arr in enumerate(self._store):
+            shape = arr.shape[1:]
+            num = _canonical_num(arr.dtype)
+            ok = ok and num >= 0 and len(shape) <= _T_MAXDIM and arr.flags.c_contiguous
+            t[_T_ADDR + k], t[_T_ROWBYTES + k], t[_T_DTYPE + k] = arr.ctypes.data, arr[:1].nbytes, num
+            s = _T_SHAPE + (1 + _T_MAXDIM) * k
+            t[s] = len(shape)
+            t[s + 1:s + 1 + min(len(shape), _T_MAXDIM)] = shape[:_T_MAXDIM]
+        t[_T_ALLBYTES] = sum(int(x) for x in t[_T_ROWBYTES:_T_ROWBYTES + 6])
+        t[_T_MAXBYTES] = _FAST_MAX_BYTES if ok else -1
+
+    # head and size live in the table (the fast add moves them)
+    @property
+    def _pos(self) -> int:
+        return int(self._table[_T_POS])
+
+    @_pos.setter
+    def _pos(self, value: int) -> None:
+        self._table[_T_POS] = value
+
+    @property
+    def _size(self) -> int:
+        return int(self._table[_T_SIZE])
+
+    @_size.setter
+    def _size(self, value: int) -> None:
+        self._table[_T_SIZE] = value
+
 
     # -- public state ------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._size
+        return int(self._table[_T_SIZE])
 
     @property
     def pos(self) -> int:
@@ -377,6 +603,15 @@ class ReplayBuffer:
         raises before anything is written.
         """
         try:
+            code = _add_fast_core(self._table_addr, obs, actions, rewards, next_obs, terminated, truncated)
+        except Exception:  # types the fast core cannot take (lists, tensors, 0-d arrays...): checked below
+            code = -1
+        if code:
+            self._add_checked(obs, actions, rewards, next_obs, terminated, truncated)
+
+    def _add_checked(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        """``add`` with the checks in Python, any dtype NumPy casts same_kind and any layout."""
+        try:
             fast = (obs.dtype, actions.dtype, rewards.dtype, next_obs.dtype, terminated.dtype,
                     truncated.dtype) == self._dtypes
         except AttributeError:
@@ -398,12 +633,12 @@ class ReplayBuffer:
             if code:
                 self._raise_add(obs, actions, rewards, next_obs, terminated, truncated)
             n = obs.shape[0]
+            pos = self._pos
             if self._on_write is not None:
-                self._on_write(self._pos, n)
-            pos = self._pos + n
+                self._on_write(pos, n)
+            pos += n
             self._pos = pos - self.capacity if pos >= self.capacity else pos
-            if self._size < self.capacity:
-                self._size = min(self._size + n, self.capacity)
+            self._size = min(self._size + n, self.capacity)
 
     def _check_dtypes(self, args: tuple) -> tuple:
         out = []
@@ -444,8 +679,14 @@ class ReplayBuffer:
         slot = self._slot(batch_size)
         if slot.event is not None:  # the previous asynchronous copy must finish reading the host arrays
             slot.event.synchronize()
-        with self._lock:
+        lock = self._lock.lock  # ``with self._lock``, inlined on this hot path
+        lock.acquire()
+        self._table[_T_BUSY] = 1
+        try:
             self._sample_locked(slot.arrays, slot.flat, slot.u)
+        finally:
+            self._table[_T_BUSY] = 0
+            lock.release()
         if not as_torch:
             return slot.arrays
         if self.device.type != "cpu":
@@ -478,25 +719,27 @@ class ReplayBuffer:
             slot = self._slots[batch_size] = _BatchSlot(self, batch_size)
         return slot
 
-    def _check_can_sample(self, batch_size: int) -> None:
-        if self._size == 0:
+    def _check_can_sample(self, batch_size: int) -> int:
+        """The number of stored rows, checked to allow a batch of ``batch_size``."""
+        size = int(self._table[_T_SIZE])
+        if size == 0:
             raise ValueError("cannot sample from an empty buffer")
-        if batch_size > self._size:
-            raise ValueError(f"batch_size={batch_size} is larger than the {self._size} stored transitions")
+        if batch_size > size:
+            raise ValueError(f"batch_size={batch_size} is larger than the {size} stored transitions")
+        return size
 
     def _sample_locked(self, out: ReplayBatch, flat: tuple, u: np.ndarray) -> None:
         """Draw and gather under the lock (uniform)."""
-        self._check_can_sample(u.shape[0])
+        size = self._check_can_sample(u.shape[0])
         self._rng.random(out=u)
-        self._gather(u, True, out.indices, flat)
+        _gather_table_core(self._table_addr, u, size, out.indices, *flat, *self._stream_args(size))
 
-    def _gather(self, u, draw: bool, indices: np.ndarray, flat: tuple) -> None:
-        _gather_core(u, draw, self._size, indices, *self._flat_store, *flat, *self._stream_args())
-
-    def _stream_args(self) -> tuple:
-        """(n_step, gamma, num_envs, oldest_slot) of the gather cores."""
+    def _stream_args(self, size: int | None = None) -> tuple:
+        """(n_step, gamma, num_envs, oldest_slot) of the gather cores (``size``: len(self) if known)."""
         E = self._stream_envs
-        return self.n_step, self.gamma, E, (self._pos // E) if self._size == self.capacity else 0
+        if size is None:
+            size = self._size
+        return self.n_step, self.gamma, E, (self._pos // E) if size == self.capacity else 0
 
     # -- persistence -------------------------------------------------------------------------------
     def _config(self) -> dict:

@@ -15,18 +15,9 @@ import math
 
 import numba
 import numpy as np
-from numba import prange
 
 from rapidrl.envs import render as _render
-from rapidrl.envs.builtin import (
-    BuiltinSpec,
-    clear_counters,
-    copy_row,
-    finish_step,
-    first_bad_discrete,
-    skip_step,
-    unpack,
-)
+from rapidrl.envs.builtin import BuiltinSpec, env_kernels
 from rapidrl.kernels.rng import next_uniform
 
 MIN_POSITION = -1.2
@@ -70,89 +61,9 @@ def _draw_initial(state, i, params, rng_key, rng_counter):
     state[1, i] = 0.0
 
 
-@numba.njit(cache=True, inline="always")
-def _first_bad(actions, n):
-    return first_bad_discrete(actions, n, NUM_ACTIONS)
+# The batched kernels (the uniform protocol of builtin.py): thin wrappers around the shared loops.
+step, step_parallel, step_packed, step_packed_parallel, reset = env_kernels("MountainCar-v0")
 
-
-
-# -- the uniform kernels (identical in every built-in env module; protocol in builtin.py) -----------
-
-@numba.njit(cache=True, inline="always")
-def _step_env(i, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
-              rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-              done):
-    if needs_reset[i]:
-        _draw_initial(state, i, params, rng_key, rng_counter)
-        observe(state, i, obs)
-        skip_step(i, elapsed, needs_reset, rewards, terminated, truncated, ep_return, ep_length, done)
-        return
-    reward, term = _dynamics(state, i, actions, params, elapsed)
-    observe(state, i, obs)
-    if finish_step(i, reward, term, params, elapsed, next_step_mode, needs_reset, rewards, terminated,
-                   truncated, ep_return, ep_length, done_return, done_length, done):
-        copy_row(obs, final_obs, i)
-        _draw_initial(state, i, params, rng_key, rng_counter)
-        observe(state, i, obs)
-
-
-@numba.njit(cache=True, nogil=True, _nrt=False)
-def step(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards,
-         terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done):
-    """Step all N envs in place (serial). Arguments and semantics: the protocol in builtin.py."""
-    for i in range(state.shape[1]):
-        _step_env(i, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
-                  rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-                  done)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True, _nrt=False)
-def step_parallel(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
-                  rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-                  done):
-    """``step`` with the envs split over threads (identical results: envs are independent)."""
-    for i in prange(state.shape[1]):
-        _step_env(i, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
-                  rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-                  done)
-
-
-@numba.njit(cache=True, _nrt=False)
-def step_packed(arena, actions):
-    """Check actions, then ``step`` on the arrays packed in ``arena`` (``builtin.unpack``).
-
-    Keeps the GIL: releasing it costs ~0.2 us per call, 5-8% of a step of 8 envs.
-
-    Returns -1, or (nothing stepped) -2 if ``actions`` has the wrong shape, else the index of the first
-    invalid action.
-    """
-    a = unpack(arena)
-    bad = _first_bad(actions, a[0].shape[1])
-    if bad == -1:
-        step(a[0], actions, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
-             a[14], a[15], a[16])
-    return bad
-
-
-@numba.njit(cache=True, _nrt=False)
-def step_packed_parallel(arena, actions):
-    """``step_packed`` calling ``step_parallel``."""
-    a = unpack(arena)
-    bad = _first_bad(actions, a[0].shape[1])
-    if bad == -1:
-        step_parallel(a[0], actions, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                      a[12], a[13], a[14], a[15], a[16])
-    return bad
-
-
-@numba.njit(cache=True, nogil=True, _nrt=False)
-def reset(state, params, mask, rng_key, rng_counter, obs, elapsed, needs_reset, ep_return, ep_length):
-    """Redraw the initial state of every env where ``mask`` (bool[N]) is True; write its observation."""
-    for i in range(state.shape[1]):
-        if mask[i]:
-            _draw_initial(state, i, params, rng_key, rng_counter)
-            observe(state, i, obs)
-            clear_counters(i, elapsed, needs_reset, ep_return, ep_length)
 
 def set_state(state, i, gym_state):
     """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (position, velocity)."""

@@ -71,6 +71,7 @@ from numba.extending import overload
 
 from rapidrl.envs.base import VecEnvBase, as_numpy_actions, check_actions
 from rapidrl.kernels import parallel, rng
+from rapidrl.kernels.cache import invalidate_stale_cache
 from rapidrl.kernels.validation import check_int
 
 # env id -> module that defines SPEC and the kernels (imported on first use)
@@ -672,5 +673,7 @@ class BuiltinVecEnv(VecEnvBase):
 from rapidrl.envs import acrobot, cartpole, mountain_car, mountain_car_continuous, pendulum  # noqa: E402
 
 _ENV_MODULES = (cartpole, acrobot, mountain_car, mountain_car_continuous, pendulum)
+# The shared loops above inline every env's dynamics: recompile them when an env's source changes.
+invalidate_stale_cache(step_any, [m.__file__ for m in (*_ENV_MODULES, rng)])
 _ACTION_SIZES = tuple(m.SPEC.action_size for m in _ENV_MODULES)  # discrete: number of actions; box: A
 assert [m.SPEC.id for m in _ENV_MODULES] == list(_MODULES)

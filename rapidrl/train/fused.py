@@ -8,7 +8,7 @@ step protocol), write storage, value the final observations of truncated episode
 episode statistics. The per-step Python loop, the ~60-90 µs PyTorch policy call and the tensor
 conversions disappear.
 
-The env kernel is chosen by an integer code inside the compiled function (functions passed as
+The env kernel is ``rapidrl.envs.builtin.step_any`` with the env's integer code (functions passed as
 arguments would defeat Numba's on-disk cache). Randomness comes from Numba's generator, seeded from the
 algorithm's NumPy generator at every call, so a seed fixes the whole run.
 """
@@ -21,13 +21,12 @@ import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import acrobot, cartpole, mountain_car, mountain_car_continuous, pendulum
-from rapidrl.envs.builtin import unpack
-from rapidrl.kernels import rng
+from rapidrl.envs import builtin
+from rapidrl.envs.builtin import step_any, unpack
 from rapidrl.kernels.cache import invalidate_stale_cache
 
-DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}
-CONTINUOUS_CODES = {"MountainCarContinuous-v0": 0, "Pendulum-v1": 1}
+DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}  # builtin.step_any's env codes
+CONTINUOUS_CODES = {"MountainCarContinuous-v0": 3, "Pendulum-v1": 4}
 ACTIVATION_CODES = {"tanh": 1, "relu": 2}
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _FAST = {"reassoc", "contract"}
@@ -137,19 +136,8 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
             b_actions[t, i] = a
             b_log_probs[t, i] = np.float64(logits[i, a]) - m - math.log(total)
             b_values[t, i] = values[i, 0]
-        actions = b_actions[t]
-        if env_code == 0:
-            cartpole.step(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
-                          rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
-                          done_length, done)
-        elif env_code == 1:
-            acrobot.step(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
-                         rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
-                         done_length, done)
-        else:
-            mountain_car.step(state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                              obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
-                              done_length, done)
+        step_any(env_code, state, b_actions[t], params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+                 obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done)
         b_rewards[t] = rewards
         b_terminated[t] = terminated
         b_truncated[t] = truncated
@@ -193,14 +181,8 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
                     env_actions[i, d] = min(max(raw, low[d]), high[d])
             b_log_probs[t, i] = logp
             b_values[t, i] = values[i, 0]
-        if env_code == 0:
-            mountain_car_continuous.step(state, env_actions, params, elapsed, rng_key, rng_counter, next_step_mode,
-                                         needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return,
-                                         ep_length, done_return, done_length, done)
-        else:
-            pendulum.step(state, env_actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                          obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
-                          done_length, done)
+        step_any(env_code, state, env_actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+                 obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done)
         b_rewards[t] = rewards
         b_terminated[t] = terminated
         b_truncated[t] = truncated
@@ -217,9 +199,8 @@ def _mlp_arrays(seq) -> tuple[tuple, tuple]:
     return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
 
 
-# The collectors inline the env kernels: recompile them whenever an env's source changes.
-invalidate_stale_cache(collect_discrete, [m.__file__ for m in (acrobot, cartpole, mountain_car, mountain_car_continuous,
-                                                               pendulum, rng)] + [unpack.py_func.__code__.co_filename])
+# The collectors inline the env kernels: recompile them whenever an env's (or the shared loop's) source changes.
+invalidate_stale_cache(collect_discrete, [m.__file__ for m in (*builtin._ENV_MODULES, builtin.rng, builtin)])
 
 
 def fused_applies(env, policy, device) -> bool:

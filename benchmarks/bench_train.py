@@ -52,7 +52,24 @@ def _rlox_ppo(rlox, steps: int, seed: int):
     t0 = time.perf_counter()
     trainer.train(steps)
     wall = time.perf_counter() - t0
-    return wall, float(trainer.evaluate(10, seed=seed)["mean_reward"]), {}
+    return wall, _gym_eval(lambda o: int(np.asarray(trainer.predict(o, deterministic=True)).reshape(-1)[0]), seed), {}
+
+
+def _gym_eval(act, seed: int, episodes: int = 10) -> float:
+    """Mean return of ``episodes`` deterministic CartPole-v1 episodes (rlox's own evaluate() hands the env a
+    tensor that CartPole rejects, so the peer is evaluated here with its predict())."""
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    total = 0.0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + 1000 + k)
+        done = False
+        while not done:
+            obs, r, term, trunc, _ = env.step(act(obs))
+            total += r
+            done = term or trunc
+    return total / episodes
 
 
 def _sb3_ppo(sb3, steps: int, seed: int):

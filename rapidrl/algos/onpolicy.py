@@ -114,6 +114,7 @@ class OnPolicyAlgorithm(Algorithm):
     """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C/IMPALA)."""
 
     uses_gae: ClassVar[bool] = True
+    supports_distributed: ClassVar[bool] = True
     """Compute GAE advantages/returns after each rollout (IMPALA computes V-trace targets in its update)."""
 
     def _build(self) -> None:

@@ -93,11 +93,7 @@ class DistributedContext:
     def setup(self, algo) -> None:
         """Join the process group, check every rank has the same config, then broadcast every parameter
         and buffer of ``algo.trainable_modules()`` from rank 0 so that all ranks start identical."""
-        try:
-            modules = algo.trainable_modules()
-        except NotImplementedError:
-            raise NotImplementedError(f"distributed=True is not supported by {algo.name.upper()}; algorithms that "
-                                      "average their gradients over ranks: PPO, A2C, IMPALA") from None
+        modules = algo.trainable_modules()  # Algorithm refuses distributed=True where it is unsupported
         tensors = [t for m in modules for t in (*m.parameters(), *m.buffers())]
         device = tensors[0].device if tensors else torch.device(algo.device)
         self._init_group(device)

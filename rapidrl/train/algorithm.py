@@ -44,6 +44,7 @@ class Algorithm:
 
     name: ClassVar[str] = "algorithm"
     config_class: ClassVar[type]
+    supports_distributed: ClassVar[bool] = False  # True where every gradient step calls _sync_grads
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):
@@ -62,6 +63,10 @@ class Algorithm:
         # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.dist.ddp.
         self.dist = None
         if distributed:
+            if not self.supports_distributed:
+                raise NotImplementedError(
+                    f"distributed=True is not supported by {self.name.upper()}; algorithms that average gradients "
+                    "over ranks: PPO, A2C, IMPALA")
             from rapidrl.dist.ddp import DistributedContext
 
             self.dist = DistributedContext.from_env()

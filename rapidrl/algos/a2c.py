@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.nn.optim import adam
 from rapidrl.train.config import check_positive, require
 
 
@@ -54,7 +55,7 @@ class A2C(OnPolicyAlgorithm):
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
         if c.optimizer == "adam":
-            return torch.optim.Adam(self.policy.parameters(), lr=c.learning_rate, foreach=True)
+            return adam(self.policy.parameters(), c.learning_rate)
         return torch.optim.RMSprop(self.policy.parameters(), lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps,
                                    foreach=True)
 

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, adam, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
 from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.kernels import vtrace
+from rapidrl.nn.optim import adam
 from rapidrl.train.config import check_positive, require
 
 __all__ = ["IMPALA", "IMPALAConfig", "impala_loss", "vtrace_targets"]
@@ -94,7 +95,7 @@ class IMPALA(OnPolicyAlgorithm):
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
         if c.optimizer == "adam":
-            return torch.optim.Adam(self.policy.parameters(), lr=c.learning_rate, eps=c.rms_eps, foreach=True)
+            return adam(self.policy.parameters(), c.learning_rate, eps=c.rms_eps)
         return torch.optim.RMSprop(self.policy.parameters(), lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps,
                                    foreach=True)
 

@@ -119,14 +119,6 @@ def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: f
         torch._foreach_lerp_(target, online, tau)
 
 
-def adam(params, lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel where torch has one for the device (CPU included), else foreach."""
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except RuntimeError:
-        return torch.optim.Adam(params, lr=lr, foreach=True)
-
-
 def buffer_path(path: str | os.PathLike) -> Path:
     """Where ``save(path, include_buffer=True)`` writes the replay buffer: beside the model file."""
     path = Path(path)

@@ -14,6 +14,7 @@ from torch import nn
 from rapidrl.algos.impala import vtrace_targets
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
+from rapidrl.nn.optim import adam
 from rapidrl.nn.policies import LOG_2PI
 from rapidrl.train.config import check_positive, require
 
@@ -155,7 +156,7 @@ class PPO(OnPolicyAlgorithm):
         self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update
         self._actor_layers, self._critic_layers = (linear_layers(p.actor), linear_layers(p.critic)) \
             if not p.shared else ([], [])
-        return torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate, eps=1e-5, foreach=True)
+        return adam(self.policy.parameters(), self.config.learning_rate, eps=1e-5)
 
     def _closed_form_grads(self, mb, clip: float) -> dict[str, torch.Tensor]:
         """Set every parameter's .grad to d ppo_loss / d parameter for minibatch ``mb``; return the stats."""

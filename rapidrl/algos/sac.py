@@ -23,7 +23,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, adam, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
+from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
 from rapidrl.train.config import check_positive, require
 

@@ -17,8 +17,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, adam, maybe_compile, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, maybe_compile, polyak_update
 from rapidrl.algos.sac import critic_loss
+from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive
 

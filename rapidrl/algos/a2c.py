@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
-from rapidrl.nn.optim import adam
+from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
 
 
@@ -70,9 +69,7 @@ class A2C(OnPolicyAlgorithm):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self._sync_grads(list(self.policy.parameters()))
-        if c.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        optimizer_step(self.optimizer, c.max_grad_norm)
         if self.num_updates % c.log_every:
             return  # scalars are read back only every log_every updates
         record = {f"losses/{k}": float(v) for k, v in stats.items()}

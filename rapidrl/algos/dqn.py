@@ -16,7 +16,8 @@ from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
 from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
-from rapidrl.nn.optim import adam
+from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
+from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
 
@@ -84,6 +85,27 @@ def dqn_loss(q: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor
     return loss, td.detach()
 
 
+def dqn_output_grads(q_all: torch.Tensor, actions: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor,
+                     discounts: torch.Tensor, weights: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``dqn_loss`` and its gradient with respect to the Q network's output, without autograd.
+
+    q_all [B, A] (every action's Q), actions [B] (int64), the rest [B]. The Huber loss has derivative
+    clamp(td, -1, 1), so d loss / d q_all is w clamp(td, -1, 1) / B in the taken action's column and 0
+    elsewhere. Returns (d loss / d q_all [B, A], loss, taken Q [B], TD errors [B]).
+    """
+    index = actions.unsqueeze(1)  # [B, 1]
+    q = q_all.gather(1, index).squeeze(1)
+    td = q - (rewards + discounts * next_q_target)
+    loss = (td.abs() - 0.5).where(td.abs() >= 1.0, 0.5 * td.square())
+    d_q = td.clamp(-1.0, 1.0)
+    if weights is not None:
+        loss = loss * weights
+        d_q = d_q * weights
+    d_out = torch.zeros_like(q_all).scatter_(1, index, d_q.div_(q.shape[0]).unsqueeze(1))
+    return d_out, loss.mean(), q, td
+
+
 class DQN(OffPolicyAlgorithm):
     """Deep Q-Network for Discrete action spaces. ``DQN(env, **hyperparameters)``; see DQNConfig."""
 
@@ -99,6 +121,11 @@ class DQN(OffPolicyAlgorithm):
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), c.learning_rate)
         self._params = list(self.q_net.parameters())
+        # closed-form gradients (no autograd graph) for the plain MLP; dueling heads and torch.compile (which
+        # cannot trace the in-place gradient writes) use autograd
+        closed_form = not (c.dueling or c.compile)
+        self._layers = linear_layers(self.q_net.net) if closed_form else None
+        self._target_layers = linear_layers(self.q_target.net) if closed_form else None
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0
 
@@ -112,6 +139,31 @@ class DQN(OffPolicyAlgorithm):
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
         """One gradient step; returns [loss, mean Q, mean |TD|, |TD| per sample...] (priorities after 3)."""
+        if self._layers is not None:
+            return self._closed_form_step(batch)
+        return self._autograd_step(batch)
+
+    @torch.no_grad()
+    def _closed_form_step(self, batch) -> torch.Tensor:
+        """``_autograd_step`` with the gradients written by ``mlp_backward``: the same update, a third of the
+        PyTorch calls (``tests/test_dqn.py`` compares the two)."""
+        c = self.config
+        q_all, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
+        next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
+        if c.double_q:
+            next_actions = mlp_forward(batch.next_obs, self._layers, "relu")[0].argmax(1, keepdim=True)
+            next_q = next_target.gather(1, next_actions).squeeze(1)
+        else:
+            next_q = next_target.max(1).values
+        d_out, loss, q, td = dqn_output_grads(q_all, batch.actions, next_q, batch.rewards, batch.discounts,
+                                              batch.weights if c.prioritized else None)
+        mlp_backward(d_out, inputs, self._layers, "relu")
+        optimizer_step(self.optimizer, c.max_grad_norm)
+        td_abs = td.abs_()
+        return torch.cat([torch.stack([loss, q.mean(), td_abs.mean()]), td_abs])
+
+    def _autograd_step(self, batch) -> torch.Tensor:
+        """The update through autograd (any Q network, dueling included)."""
         c = self.config
         b = batch.obs.shape[0]
         both = self.q_net(torch.cat([batch.obs, batch.next_obs]))  # [2B, A]: one forward for s and s'
@@ -127,9 +179,7 @@ class DQN(OffPolicyAlgorithm):
         loss, td = dqn_loss(q, next_q, batch.rewards, batch.discounts, weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if c.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self._params, c.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        optimizer_step(self.optimizer, c.max_grad_norm)
         td_abs = td.abs()
         return torch.cat([torch.stack([loss.detach(), q.detach().mean(), td_abs.mean()]), td_abs])
 

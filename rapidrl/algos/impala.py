@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.kernels import vtrace
-from rapidrl.nn.optim import adam
+from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
 
 __all__ = ["IMPALA", "IMPALAConfig", "impala_loss", "vtrace_targets"]
@@ -119,9 +118,7 @@ class IMPALA(OnPolicyAlgorithm):
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self._sync_grads(params)
-            if c.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(params, c.max_grad_norm, foreach=True)
-            self.optimizer.step()
+            optimizer_step(self.optimizer, c.max_grad_norm)
         if self.num_updates % c.log_every:
             return
         with torch.no_grad():

@@ -30,11 +30,11 @@ import torch
 
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.train.algorithm import Algorithm
-from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 
 
 @dataclass
-class OffPolicyConfig:
+class OffPolicyConfig(RuntimeConfig):
     num_envs: int = 1
     """Parallel environments collecting experience."""
     learning_rate: float = 3e-4
@@ -61,16 +61,9 @@ class OffPolicyConfig:
     """Run the update under torch.compile (first update compiles for ~10-60 s; falls back to eager on failure)."""
     log_interval: int = 100
     """Updates between two reads of the loss statistics (each read is one host sync)."""
-    seed: int | None = 0
-    """Seed for networks, envs, exploration and replay sampling (None: nondeterministic)."""
-    device: str = "cpu"
-    """Device of the networks and of the sampled minibatches."""
-    env_device: str = "cpu"
-    """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
-    torch_threads: int | None = 1
-    """torch.set_num_threads at construction (1 is fastest for small MLPs on CPU); None leaves it."""
 
     def validate(self) -> None:
+        super().validate()
         check_positive(self, "num_envs", "learning_rate", "buffer_size", "batch_size", "train_freq", "gradient_steps",
                        "n_step", "log_interval")
         check_positive(self, "learning_starts", allow_zero=True)
@@ -81,10 +74,6 @@ class OffPolicyConfig:
                 f"buffer_size={self.buffer_size} must be a multiple of num_envs={self.num_envs} when n_step > 1")
         require(self.batch_size <= self.buffer_size,
                 f"batch_size={self.batch_size} is larger than buffer_size={self.buffer_size}")
-        require(self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
-                f"seed must be a non-negative int or None, got {self.seed!r}")
-        require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads > 0),
-                f"torch_threads must be a positive int or None, got {self.torch_threads!r}")
 
 
 def maybe_compile(fn: Callable, enabled: bool) -> Callable:

@@ -25,11 +25,11 @@ from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.async_collect import AsyncCollector, StepCollector
-from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 
 
 @dataclass
-class OnPolicyConfig:
+class OnPolicyConfig(RuntimeConfig):
     num_envs: int = 8
     """Parallel environments collecting experience."""
     num_steps: int = 128
@@ -64,14 +64,6 @@ class OnPolicyConfig:
     """Scale rewards by the running std of the discounted return."""
     fused_rollout: str = "auto"
     """"auto" (fused compiled collection when the env is built-in and the policy an MLP), "always", "never"."""
-    seed: int | None = 0
-    """Seed for networks, envs and minibatch shuffling (None: nondeterministic)."""
-    device: str = "cpu"
-    """Device of the networks and the rollout storage."""
-    env_device: str = "cpu"
-    """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
-    torch_threads: int | None = 1
-    """torch.set_num_threads at construction (1 is fastest for small MLPs on CPU); None leaves it."""
     log_every: int = 1
     """Record losses and episode statistics every this many updates (PPO, IMPALA and the device path; each
     record reads scalars back from the device, so a larger value keeps a GPU run free of host syncs)."""
@@ -79,6 +71,7 @@ class OnPolicyConfig:
     """Device path on CUDA only: replay the rollout collection as one captured CUDA graph."""
 
     def validate(self) -> None:
+        super().validate()
         check_positive(self, "num_envs", "num_steps", "learning_rate", "log_every")
         check_positive(self, "ent_coef", "vf_coef", "max_grad_norm", allow_zero=True)
         check_unit_interval(self, "gamma", "gae_lambda")
@@ -87,10 +80,6 @@ class OnPolicyConfig:
         require(self.squash in ("clip", "tanh"), f"squash must be 'clip' or 'tanh', got {self.squash!r}")
         require(self.fused_rollout in ("auto", "always", "never"),
                 f"fused_rollout must be 'auto', 'always' or 'never', got {self.fused_rollout!r}")
-        require(self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
-                f"seed must be a non-negative int or None, got {self.seed!r}")
-        require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads > 0),
-                f"torch_threads must be a positive int or None, got {self.torch_threads!r}")
 
 
 def _to_tensors(state):

@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from rapidrl.algos.impala import vtrace_targets
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
-from rapidrl.nn.optim import adam
+from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import LOG_2PI
 from rapidrl.train.config import check_positive, require
 
@@ -209,9 +208,7 @@ class PPO(OnPolicyAlgorithm):
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                 self._sync_grads(params)
-                if c.max_grad_norm > 0:
-                    nn.utils.clip_grad_norm_(params, c.max_grad_norm, foreach=True)
-                self.optimizer.step()
+                optimizer_step(self.optimizer, c.max_grad_norm)
                 for k, v in stats.items():
                     totals[k] = totals[k] + v if k in totals else v
                 count += 1

@@ -59,6 +59,8 @@ class Algorithm:
         self.device = torch.device(config.device)
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
+        if config.flush_denormal:
+            torch.set_flush_denormal(True)
         self.env_kwargs = dict(env_kwargs or {})
         # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.dist.ddp.
         self.dist = None

@@ -70,3 +70,28 @@ def check_hidden(hidden) -> None:
     require(isinstance(hidden, (tuple, list)) and len(hidden) > 0
             and all(isinstance(h, int) and h > 0 for h in hidden),
             f"hidden must be a non-empty sequence of positive ints, got {hidden!r}")
+
+
+@dataclasses.dataclass
+class RuntimeConfig:
+    """Fields every algorithm has: seeding, devices and the process settings applied at construction."""
+
+    seed: int | None = 0
+    """Seed for networks, envs, exploration and sampling (None: nondeterministic)."""
+    device: str = "cpu"
+    """Device of the networks and of the training data."""
+    env_device: str = "cpu"
+    """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
+    torch_threads: int | None = 1
+    """torch.set_num_threads at construction (1 is fastest for small MLPs on CPU); None leaves it."""
+    flush_denormal: bool = True
+    """Flush denormal floats to zero in this thread's CPU arithmetic (torch.set_flush_denormal) at
+    construction. Optimizer moments of weights that stop receiving gradients decay into the denormal
+    range, where CPU arithmetic is ~10x slower: without this a fused Adam step of a 256x256 DQN grew from
+    0.1 ms to 0.8 ms during training. False leaves the process setting alone."""
+
+    def validate(self) -> None:
+        require(self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
+                f"seed must be a non-negative int or None, got {self.seed!r}")
+        require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads > 0),
+                f"torch_threads must be a positive int or None, got {self.torch_threads!r}")

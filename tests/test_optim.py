@@ -1,0 +1,100 @@
+"""``rapidrl.nn.optim``: the direct fused Adam step equals ``torch.optim.Adam.step`` bitwise; clipping equals
+``torch.nn.utils.clip_grad_norm_``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rapidrl.nn.optim import adam, clip_grad_norm, optimizer_step
+from rapidrl.nn.policies import mlp
+
+
+def _twin_nets(seed: int = 0):
+    torch.manual_seed(seed)
+    a = mlp(5, (16, 16), 3, "relu")
+    b = mlp(5, (16, 16), 3, "relu")
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def _set_grads(net, seed: int, scale: float = 1.0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for p in net.parameters():
+        p.grad = scale * torch.randn(p.shape, generator=g)
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.5, 1e6])
+def test_direct_fused_step_equals_torch_step_bitwise(max_grad_norm):
+    ours, ref = _twin_nets()
+    opt_ours, opt_ref = adam(ours.parameters(), 1e-2), adam(ref.parameters(), 1e-2)
+    assert opt_ours.param_groups[0]["fused"]  # the fast path is what this test is about
+    for step in range(6):
+        _set_grads(ours, step, scale=3.0)
+        _set_grads(ref, step, scale=3.0)
+        optimizer_step(opt_ours, max_grad_norm)
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), max_grad_norm)
+        opt_ref.step()
+        for p, q in zip(ours.parameters(), ref.parameters()):
+            assert torch.equal(p, q), step
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        s, r = opt_ours.state[p], opt_ref.state[q]
+        assert torch.equal(s["step"], r["step"]) and torch.equal(s["exp_avg_sq"], r["exp_avg_sq"])
+
+
+def test_direct_step_follows_learning_rate_changes_and_loaded_state():
+    ours, ref = _twin_nets(1)
+    opt_ours, opt_ref = adam(ours.parameters(), 1e-2), adam(ref.parameters(), 1e-2)
+    for step in range(3):
+        _set_grads(ours, step)
+        _set_grads(ref, step)
+        optimizer_step(opt_ours)
+        opt_ref.step()
+    for opt in (opt_ours, opt_ref):
+        opt.param_groups[0]["lr"] = 3e-3
+    opt_ours.load_state_dict(copy.deepcopy(opt_ref.state_dict()))  # new state tensors: the step must use them
+    _set_grads(ours, 9)
+    _set_grads(ref, 9)
+    optimizer_step(opt_ours)
+    opt_ref.step()
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_other_optimizers_and_missing_grads_use_torch_step():
+    ours, ref = _twin_nets(2)
+    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    _set_grads(ours, 0)
+    _set_grads(ref, 0)
+    optimizer_step(opt_ours)
+    opt_ref.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours.parameters(), ref.parameters()))
+    net = mlp(2, (4,), 1, "relu")
+    opt = adam(net.parameters(), 1e-2)
+    first = next(net.parameters())
+    first.grad = torch.ones_like(first)  # the other parameters have no gradient: torch skips them
+    before = [p.detach().clone() for p in net.parameters()]
+    optimizer_step(opt)
+    optimizer_step(opt)
+    after = list(net.parameters())
+    assert not torch.equal(before[0], after[0])
+    assert all(torch.equal(b, a) for b, a in zip(before[1:], after[1:]))
+
+
+def test_clip_grad_norm_matches_torch():
+    g = torch.Generator().manual_seed(3)
+    grads = [torch.randn(7, 3, generator=g), torch.randn(5, generator=g)]
+    ref = [t.clone().requires_grad_() for t in grads]
+    for r, t in zip(ref, grads):
+        r.grad = t.clone()
+    expected_norm = torch.nn.utils.clip_grad_norm_(ref, 0.3)
+    norm = clip_grad_norm(grads, 0.3)
+    assert torch.equal(norm, expected_norm)
+    for r, t in zip(ref, grads):
+        assert torch.equal(r.grad, t)
+    total = torch.linalg.vector_norm(torch.cat([t.flatten() for t in grads]))
+    assert abs(float(total) - 0.3) < 1e-5

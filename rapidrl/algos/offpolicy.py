@@ -124,6 +124,7 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     stat_names: tuple[str, ...] = ()
+    report_steps = 100
 
     def _build(self) -> None:
         c = self.config

@@ -105,14 +105,48 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("center", (high + low).float() / 2)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.head(self.trunk(obs)).chunk(2, -1)  # [B, A] each
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1.0)
-        noise = torch.zeros_like(mean) if deterministic else torch.randn_like(mean)
-        u = mean + noise * log_std.exp()
-        log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)  # [B]
-        log_prob = log_prob - (torch.log(self.scale) + 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-                               ).sum(-1)
-        return self.center + self.scale * torch.tanh(u), log_prob
+        head = self.head(self.trunk(obs))  # [B, 2A]: means, then unsquashed log stds
+        noise = torch.zeros_like(head[:, : head.shape[1] // 2])
+        if not deterministic:
+            noise.normal_()
+        actions, log_prob, _ = squashed_gaussian(head, noise, self.scale, self.center, self.log_std_min,
+                                                 self.log_std_max)
+        return actions, log_prob
+
+
+def squashed_gaussian(head: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor, center: torch.Tensor,
+                      log_std_min: float, log_std_max: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The sample of ``SquashedGaussianActor`` from its head output [B, 2A] and standard normal noise [B, A].
+
+    Returns (actions [B, A], log_prob [B], (tanh(u), std, tanh(raw log std)) [B, A] each: what
+    ``squashed_gaussian_backward`` needs).
+    """
+    mean, raw = head.chunk(2, -1)  # [B, A] each
+    tanh_raw = torch.tanh(raw)
+    log_std = log_std_min + 0.5 * (log_std_max - log_std_min) * (tanh_raw + 1.0)
+    std = log_std.exp()
+    u = mean + noise * std
+    log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)  # [B]
+    log_prob = log_prob - (torch.log(scale) + 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
+    tanh_u = torch.tanh(u)
+    return center + scale * tanh_u, log_prob, (tanh_u, std, tanh_raw)
+
+
+def squashed_gaussian_backward(d_actions: torch.Tensor, d_log_prob: torch.Tensor, noise: torch.Tensor,
+                               scale: torch.Tensor, saved: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                               log_std_min: float, log_std_max: float) -> torch.Tensor:
+    """d loss / d head [B, 2A] from d loss / d actions [B, A] and d loss / d log_prob [B] (noise held fixed).
+
+    With t = tanh(u), u = mean + noise * std: d a / d u = scale (1 - t^2), d log_prob / d u = 2 t, and
+    log_prob depends on log std directly (-1) and through u (noise * std).
+    """
+    tanh_u, std, tanh_raw = saved
+    d_lp = d_log_prob.unsqueeze(-1)  # [B, 1]
+    d_u = d_actions * scale * (1.0 - tanh_u.square()) + d_lp * 2.0 * tanh_u
+    d_log_std = d_u * noise * std - d_lp
+    d_raw = d_log_std * (0.5 * (log_std_max - log_std_min)) * (1.0 - tanh_raw.square())
+    return torch.cat([d_u, d_raw], -1)
 
 
 class DeterministicActor(nn.Module):

@@ -45,6 +45,10 @@ class Algorithm:
     name: ClassVar[str] = "algorithm"
     config_class: ClassVar[type]
     supports_distributed: ClassVar[bool] = False  # True where every gradient step calls _sync_grads
+    # Env steps between two reports: the finiteness check, callbacks, metrics flush and progress bar run after
+    # the first iteration that reaches it (0: after every iteration). Off-policy iterations can be a single
+    # env step, for which that bookkeeping would cost more than the step.
+    report_steps: ClassVar[int] = 0
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):
@@ -191,7 +195,8 @@ class Algorithm:
     def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
         """Train for ``total_timesteps`` env steps (counted over all envs). Returns self.
 
-        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update.
+        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update (after the
+        first update that completes ``report_steps`` more env steps, for off-policy algorithms).
         resume: continue the ``learn`` call a checkpoint was saved in (``save(..., training_state=True)``
         then ``load``): runs to that call's end with its schedules, so the result equals an uninterrupted
         run for deterministic settings. ``total_timesteps`` must then equal the original call's.
@@ -215,9 +220,13 @@ class Algorithm:
         desc = f"{self.name.upper()} {self.env_id or ''}".strip()
         with TrainingProgress(target, desc, enabled=progress_bar) as progress:
             progress.update(self.num_timesteps, 0.0, None)
+            report_at = self.num_timesteps + self.report_steps
             while self.num_timesteps < target:
                 self.num_timesteps += self._iteration()
                 self.num_updates += 1
+                if self.num_timesteps < min(report_at, target):
+                    continue
+                report_at = self.num_timesteps + self.report_steps
                 self._check_finite()
                 keep_going = cb.on_rollout_end(self) and cb.on_update_end(self)
                 self._flush_metrics()

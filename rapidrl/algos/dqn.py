@@ -22,6 +22,9 @@ from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
 
 
+ACTING_FORWARD_MAX_ROWS = 16  # up to this many observations the compiled forward is faster than PyTorch
+
+
 @dataclass
 class DQNConfig(OffPolicyConfig):
     learning_rate: float = 2.3e-3
@@ -96,8 +99,9 @@ def dqn_output_grads(q_all: torch.Tensor, actions: torch.Tensor, next_q_target: 
     """
     index = actions.unsqueeze(1)  # [B, 1]
     q = q_all.gather(1, index).squeeze(1)
-    td = q - (rewards + discounts * next_q_target)
-    loss = (td.abs() - 0.5).where(td.abs() >= 1.0, 0.5 * td.square())
+    target = rewards + discounts * next_q_target
+    loss = nn.functional.smooth_l1_loss(q, target, reduction="none")
+    td = q - target
     d_q = td.clamp(-1.0, 1.0)
     if weights is not None:
         loss = loss * weights
@@ -126,6 +130,11 @@ class DQN(OffPolicyAlgorithm):
         closed_form = not (c.dueling or c.compile)
         self._layers = linear_layers(self.q_net.net) if closed_form else None
         self._target_layers = linear_layers(self.q_target.net) if closed_form else None
+        self._acting_forward = None  # compiled forward for acting on a few observations (plain MLP on CPU)
+        if not c.dueling and self.device.type == "cpu":
+            from rapidrl.train.fused import MLPForward
+
+            self._acting_forward = MLPForward(self.q_net.net, "relu")
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0
 
@@ -146,15 +155,17 @@ class DQN(OffPolicyAlgorithm):
     @torch.no_grad()
     def _closed_form_step(self, batch) -> torch.Tensor:
         """``_autograd_step`` with the gradients written by ``mlp_backward``: the same update, a third of the
-        PyTorch calls (``tests/test_dqn.py`` compares the two)."""
+        PyTorch calls (``tests/test_closed_form_offpolicy.py`` compares the two)."""
         c = self.config
-        q_all, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
-        next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
-        if c.double_q:
-            next_actions = mlp_forward(batch.next_obs, self._layers, "relu")[0].argmax(1, keepdim=True)
-            next_q = next_target.gather(1, next_actions).squeeze(1)
+        b = batch.obs.shape[0]
+        if c.double_q:  # one online forward for s and s'; the backward uses the rows of s only
+            q_both, inputs = mlp_forward(torch.cat([batch.obs, batch.next_obs]), self._layers, "relu")  # [2B, A]
+            q_all, inputs = q_both[:b], [x[:b] for x in inputs]
+            next_actions = q_both[b:].argmax(1, keepdim=True)
         else:
-            next_q = next_target.max(1).values
+            q_all, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
+        next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
+        next_q = next_target.gather(1, next_actions).squeeze(1) if c.double_q else next_target.max(1).values
         d_out, loss, q, td = dqn_output_grads(q_all, batch.actions, next_q, batch.rewards, batch.discounts,
                                               batch.weights if c.prioritized else None)
         mlp_backward(d_out, inputs, self._layers, "relu")
@@ -207,6 +218,8 @@ class DQN(OffPolicyAlgorithm):
         return c.exploration_initial_eps + done * (c.exploration_final_eps - c.exploration_initial_eps)
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
+        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
+            return self._acting_forward(obs.reshape(obs.shape[0], -1)).argmax(1)
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()

@@ -32,6 +32,8 @@ from rapidrl.train.config import check_positive, require
 
 @dataclass
 class SACConfig(OffPolicyConfig):
+    torch_threads: int | None = 0
+    """torch.set_num_threads at construction; 0 (every core) since the 256x256 critics' matmuls gain from threads."""
     learning_rate: float = 1e-3
     """Adam learning rate of actor, critics and temperature."""
     n_critics: int = 2

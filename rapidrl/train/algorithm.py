@@ -21,7 +21,7 @@ import torch
 
 from rapidrl.envs.base import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
-from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
+from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.progress import TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
@@ -61,10 +61,7 @@ class Algorithm:
         config.validate()
         self.config = config
         self.device = torch.device(config.device)
-        if config.torch_threads is not None:
-            torch.set_num_threads(config.torch_threads)
-        if config.flush_denormal:
-            torch.set_flush_denormal(True)
+        apply_runtime(config)
         self.env_kwargs = dict(env_kwargs or {})
         # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.dist.ddp.
         self.dist = None

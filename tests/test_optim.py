@@ -1,5 +1,6 @@
-"""``rapidrl.nn.optim``: the direct fused Adam step equals ``torch.optim.Adam.step`` bitwise; clipping equals
-``torch.nn.utils.clip_grad_norm_``."""
+"""``rapidrl.nn.optim`` and ``rapidrl.kernels.adam``: ``optimizer_step`` equals ``clip_grad_norm_`` +
+``torch.optim.Adam.step``: bitwise through ``torch._fused_adam_`` (float64 here; any non-CPU device), to
+float32 rounding through the compiled CPU kernel; clipping equals ``torch.nn.utils.clip_grad_norm_``."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from rapidrl.nn.optim import adam, clip_grad_norm, optimizer_step
 from rapidrl.nn.policies import mlp
 
 
-def _twin_nets(seed: int = 0):
+def _twin_nets(seed: int = 0, dtype=torch.float32):
     torch.manual_seed(seed)
-    a = mlp(5, (16, 16), 3, "relu")
-    b = mlp(5, (16, 16), 3, "relu")
+    a = mlp(5, (16, 16), 3, "relu").to(dtype)
+    b = mlp(5, (16, 16), 3, "relu").to(dtype)
     b.load_state_dict(a.state_dict())
     return a, b
 
@@ -23,12 +24,20 @@ def _twin_nets(seed: int = 0):
 def _set_grads(net, seed: int, scale: float = 1.0) -> None:
     g = torch.Generator().manual_seed(seed)
     for p in net.parameters():
-        p.grad = scale * torch.randn(p.shape, generator=g)
+        p.grad = scale * torch.randn(p.shape, generator=g, dtype=p.dtype)
 
 
+def _assert_same(a, b, dtype, msg=None):
+    if dtype == torch.float64:
+        assert torch.equal(a, b), msg
+    else:
+        torch.testing.assert_close(a, b, rtol=2e-6, atol=1e-7, msg=msg)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("max_grad_norm", [0.0, 0.5, 1e6])
-def test_direct_fused_step_equals_torch_step_bitwise(max_grad_norm):
-    ours, ref = _twin_nets()
+def test_optimizer_step_equals_clip_and_torch_adam(max_grad_norm, dtype):
+    ours, ref = _twin_nets(dtype=dtype)
     opt_ours, opt_ref = adam(ours.parameters(), 1e-2), adam(ref.parameters(), 1e-2)
     assert opt_ours.param_groups[0]["fused"]  # the fast path is what this test is about
     for step in range(6):
@@ -39,14 +48,18 @@ def test_direct_fused_step_equals_torch_step_bitwise(max_grad_norm):
             torch.nn.utils.clip_grad_norm_(ref.parameters(), max_grad_norm)
         opt_ref.step()
         for p, q in zip(ours.parameters(), ref.parameters()):
-            assert torch.equal(p, q), step
+            _assert_same(p, q, dtype, step)
+            _assert_same(p.grad, q.grad, dtype, step)  # clipped in place, as clip_grad_norm_ does
     for p, q in zip(ours.parameters(), ref.parameters()):
         s, r = opt_ours.state[p], opt_ref.state[q]
-        assert torch.equal(s["step"], r["step"]) and torch.equal(s["exp_avg_sq"], r["exp_avg_sq"])
+        assert torch.equal(s["step"], r["step"])
+        _assert_same(s["exp_avg"], r["exp_avg"], dtype)
+        _assert_same(s["exp_avg_sq"], r["exp_avg_sq"], dtype)
 
 
-def test_direct_step_follows_learning_rate_changes_and_loaded_state():
-    ours, ref = _twin_nets(1)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_step_follows_learning_rate_changes_loaded_state_and_new_grad_tensors(dtype):
+    ours, ref = _twin_nets(1, dtype)
     opt_ours, opt_ref = adam(ours.parameters(), 1e-2), adam(ref.parameters(), 1e-2)
     for step in range(3):
         _set_grads(ours, step)
@@ -61,7 +74,7 @@ def test_direct_step_follows_learning_rate_changes_and_loaded_state():
     optimizer_step(opt_ours)
     opt_ref.step()
     for p, q in zip(ours.parameters(), ref.parameters()):
-        assert torch.equal(p, q)
+        _assert_same(p, q, dtype)
 
 
 def test_other_optimizers_and_missing_grads_use_torch_step():
@@ -98,3 +111,21 @@ def test_clip_grad_norm_matches_torch():
         assert torch.equal(r.grad, t)
     total = torch.linalg.vector_norm(torch.cat([t.flatten() for t in grads]))
     assert abs(float(total) - 0.3) < 1e-5
+
+
+def test_clip_and_count_kernel_rejects_bad_arrays():
+    import numpy as np
+
+    from rapidrl.kernels.adam import clip_and_count
+
+    g, step = np.full(4, 3.0, np.float32), np.zeros(1, np.float32)
+    assert clip_and_count((g,), (step,), 1.0) == pytest.approx(6.0)
+    assert step[0] == 1.0 and np.linalg.norm(g) == pytest.approx(1.0, rel=1e-5)
+    with pytest.raises(TypeError, match="float32"):
+        clip_and_count((g.astype(np.float64),), (step,), 1.0)
+    with pytest.raises(TypeError, match="contiguous"):
+        clip_and_count((np.zeros((4, 2), np.float32)[:, 0],), (step,), 1.0)
+    with pytest.raises(ValueError, match="shape"):
+        clip_and_count((g,), (np.zeros(2, np.float32),), 1.0)
+    with pytest.raises(ValueError, match="tuple of 1"):
+        clip_and_count((g,), (), 1.0)

@@ -21,7 +21,6 @@ from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
 
-
 ACTING_FORWARD_MAX_ROWS = 16  # up to this many observations the compiled forward is faster than PyTorch
 
 

@@ -5,11 +5,13 @@ equals autograd through ``squashed_gaussian``."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from rapidrl.algos.dqn import DQN
+from rapidrl.algos.dqn import DQN, dqn_output_grads
 from rapidrl.algos.sac import SAC
+from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian, squashed_gaussian_backward
 
@@ -29,16 +31,21 @@ def _params_and_moments(model):
     return out
 
 
-@pytest.mark.parametrize("cls, env_id, kw", [
-    (DQN, "CartPole-v1", dict()),
-    (DQN, "CartPole-v1", dict(double_q=False, max_grad_norm=0.0)),
-    (DQN, "CartPole-v1", dict(prioritized=True, max_grad_norm=0.05)),  # the clip binds at 0.05
-    (SAC, "Pendulum-v1", dict()),
-    (SAC, "Pendulum-v1", dict(ent_coef=0.2, n_critics=3)),
-    (SAC, "MountainCarContinuous-v0", dict(hidden=(8, 8, 8))),
+DQN_CASES = [dict(), dict(double_q=False, max_grad_norm=0.0), dict(prioritized=True, max_grad_norm=0.05)]  # clip binds
+
+
+@pytest.mark.parametrize("cls, env_id, kw, td_kernel", [
+    # DQN's loss head: the compiled kernel (CPU) and the PyTorch one (other devices)
+    *[(DQN, "CartPole-v1", kw, td_kernel) for kw in DQN_CASES for td_kernel in (True, False)],
+    (SAC, "Pendulum-v1", dict(), None),
+    (SAC, "Pendulum-v1", dict(ent_coef=0.2, n_critics=3), None),
+    (SAC, "MountainCarContinuous-v0", dict(hidden=(8, 8, 8)), None),
 ])
-def test_closed_form_update_equals_autograd(cls, env_id, kw):
+def test_closed_form_update_equals_autograd(cls, env_id, kw, td_kernel):
     closed, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, **kw)
+    if cls is DQN:
+        assert closed._td_kernel  # on CPU the kernel is the default
+        closed._td_kernel = td_kernel
     assert closed._update_fn == closed._update_step  # eager: the closed form is what training runs
     stats = []
     for step in range(4):
@@ -83,3 +90,40 @@ def test_squashed_gaussian_backward_equals_autograd():
     ref = torch.autograd.grad((actions * d_a).sum() + (log_prob * d_lp).sum(), head)[0]
     ours = squashed_gaussian_backward(d_a, d_lp, noise, scale, tuple(t.detach() for t in saved), -5.0, 2.0)
     torch.testing.assert_close(ours, ref)
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_dqn_td_kernel_equals_torch_loss_head(double_q, weighted):
+    g = torch.Generator().manual_seed(7)
+    b, a = 40, 3
+    q_both = torch.randn(2 * b if double_q else b, a, generator=g) * 2
+    q_both[b:b + 5] = 1.0  # ties: the first maximum wins, as with torch.argmax
+    next_target = torch.randn(b, a, generator=g)
+    actions = torch.randint(0, a, (b,), generator=g)
+    rewards, discounts = torch.randn(b, generator=g), (torch.rand(b, generator=g) > 0.2).float() * 0.99
+    weights = torch.rand(b, generator=g) if weighted else None
+    next_q = (next_target.gather(1, q_both[b:].argmax(1, keepdim=True)).squeeze(1) if double_q
+              else next_target.max(1).values)
+    d_ref, loss, q, td = dqn_output_grads(q_both[:b], actions, next_q, rewards, discounts, weights)
+    d_out, out = torch.empty(b, a), torch.empty(3 + b)
+    dqn_td_grads(q_both.numpy(), next_target.numpy(), actions.numpy(), rewards.numpy(), discounts.numpy(),
+                 None if weights is None else weights.numpy(), double_q, d_out.numpy(), out.numpy())
+    torch.testing.assert_close(d_out, d_ref)
+    torch.testing.assert_close(out, torch.cat([torch.stack([loss, q.mean(), td.abs().mean()]), td.abs()]))
+    assert (td.abs() > 1).any() and (td.abs() < 1).any()  # both branches of the Huber loss were exercised
+
+
+def test_dqn_td_kernel_rejects_bad_input():
+    z = np.zeros(4, np.float32)
+    good = dict(q_both=np.zeros((8, 2), np.float32), next_target=np.zeros((4, 2), np.float32),
+                actions=np.zeros(4, np.int64), rewards=z, discounts=z, weights=None, double_q=True,
+                d_out=np.zeros((4, 2), np.float32), out=np.zeros(7, np.float32))
+    dqn_td_grads(**good)
+    for change, error in [(dict(q_both=np.zeros((4, 2), np.float32)), "q_both"),
+                          (dict(actions=np.full(4, 2, np.int64)), "actions must lie"),
+                          (dict(actions=np.zeros(4, np.int32)), "actions"),
+                          (dict(rewards=np.zeros(4)), "rewards"),
+                          (dict(out=np.zeros(6, np.float32)), "out")]:
+        with pytest.raises((TypeError, ValueError), match=error):
+            dqn_td_grads(**{**good, **change})

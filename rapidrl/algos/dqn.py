@@ -16,6 +16,7 @@ from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
 from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
@@ -129,6 +130,7 @@ class DQN(OffPolicyAlgorithm):
         closed_form = not (c.dueling or c.compile)
         self._layers = linear_layers(self.q_net.net) if closed_form else None
         self._target_layers = linear_layers(self.q_target.net) if closed_form else None
+        self._td_kernel = self.device.type == "cpu"  # else the PyTorch loss head (dqn_output_grads)
         self._acting_forward = None  # compiled forward for acting on a few observations (plain MLP on CPU)
         if not c.dueling and self.device.type == "cpu":
             from rapidrl.train.fused import MLPForward
@@ -159,18 +161,28 @@ class DQN(OffPolicyAlgorithm):
         b = batch.obs.shape[0]
         if c.double_q:  # one online forward for s and s'; the backward uses the rows of s only
             q_both, inputs = mlp_forward(torch.cat([batch.obs, batch.next_obs]), self._layers, "relu")  # [2B, A]
-            q_all, inputs = q_both[:b], [x[:b] for x in inputs]
-            next_actions = q_both[b:].argmax(1, keepdim=True)
+            inputs = [x[:b] for x in inputs]
         else:
-            q_all, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
+            q_both, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
         next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
-        next_q = next_target.gather(1, next_actions).squeeze(1) if c.double_q else next_target.max(1).values
-        d_out, loss, q, td = dqn_output_grads(q_all, batch.actions, next_q, batch.rewards, batch.discounts,
-                                              batch.weights if c.prioritized else None)
+        weights = batch.weights if c.prioritized else None
+        if self._td_kernel:  # CPU: the loss head in one compiled call
+            d_out = torch.empty_like(next_target)
+            out = torch.empty(3 + b)
+            dqn_td_grads(q_both.numpy(), next_target.numpy(), batch.actions.numpy(), batch.rewards.numpy(),
+                         batch.discounts.numpy(), None if weights is None else weights.numpy(), c.double_q,
+                         d_out.numpy(), out.numpy())
+        else:
+            q_all = q_both[:b]
+            next_q = (next_target.gather(1, q_both[b:].argmax(1, keepdim=True)).squeeze(1) if c.double_q
+                      else next_target.max(1).values)
+            d_out, loss, q, td = dqn_output_grads(q_all, batch.actions, next_q, batch.rewards, batch.discounts,
+                                                  weights)
+            td_abs = td.abs_()
+            out = torch.cat([torch.stack([loss, q.mean(), td_abs.mean()]), td_abs])
         mlp_backward(d_out, inputs, self._layers, "relu")
         optimizer_step(self.optimizer, c.max_grad_norm)
-        td_abs = td.abs_()
-        return torch.cat([torch.stack([loss, q.mean(), td_abs.mean()]), td_abs])
+        return out
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """The update through autograd (any Q network, dueling included)."""

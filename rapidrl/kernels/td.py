@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from rapidrl.kernels.validation import check_array
+from rapidrl.kernels.validation import check_array, check_like
 
 
 @numba.njit(cache=True, nogil=True)
@@ -36,6 +36,8 @@ def _dqn_td_grads(q_both, next_target, actions, rewards, discounts, weights, use
             next_q = next_target[i, 0]
             for j in range(1, num_actions):
                 next_q = max(next_q, next_target[i, j])
+        if actions[i] < 0 or actions[i] >= num_actions:
+            return i  # checked here rather than with two reductions in the wrapper
         q = q_both[i, actions[i]]
         td = q - (rewards[i] + discounts[i] * next_q)
         abs_td = abs(td)
@@ -54,6 +56,7 @@ def _dqn_td_grads(q_both, next_target, actions, rewards, discounts, weights, use
     out[0] = loss_sum / b
     out[1] = q_sum / b
     out[2] = td_sum / b
+    return -1
 
 
 def dqn_td_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
@@ -64,15 +67,18 @@ def dqn_td_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarra
     q_both: the online network's output on s (rows :B) and, for double DQN, on s' (rows B:2B), float32;
     next_target [B, A] float32; actions [B] int64 in [0, A); rewards, discounts, weights [B] float32.
     """
-    b, num_actions = check_array("next_target", next_target, ndim=2, dtypes=[np.float32]).shape
-    check_array("q_both", q_both, dtypes=[np.float32], shape=(2 * b if double_q else b, num_actions))
-    check_array("actions", actions, dtypes=[np.int64], shape=(b,))
-    for name, x in (("rewards", rewards), ("discounts", discounts), *((("weights", weights),) if weights is not None
-                                                                       else ())):
-        check_array(name, x, dtypes=[np.float32], shape=(b,))
-    check_array("d_out", d_out, dtypes=[np.float32], shape=(b, num_actions))
-    check_array("out", out, dtypes=[np.float32], shape=(3 + b,))
-    if actions.min() < 0 or actions.max() >= num_actions:
-        raise ValueError(f"actions must lie in [0, {num_actions}), got [{actions.min()}, {actions.max()}]")
-    _dqn_td_grads(q_both, next_target, actions, rewards, discounts, rewards if weights is None else weights,
-                  weights is not None, bool(double_q), d_out, out)
+    f32 = np.dtype(np.float32)
+    b, num_actions = check_array("next_target", next_target, ndim=2, dtypes=[f32]).shape
+    rows = 2 * b if double_q else b
+    check_like("q_both", q_both, like="next_target", dtype=f32, shape=(rows, num_actions))
+    check_like("actions", actions, like="next_target's rows", dtype=np.dtype(np.int64), shape=(b,))
+    check_like("rewards", rewards, like="next_target", dtype=f32, shape=(b,))
+    check_like("discounts", discounts, like="next_target", dtype=f32, shape=(b,))
+    if weights is not None:
+        check_like("weights", weights, like="next_target", dtype=f32, shape=(b,))
+    check_like("d_out", d_out, like="next_target", dtype=f32, shape=(b, num_actions))
+    check_like("out", out, like="next_target", dtype=f32, shape=(3 + b,))
+    bad = _dqn_td_grads(q_both, next_target, actions, rewards, discounts, rewards if weights is None else weights,
+                        weights is not None, bool(double_q), d_out, out)
+    if bad >= 0:
+        raise ValueError(f"actions must lie in [0, {num_actions}), got actions[{bad}] = {actions[bad]}")

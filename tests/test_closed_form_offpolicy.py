@@ -34,18 +34,19 @@ def _params_and_moments(model):
 DQN_CASES = [dict(), dict(double_q=False, max_grad_norm=0.0), dict(prioritized=True, max_grad_norm=0.05)]  # clip binds
 
 
-@pytest.mark.parametrize("cls, env_id, kw, td_kernel", [
-    # DQN's loss head: the compiled kernel (CPU) and the PyTorch one (other devices)
-    *[(DQN, "CartPole-v1", kw, td_kernel) for kw in DQN_CASES for td_kernel in (True, False)],
-    (SAC, "Pendulum-v1", dict(), None),
-    (SAC, "Pendulum-v1", dict(ent_coef=0.2, n_critics=3), None),
-    (SAC, "MountainCarContinuous-v0", dict(hidden=(8, 8, 8)), None),
+SAC_CASES = [("Pendulum-v1", dict()), ("Pendulum-v1", dict(ent_coef=0.2, n_critics=3)),
+             ("MountainCarContinuous-v0", dict(hidden=(8, 8, 8)))]
+
+
+@pytest.mark.parametrize("cls, env_id, kw, cpu_kernels", [
+    # the elementwise parts as compiled kernels (CPU) and as PyTorch operations (other devices)
+    *[(DQN, "CartPole-v1", kw, k) for kw in DQN_CASES for k in (True, False)],
+    *[(SAC, env_id, kw, k) for env_id, kw in SAC_CASES for k in (True, False)],
 ])
-def test_closed_form_update_equals_autograd(cls, env_id, kw, td_kernel):
+def test_closed_form_update_equals_autograd(cls, env_id, kw, cpu_kernels):
     closed, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, **kw)
-    if cls is DQN:
-        assert closed._td_kernel  # on CPU the kernel is the default
-        closed._td_kernel = td_kernel
+    assert closed._cpu_kernels  # on CPU the kernels are the default
+    closed._cpu_kernels = cpu_kernels
     assert closed._update_fn == closed._update_step  # eager: the closed form is what training runs
     stats = []
     for step in range(4):
@@ -94,7 +95,7 @@ def test_squashed_gaussian_backward_equals_autograd():
 
 @pytest.mark.parametrize("double_q", [True, False])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_dqn_td_kernel_equals_torch_loss_head(double_q, weighted):
+def test_dqn_cpu_kernels_equals_torch_loss_head(double_q, weighted):
     g = torch.Generator().manual_seed(7)
     b, a = 40, 3
     q_both = torch.randn(2 * b if double_q else b, a, generator=g) * 2
@@ -114,7 +115,7 @@ def test_dqn_td_kernel_equals_torch_loss_head(double_q, weighted):
     assert (td.abs() > 1).any() and (td.abs() < 1).any()  # both branches of the Huber loss were exercised
 
 
-def test_dqn_td_kernel_rejects_bad_input():
+def test_dqn_cpu_kernels_rejects_bad_input():
     z = np.zeros(4, np.float32)
     good = dict(q_both=np.zeros((8, 2), np.float32), next_target=np.zeros((4, 2), np.float32),
                 actions=np.zeros(4, np.int64), rewards=z, discounts=z, weights=None, double_q=True,
@@ -127,3 +128,50 @@ def test_dqn_td_kernel_rejects_bad_input():
                           (dict(out=np.zeros(6, np.float32)), "out")]:
         with pytest.raises((TypeError, ValueError), match=error):
             dqn_td_grads(**{**good, **change})
+
+
+def test_sac_squash_kernels_equal_torch_including_saturated_actions():
+    from rapidrl.kernels import sac as sac_kernels
+
+    g = torch.Generator().manual_seed(5)
+    rows, a = 12, 3
+    head = torch.randn(rows, 2 * a, generator=g) * 4
+    head[0, :a] = 30.0  # tanh saturates: the log-density must stay finite (the stable softplus form)
+    noise = torch.randn(rows, a, generator=g)
+    scale, center = torch.tensor([2.0, 0.5, 1.0]), torch.tensor([0.0, 1.0, -1.0])
+    actions, log_prob, saved = squashed_gaussian(head, noise, scale, center, -5.0, 2.0)
+    out = [np.zeros((rows, a), np.float32), np.zeros(rows, np.float32)]
+    saved_np = [np.zeros((rows, a), np.float32) for _ in range(3)]
+    sac_kernels.squash(head.numpy(), noise.numpy(), scale.numpy(), center.numpy(), -5.0, 2.0, out[0], out[1],
+                       *saved_np)
+    torch.testing.assert_close(torch.from_numpy(out[0]), actions)
+    torch.testing.assert_close(torch.from_numpy(out[1]), log_prob, rtol=1e-5, atol=1e-4)
+    assert np.isfinite(out[1]).all()
+    for ours, ref in zip(saved_np, saved):
+        torch.testing.assert_close(torch.from_numpy(ours), ref)
+    b = rows // 2
+    d_x = torch.randn(2, rows, 4 + a, generator=g)
+    ref = squashed_gaussian_backward(d_x[:, b:, -a:].sum(0), torch.full((b,), 0.3), noise[:b], scale,
+                                     tuple(t[:b] for t in saved), -5.0, 2.0)
+    d_head = np.zeros((b, 2 * a), np.float32)
+    sac_kernels.squash_backward(d_x.numpy(), 0.3, noise[:b].numpy(), scale.numpy(), *(x[:b] for x in saved_np),
+                                -5.0, 2.0, d_head)
+    torch.testing.assert_close(torch.from_numpy(d_head), ref)
+
+
+def test_sac_kernels_reject_bad_input():
+    from rapidrl.kernels import sac as sac_kernels
+
+    f = np.zeros
+    with pytest.raises(ValueError, match="head"):
+        sac_kernels.squash(f((4, 3), np.float32), f((4, 1), np.float32), f(1, np.float32), f(1, np.float32),
+                           -5.0, 2.0, f((4, 1), np.float32), f(4, np.float32), *[f((4, 1), np.float32)] * 3)
+    with pytest.raises(TypeError, match="noise"):
+        sac_kernels.squash(f((4, 2), np.float32), f((4, 1)), f(1, np.float32), f(1, np.float32),
+                           -5.0, 2.0, f((4, 1), np.float32), f(4, np.float32), *[f((4, 1), np.float32)] * 3)
+    with pytest.raises(ValueError, match="d_x"):
+        sac_kernels.squash_backward(f((2, 3, 4), np.float32), 0.1, f((2, 1), np.float32), f(1, np.float32),
+                                    *[f((2, 1), np.float32)] * 3, -5.0, 2.0, f((2, 2), np.float32))
+    with pytest.raises(ValueError, match="q_both"):
+        sac_kernels.loss_head(f((2, 3), np.float32), f((2, 2), np.float32), f(2, np.float32), f(2, np.float32),
+                              f(4, np.float32), 0.1, 0.0, -1.0, f((2, 4), np.float32), f(7, np.float32))

@@ -130,7 +130,7 @@ class DQN(OffPolicyAlgorithm):
         closed_form = not (c.dueling or c.compile)
         self._layers = linear_layers(self.q_net.net) if closed_form else None
         self._target_layers = linear_layers(self.q_target.net) if closed_form else None
-        self._td_kernel = self.device.type == "cpu"  # else the PyTorch loss head (dqn_output_grads)
+        self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch loss head (dqn_output_grads)
         self._acting_forward = None  # compiled forward for acting on a few observations (plain MLP on CPU)
         if not c.dueling and self.device.type == "cpu":
             from rapidrl.train.fused import MLPForward
@@ -166,7 +166,7 @@ class DQN(OffPolicyAlgorithm):
             q_both, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
         next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
         weights = batch.weights if c.prioritized else None
-        if self._td_kernel:  # CPU: the loss head in one compiled call
+        if self._cpu_kernels:  # CPU: the loss head in one compiled call
             d_out = torch.empty_like(next_target)
             out = torch.empty(3 + b)
             dqn_td_grads(q_both.numpy(), next_target.numpy(), batch.actions.numpy(), batch.rewards.numpy(),

@@ -17,6 +17,7 @@ members at once (``CriticEnsemble``).
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
+from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor, squashed_gaussian, squashed_gaussian_backward
@@ -104,6 +106,9 @@ class SAC(OffPolicyAlgorithm):
         # closed-form gradients (no autograd graph) unless torch.compile traces the autograd update
         self._closed_form = not c.compile
         self._actor_layers = [*linear_layers(self.actor.trunk), self.actor.head]
+        self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch sampling and loss head
+        self._scale_np = self.actor.scale.numpy() if self._cpu_kernels else None
+        self._center_np = self.actor.center.numpy() if self._cpu_kernels else None
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
@@ -113,7 +118,8 @@ class SAC(OffPolicyAlgorithm):
     @torch.no_grad()
     def _closed_form_step(self, batch) -> torch.Tensor:
         """``_autograd_step`` with every gradient written by hand (``rapidrl.nn.mlp_grad``): the same update in
-        a third of the PyTorch calls, and the actor's backward over the B rows of s only.
+        a fraction of the PyTorch calls, and the actor's backward over the B rows of s only. On CPU the
+        elementwise parts (sampling, losses, their gradients) are three compiled calls (``rapidrl.kernels.sac``).
 
         The critics evaluate (s, a) and (s, a ~ pi(s)) in one batched pass over 2B rows; the parameter
         gradients come from the first B rows (critic loss), the action gradient of the actor loss from the
@@ -121,37 +127,56 @@ class SAC(OffPolicyAlgorithm):
         """
         c, actor = self.config, self.actor
         b, act_dim = batch.obs.shape[0], batch.actions.shape[1]
-        alpha = self.log_alpha.exp()  # [1]
+        lo, hi = actor.log_std_min, actor.log_std_max
         head, actor_inputs = mlp_forward(torch.cat([batch.obs, batch.next_obs]), self._actor_layers, "relu")
         noise = torch.randn(2 * b, act_dim, device=head.device)
-        actions_pi, log_prob, saved = squashed_gaussian(head, noise, actor.scale, actor.center, actor.log_std_min,
-                                                        actor.log_std_max)  # [2B, A], [2B]
+        kernels = self._cpu_kernels
+        if kernels:
+            actions_pi, log_prob = torch.empty_like(noise), torch.empty(2 * b)
+            saved = (torch.empty_like(noise), torch.empty_like(noise), torch.empty_like(noise))
+            sac_kernels.squash(head.numpy(), noise.numpy(), self._scale_np, self._center_np, lo, hi,
+                               actions_pi.numpy(), log_prob.numpy(), *(t.numpy() for t in saved))
+        else:
+            actions_pi, log_prob, saved = squashed_gaussian(head, noise, actor.scale, actor.center, lo, hi)
         critic_w, critic_b = list(self.critic.weights), list(self.critic.biases)
         target_w, target_b = list(self.critic_target.weights), list(self.critic_target.biases)
-        next_q = ensemble_forward(torch.cat([batch.next_obs, actions_pi[b:]], 1), target_w, target_b)[0]
-        target = soft_target(batch.rewards, batch.discounts, next_q.squeeze(-1), log_prob[b:], alpha)  # [B]
-        obs2 = batch.obs.repeat(2, 1)
-        q_both, critic_inputs = ensemble_forward(torch.cat([obs2, torch.cat([batch.actions, actions_pi[:b]])], 1),
-                                                 critic_w, critic_b)
-        q, q_pi = q_both.squeeze(-1).split(b, 1)  # [n, B] each
-        argmin = q_pi.argmin(0)
-        d_q_both = torch.cat([(q - target).div_(b), torch.zeros_like(q_pi).scatter_(0, argmin.unsqueeze(0), -1.0 / b)],
-                             1)
-        d_x = ensemble_backward(d_q_both.unsqueeze(-1), critic_inputs, critic_w, critic_b, param_rows=b)
-        d_actions = d_x[:, b:, -act_dim:].sum(0)  # [B, A]: d actor loss / d a through every critic
-        d_head = squashed_gaussian_backward(d_actions, (alpha / b).expand(b), noise[:b], actor.scale,
-                                            tuple(t[:b] for t in saved), actor.log_std_min, actor.log_std_max)
-        mlp_backward(d_head, [x[:b] for x in actor_inputs], self._actor_layers, "relu")
-        log_prob_pi = log_prob[:b]
-        if self.tune_alpha:
-            self.log_alpha.grad = -(log_prob_pi + self.target_entropy).mean().reshape(1)
-            loss_alpha = temperature_loss(self.log_alpha, log_prob_pi, self.target_entropy)
+        next_q = ensemble_forward(torch.cat([batch.next_obs, actions_pi[b:]], 1), target_w, target_b)[0].squeeze(-1)
+        critic_x = torch.cat([batch.obs.repeat(2, 1), torch.cat([batch.actions, actions_pi[:b]])], 1)
+        q_both, critic_inputs = ensemble_forward(critic_x, critic_w, critic_b)
+        q_both = q_both.squeeze(-1)  # [n, 2B]: Q(s, a), then Q(s, a ~ pi(s))
+        if kernels:
+            log_alpha = float(self.log_alpha) if self.tune_alpha else 0.0
+            alpha = math.exp(float(self.log_alpha))
+            d_q_both, out = torch.empty_like(q_both), torch.empty(7)
+            sac_kernels.loss_head(q_both.numpy(), next_q.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
+                                  log_prob.numpy(), alpha, log_alpha, self.target_entropy, d_q_both.numpy(),
+                                  out.numpy())
+            d_x = ensemble_backward(d_q_both.unsqueeze(-1), critic_inputs, critic_w, critic_b, param_rows=b)
+            d_head = torch.empty(b, 2 * act_dim)
+            sac_kernels.squash_backward(d_x.numpy(), alpha / b, noise[:b].numpy(), self._scale_np,
+                                        *(t[:b].numpy() for t in saved), lo, hi, d_head.numpy())
+            stats, d_log_alpha = out[:6], out[6:]
         else:
-            loss_alpha = torch.zeros((), device=self.device)
+            alpha = self.log_alpha.exp()  # [1]
+            target = soft_target(batch.rewards, batch.discounts, next_q, log_prob[b:], alpha)  # [B]
+            q, q_pi = q_both.split(b, 1)  # [n, B] each
+            d_q_pi = torch.zeros_like(q_pi).scatter_(0, q_pi.argmin(0).unsqueeze(0), -1.0 / b)
+            d_x = ensemble_backward(torch.cat([(q - target).div_(b), d_q_pi], 1).unsqueeze(-1), critic_inputs,
+                                    critic_w, critic_b, param_rows=b)
+            d_head = squashed_gaussian_backward(d_x[:, b:, -act_dim:].sum(0), (alpha / b).expand(b), noise[:b],
+                                                actor.scale, tuple(t[:b] for t in saved), lo, hi)
+            log_prob_pi = log_prob[:b]
+            loss_alpha = (temperature_loss(self.log_alpha, log_prob_pi, self.target_entropy) if self.tune_alpha
+                          else torch.zeros((), device=self.device))
+            stats = torch.stack([critic_loss(q, target), actor_loss(q_pi, log_prob_pi, alpha), loss_alpha, alpha[0],
+                                 q.mean(), -log_prob_pi.mean()])
+            d_log_alpha = -(log_prob_pi + self.target_entropy).mean().reshape(1)
+        mlp_backward(d_head, [x[:b] for x in actor_inputs], self._actor_layers, "relu")
+        if self.tune_alpha:
+            self.log_alpha.grad = d_log_alpha
         optimizer_step(self.optimizer)
         polyak_update(self._target_params, self._critic_params, c.tau)
-        return torch.stack([critic_loss(q, target), actor_loss(q_pi, log_prob_pi, alpha), loss_alpha, alpha[0],
-                            q.mean(), -log_prob_pi.mean()])
+        return stats
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """The update through autograd (the reference of ``_closed_form_step``; used under torch.compile)."""

@@ -172,8 +172,10 @@ class SAC(OffPolicyAlgorithm):
                                  q.mean(), -log_prob_pi.mean()])
             d_log_alpha = -(log_prob_pi + self.target_entropy).mean().reshape(1)
         mlp_backward(d_head, [x[:b] for x in actor_inputs], self._actor_layers, "relu")
-        if self.tune_alpha:
-            self.log_alpha.grad = d_log_alpha
+        if self.tune_alpha:  # into the existing .grad: optimizer_step keeps its views while tensors stay
+            if self.log_alpha.grad is None:
+                self.log_alpha.grad = torch.empty_like(self.log_alpha)
+            self.log_alpha.grad.copy_(d_log_alpha)
         optimizer_step(self.optimizer)
         polyak_update(self._target_params, self._critic_params, c.tau)
         return stats

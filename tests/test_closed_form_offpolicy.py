@@ -175,3 +175,22 @@ def test_sac_kernels_reject_bad_input():
     with pytest.raises(ValueError, match="q_both"):
         sac_kernels.loss_head(f((2, 3), np.float32), f((2, 2), np.float32), f(2, np.float32), f(2, np.float32),
                               f(4, np.float32), 0.1, 0.0, -1.0, f((2, 4), np.float32), f(7, np.float32))
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_compiled_acting_equals_pytorch_acting(deterministic):
+    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    sac = SAC("Pendulum-v1", hidden=(32, 32), seed=1)
+    actions = []
+    for kernels in (True, False):
+        sac._cpu_kernels = kernels
+        torch.manual_seed(4)  # the same exploration noise
+        actions.append(sac._act(obs, deterministic))
+    np.testing.assert_allclose(actions[0], actions[1], rtol=1e-5, atol=1e-6)
+    assert np.all(np.abs(actions[0]) <= 2.0)
+    dqn = DQN("CartPole-v1", hidden=(32, 32), seed=1)
+    cart = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
+    greedy = dqn._greedy(cart)  # 16 rows: the compiled forward
+    with torch.no_grad():
+        expected = dqn.q_net(torch.from_numpy(cart)).argmax(1).numpy()
+    np.testing.assert_array_equal(greedy, expected)

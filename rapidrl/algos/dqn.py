@@ -21,8 +21,7 @@ from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
-
-ACTING_FORWARD_MAX_ROWS = 16  # up to this many observations the compiled forward is faster than PyTorch
+from rapidrl.train.fused import ACTING_FORWARD_MAX_ROWS, MLPForward
 
 
 @dataclass
@@ -133,8 +132,6 @@ class DQN(OffPolicyAlgorithm):
         self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch loss head (dqn_output_grads)
         self._acting_forward = None  # compiled forward for acting on a few observations (plain MLP on CPU)
         if not c.dueling and self.device.type == "cpu":
-            from rapidrl.train.fused import MLPForward
-
             self._acting_forward = MLPForward(self.q_net.net, "relu")
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0

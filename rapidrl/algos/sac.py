@@ -30,6 +30,7 @@ from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_laye
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor, squashed_gaussian, squashed_gaussian_backward
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.fused import ACTING_FORWARD_MAX_ROWS, MLPForward
 
 
 @dataclass
@@ -107,6 +108,7 @@ class SAC(OffPolicyAlgorithm):
         self._closed_form = not c.compile
         self._actor_layers = [*linear_layers(self.actor.trunk), self.actor.head]
         self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch sampling and loss head
+        self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu") if self._cpu_kernels else None
         self._scale_np = self.actor.scale.numpy() if self._cpu_kernels else None
         self._center_np = self.actor.center.numpy() if self._cpu_kernels else None
 
@@ -208,6 +210,18 @@ class SAC(OffPolicyAlgorithm):
 
     # -- acting ----------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        obs = obs.reshape(obs.shape[0], -1)
+        if self._cpu_kernels and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:  # compiled forward and sampling
+            actor = self.actor
+            head = self._acting_forward(obs)
+            noise = np.zeros((obs.shape[0], head.shape[1] // 2), np.float32)
+            if not deterministic:
+                noise[:] = torch.randn(noise.shape).numpy()  # torch's generator, as the PyTorch path draws
+            actions, log_prob, *saved = (np.empty_like(noise), np.empty(len(noise), np.float32),
+                                         *(np.empty_like(noise) for _ in range(3)))
+            sac_kernels.squash(head, noise, self._scale_np, self._center_np, actor.log_std_min, actor.log_std_max,
+                               actions, log_prob, *saved)
+            return actions
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()

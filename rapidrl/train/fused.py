@@ -199,6 +199,9 @@ def _mlp_arrays(seq) -> tuple[tuple, tuple]:
     return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
 
 
+ACTING_FORWARD_MAX_ROWS = 16  # up to this many observations MLPForward is faster than PyTorch (256x256, here)
+
+
 class MLPForward:
     """Inference of an ``nn.Sequential`` MLP (Linear layers, one activation between them) in one compiled call
     that reads the weights zero-copy, so it always uses the current parameters (CPU float32 only).
@@ -209,6 +212,7 @@ class MLPForward:
     """
 
     def __init__(self, seq, activation: str):
+        """seq: the MLP's modules in order (an ``nn.Sequential`` or a list of Linear and activation modules)."""
         self.ws, self.bs = _mlp_arrays(seq)
         if any(w.dtype != np.float32 for w in self.ws):
             raise TypeError("MLPForward needs float32 CPU parameters")

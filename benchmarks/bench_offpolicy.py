@@ -8,11 +8,17 @@ Extras (one timed run per library, the libraries interleaved): SAC Pendulum-v1, 
 per step; DQN CartPole-v1, 50k steps, the rl-zoo hyperparameters. Every library gets the same
 hyperparameters; each trained policy is evaluated on 10 Gymnasium episodes with its own ``predict``.
 
+Threads: every library runs at the same torch thread count, rapidrl's default for the algorithm (SAC: all
+cores, which is also torch's default and so the peers'; DQN: 1). rapidrl's process settings
+(``flush_denormal``, ``keep_heap``) stay in effect for the peers measured after it in the same process,
+which can only make the peers faster.
+
     python -m benchmarks.bench_offpolicy [--quick] [--against rlox,sb3]
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +30,7 @@ import torch
 from benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 20}
+THREADS = {"sac": len(os.sched_getaffinity(0)), "dqn": 1}  # rapidrl's defaults (torch_threads 0 and 1)
 SAC_FLOOR_MS = 4.0
 
 SAC_HP = dict(learning_rate=1e-3, batch_size=256, buffer_size=100_000, learning_starts=100, gamma=0.99, tau=0.005)
@@ -115,7 +122,19 @@ def _libs(ctx: Context) -> list[str]:
 
 # -- update cases ---------------------------------------------------------------------------------------
 def _update_fn(lib: str, algo: str) -> Callable[[], None]:
-    """A filled model and a zero-argument call doing one gradient update."""
+    """A filled model and a zero-argument call doing one gradient update (at the algorithm's thread count)."""
+    fn = _update_call(lib, algo)
+    threads = THREADS[algo]
+
+    def update() -> None:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        fn()
+
+    return update
+
+
+def _update_call(lib: str, algo: str) -> Callable[[], None]:
     fill = 1_000
     if algo == "sac":
         model = BUILDERS[algo][lib](learning_starts=fill)
@@ -148,6 +167,7 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
         sps = {}
         for lib in _libs(ctx):
             model = BUILDERS[algo][lib]()
+            torch.set_num_threads(THREADS[algo])
             t0 = time.perf_counter()
             train(lib, model, steps)
             wall = time.perf_counter() - t0
@@ -157,6 +177,7 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
                          "rapidrl_speedup": round(sps["rapidrl"] / sps[lib], 2)})
     model = rapidrl_sac(learning_starts=1_000)
     train("rapidrl", model, 1_000)
+    torch.set_num_threads(THREADS["sac"])
     timings = []
     for _ in range(5 if ctx.quick else 20):
         t0 = time.perf_counter()

@@ -45,9 +45,10 @@ class Algorithm:
     name: ClassVar[str] = "algorithm"
     config_class: ClassVar[type]
     supports_distributed: ClassVar[bool] = False  # True where every gradient step calls _sync_grads
-    # Env steps between two reports: the finiteness check, callbacks, metrics flush and progress bar run after
-    # the first iteration that reaches it (0: after every iteration). Off-policy iterations can be a single
-    # env step, for which that bookkeeping would cost more than the step.
+    # Env steps between two reports (finiteness check, metrics flush to history and loggers, progress bar):
+    # after the first iteration that reaches each multiple of it (0: after every iteration). Off-policy
+    # iterations can be a single env step, for which that bookkeeping (~1 ms for SAC) would cost more than
+    # the step. Callbacks run after every iteration; the ones that save check finiteness themselves.
     report_steps: ClassVar[int] = 0
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
@@ -162,16 +163,19 @@ class Algorithm:
         self.metrics.update(values)
 
     def _check_finite(self) -> None:
-        """Raise NonFiniteError if a loss of this update or a trained parameter is NaN or inf (before any
-        callback can save the broken state)."""
+        """Raise NonFiniteError if a recorded loss or a trained parameter is NaN or inf (at every report,
+        before the callbacks run; the callbacks that save skip non-finite states themselves)."""
         for k, v in self.metrics.items():
             if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v):
                 raise NonFiniteError(f"{k} is {v} at step {self.num_timesteps}; training stopped")
-        for module in self.trainable_modules():
-            for name, p in module.named_parameters():
-                if not torch.isfinite(p).all():
-                    raise NonFiniteError(f"parameter {name} is not finite at step {self.num_timesteps}; "
-                                         "training stopped")
+        named = [(name, p) for module in self.trainable_modules() for name, p in module.named_parameters()]
+        if not named:
+            return
+        # one reduction over every parameter: the largest |value| of each is NaN or inf exactly when one is
+        largest = torch.stack(torch._foreach_norm([p.detach() for _, p in named], math.inf))
+        if not bool(torch.isfinite(largest).all()):
+            bad = next(name for (name, _), m in zip(named, largest.tolist()) if not math.isfinite(m))
+            raise NonFiniteError(f"parameter {bad} is not finite at step {self.num_timesteps}; training stopped")
 
     def _flush_metrics(self) -> None:
         self.metrics["global_step"] = self.num_timesteps
@@ -192,8 +196,7 @@ class Algorithm:
     def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
         """Train for ``total_timesteps`` env steps (counted over all envs). Returns self.
 
-        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update (after the
-        first update that completes ``report_steps`` more env steps, for off-policy algorithms).
+        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update.
         resume: continue the ``learn`` call a checkpoint was saved in (``save(..., training_state=True)``
         then ``load``): runs to that call's end with its schedules, so the result equals an uninterrupted
         run for deterministic settings. ``total_timesteps`` must then equal the original call's.
@@ -217,15 +220,17 @@ class Algorithm:
         desc = f"{self.name.upper()} {self.env_id or ''}".strip()
         with TrainingProgress(target, desc, enabled=progress_bar) as progress:
             progress.update(self.num_timesteps, 0.0, None)
-            report_at = self.num_timesteps + self.report_steps
+            report_at = self._next_report()
             while self.num_timesteps < target:
                 self.num_timesteps += self._iteration()
                 self.num_updates += 1
-                if self.num_timesteps < min(report_at, target):
-                    continue
-                report_at = self.num_timesteps + self.report_steps
-                self._check_finite()
+                report = self.num_timesteps >= min(report_at, target)
+                if report:
+                    self._check_finite()
                 keep_going = cb.on_rollout_end(self) and cb.on_update_end(self)
+                if keep_going and not report:
+                    continue
+                report_at = self._next_report()
                 self._flush_metrics()
                 recent = self.recent_returns(20)
                 progress.update(self.num_timesteps, self.metrics["charts/SPS"],
@@ -234,6 +239,13 @@ class Algorithm:
                     break
         cb.on_training_end(self)
         return self
+
+    def _next_report(self) -> int:
+        """The env step count at or after which the next report is due (multiples of ``report_steps``, so a
+        resumed run reports at the same steps as an uninterrupted one)."""
+        if not self.report_steps:
+            return self.num_timesteps
+        return (self.num_timesteps // self.report_steps + 1) * self.report_steps
 
     def progress_remaining(self) -> float:
         """1 at the start of the current ``learn`` call, falling linearly to 0 at its end (for schedules)."""

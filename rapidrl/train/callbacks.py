@@ -30,6 +30,12 @@ class Callback:
         pass
 
 
+def _finite(algo) -> bool:
+    from rapidrl.train.checkpoint import training_is_finite  # checkpoint imports this module
+
+    return training_is_finite(algo)
+
+
 class CallbackList(Callback):
     """Runs several callbacks in order; stops when any asks to."""
 
@@ -106,7 +112,7 @@ class EvalCallback(Callback):
         algo.record({"eval/mean_return": mean, "eval/std_return": std})
         if mean > self.best_mean:
             self.best_mean = mean
-            if self.best_model_path is not None:
+            if self.best_model_path is not None and _finite(algo):
                 algo.save(self.best_model_path)
         return self.reward_threshold is None or mean < self.reward_threshold
 
@@ -126,7 +132,7 @@ class CheckpointCallback(Callback):
         self._next = algo.num_timesteps + self.save_freq
 
     def on_update_end(self, algo) -> bool:
-        if algo.num_timesteps >= self._next:
+        if algo.num_timesteps >= self._next and _finite(algo):  # a non-finite state is never saved
             self._next = algo.num_timesteps + self.save_freq
             path = self.directory / f"{self.prefix}_{algo.num_timesteps}.pt"
             algo.save(path)

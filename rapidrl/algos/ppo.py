@@ -168,8 +168,11 @@ class PPO(OnPolicyAlgorithm):
             clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
         mlp_backward(d_head, actor_inputs, self._actor_layers, p.activation)
         mlp_backward(d_values.unsqueeze(-1), critic_inputs, self._critic_layers, p.activation)
-        if d_log_std is not None:
-            p.log_std.grad = d_log_std
+        if d_log_std is not None:  # into the existing .grad, so optimizer_step keeps its cached views
+            if p.log_std.grad is None:
+                p.log_std.grad = d_log_std
+            else:
+                p.log_std.grad.copy_(d_log_std)
         return stats
 
     @torch.no_grad()

@@ -106,7 +106,7 @@ class SAC(OffPolicyAlgorithm):
         self._target_params = list(self.critic_target.parameters())
         # closed-form gradients (no autograd graph) unless torch.compile traces the autograd update
         self._closed_form = not c.compile
-        self._actor_layers = [*linear_layers(self.actor.trunk), self.actor.head]
+        self._actor_layers = linear_layers([*self.actor.trunk, self.actor.head])
         self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch sampling and loss head
         self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu") if self._cpu_kernels else None
         self._scale_np = self.actor.scale.numpy() if self._cpu_kernels else None

@@ -12,23 +12,34 @@ batched matmul per layer for all members, ReLU between layers).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
 
-def linear_layers(seq: nn.Sequential) -> list[nn.Linear]:
-    """The Linear layers of an MLP built by ``rapidrl.nn.mlp`` (activations in between)."""
-    return [m for m in seq if isinstance(m, nn.Linear)]
+class Layer(NamedTuple):
+    """One Linear layer's parameters as the hand-written passes use them, ``weight_t`` being the transposed
+    view of ``weight`` made once (a view follows every in-place update of the weight)."""
+
+    weight: nn.Parameter  # [out, in]
+    bias: nn.Parameter  # [out]
+    weight_t: torch.Tensor  # [in, out], a view of weight
+
+
+def linear_layers(modules) -> list[Layer]:
+    """The Linear layers of an MLP built by ``rapidrl.nn.mlp`` (or any sequence of modules), in order."""
+    return [Layer(m.weight, m.bias, m.weight.detach().t()) for m in modules if isinstance(m, nn.Linear)]
 
 
 @torch.no_grad()
-def mlp_forward(x: torch.Tensor, layers: list[nn.Linear], activation: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def mlp_forward(x: torch.Tensor, layers: list[Layer], activation: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """x [B, I] -> (out [B, O], inputs of every layer [x, h1, ..., h_{L-1}]) for ``mlp_backward``."""
     inputs = [x]
     h = x
     last = len(layers) - 1
     for i, layer in enumerate(layers):
-        h = torch.addmm(layer.bias, h, layer.weight.t())
+        h = torch.addmm(layer.bias, h, layer.weight_t)
         if i < last:
             h = h.tanh_() if activation == "tanh" else h.relu_()
             inputs.append(h)
@@ -36,7 +47,7 @@ def mlp_forward(x: torch.Tensor, layers: list[nn.Linear], activation: str) -> tu
 
 
 @torch.no_grad()
-def mlp_backward(d_out: torch.Tensor, inputs: list[torch.Tensor], layers: list[nn.Linear], activation: str) -> None:
+def mlp_backward(d_out: torch.Tensor, inputs: list[torch.Tensor], layers: list[Layer], activation: str) -> None:
     """Write d loss / d (weight, bias) of every layer into ``.grad`` given d loss / d out [B, O]."""
     d = d_out
     for i in range(len(layers) - 1, -1, -1):

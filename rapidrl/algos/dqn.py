@@ -98,15 +98,12 @@ def dqn_output_grads(q_all: torch.Tensor, actions: torch.Tensor, next_q_target: 
     """
     index = actions.unsqueeze(1)  # [B, 1]
     q = q_all.gather(1, index).squeeze(1)
-    target = rewards + discounts * next_q_target
-    loss = nn.functional.smooth_l1_loss(q, target, reduction="none")
-    td = q - target
+    loss, td = dqn_loss(q, next_q_target, rewards, discounts, weights)
     d_q = td.clamp(-1.0, 1.0)
     if weights is not None:
-        loss = loss * weights
         d_q = d_q * weights
     d_out = torch.zeros_like(q_all).scatter_(1, index, d_q.div_(q.shape[0]).unsqueeze(1))
-    return d_out, loss.mean(), q, td
+    return d_out, loss, q, td
 
 
 class DQN(OffPolicyAlgorithm):

@@ -147,11 +147,12 @@ class SAC(OffPolicyAlgorithm):
         q_both, critic_inputs = ensemble_forward(critic_x, critic_w, critic_b)
         q_both = q_both.squeeze(-1)  # [n, 2B]: Q(s, a), then Q(s, a ~ pi(s))
         if kernels:
-            log_alpha = float(self.log_alpha) if self.tune_alpha else 0.0
-            alpha = math.exp(float(self.log_alpha))
+            log_alpha = float(self.log_alpha)
+            alpha = math.exp(log_alpha)
             d_q_both, out = torch.empty_like(q_both), torch.empty(7)
             sac_kernels.loss_head(q_both.numpy(), next_q.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
-                                  log_prob.numpy(), alpha, log_alpha, self.target_entropy, d_q_both.numpy(),
+                                  log_prob.numpy(), alpha, log_alpha if self.tune_alpha else 0.0,
+                                  self.target_entropy, d_q_both.numpy(),
                                   out.numpy())
             d_x = ensemble_backward(d_q_both.unsqueeze(-1), critic_inputs, critic_w, critic_b, param_rows=b)
             d_head = torch.empty(b, 2 * act_dim)

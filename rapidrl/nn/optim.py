@@ -24,17 +24,6 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
 
 
-def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale ``grads`` in place so their global L2 norm is at most ``max_norm``; returns the norm before.
-
-    The same arithmetic as ``torch.nn.utils.clip_grad_norm_`` (coefficient max_norm / (norm + 1e-6),
-    clamped to 1) in three foreach calls, without reading the norm back to the host.
-    """
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp_(max=1.0))
-    return norm
-
-
 def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float = 0.0) -> None:
     """Clip the gradients' global norm to ``max_grad_norm`` (0: no clipping), then take one optimizer step.
 
@@ -62,9 +51,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float = 0.0)
         _clip_and_count(*_numpy_views(optimizer, grads, steps), float(max_grad_norm))
     else:
         if max_grad_norm > 0:
-            clipped = [p.grad for g in groups for p in g["params"] if p.grad is not None]
-            if clipped:
-                clip_grad_norm(clipped, max_grad_norm)
+            torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], max_grad_norm, foreach=True)
         if not fast:
             optimizer.step()
             return

@@ -39,6 +39,12 @@ def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwa
     return make_vec(env_id, num_envs, seed=seed, device=device, **env_kwargs)
 
 
+def non_finite_loss(metrics: dict) -> str | None:
+    """The first ``losses/*`` metric that is NaN or inf, or None."""
+    return next((k for k, v in metrics.items()
+                 if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v)), None)
+
+
 class Algorithm:
     """Base class of PPO, A2C, DQN, SAC, TD3 (see each for the hyperparameters)."""
 
@@ -165,9 +171,9 @@ class Algorithm:
     def _check_finite(self) -> None:
         """Raise NonFiniteError if a recorded loss or a trained parameter is NaN or inf (at every report,
         before the callbacks run; the callbacks that save skip non-finite states themselves)."""
-        for k, v in self.metrics.items():
-            if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v):
-                raise NonFiniteError(f"{k} is {v} at step {self.num_timesteps}; training stopped")
+        bad = non_finite_loss(self.metrics)
+        if bad is not None:
+            raise NonFiniteError(f"{bad} is {self.metrics[bad]} at step {self.num_timesteps}; training stopped")
         named = [(name, p) for module in self.trainable_modules() for name, p in module.named_parameters()]
         if not named:
             return

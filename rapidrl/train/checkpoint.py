@@ -10,7 +10,6 @@ the last good one.
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from rapidrl.train.algorithm import non_finite_loss
 from rapidrl.train.callbacks import Callback
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")
@@ -67,10 +67,7 @@ def _all_finite(obj) -> bool:
 
 def training_is_finite(algo) -> bool:
     """Latest ``losses/*`` metrics and all saved tensors (weights, optimizer moments) are finite."""
-    for k, v in algo.metrics.items():
-        if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v):
-            return False
-    return _all_finite(algo._state())
+    return non_finite_loss(algo.metrics) is None and _all_finite(algo._state())
 
 
 class Checkpointer(Callback):

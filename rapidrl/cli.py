@@ -40,8 +40,6 @@ from rapidrl.train.rundir import (
     write_summary,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 class CLIError(Exception):
     """A user error: printed as one line, exit code 2."""
@@ -353,13 +351,7 @@ def cmd_plot(args) -> int:
 
 
 def cmd_bench(rest: list[str]) -> int:
-    root = REPO_ROOT
-    if not (root / "benchmarks" / "run.py").is_file():
-        raise CLIError(f"the benchmark suite is not installed: no benchmarks/run.py next to the rapidrl package "
-                       f"({root}); run it from a clone of the repository")
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from benchmarks.run import main as bench_main
+    from rapidrl.benchmarks.run import main as bench_main
 
     return int(bench_main(rest) or 0)
 

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import harness, run
-from benchmarks.harness import Case, Context, measure
+from rapidrl.benchmarks import harness, run
+from rapidrl.benchmarks.harness import Case, Context, measure
 
 
 class FakeClock:

@@ -127,7 +127,7 @@ def test_device_path_rejects_unsupported_settings(kwargs, match):
 def test_gpu_benchmark_exits_cleanly_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run for real")
-    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu"], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "rapidrl.benchmarks.gpu"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "no CUDA GPU" in out.stdout

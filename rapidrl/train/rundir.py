@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
 
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "configs"
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
 CONFIG_FILE, SUMMARY_FILE, METRICS_CSV, MONITOR_FILE = "config.toml", "summary.json", "metrics.csv", "monitor.bin"
 MODEL_FILE, CHECKPOINT_DIR, TRAIN_LOG = "model.pt", "checkpoints", "train.log"
 SECTIONS = ("run", "algo", "env")

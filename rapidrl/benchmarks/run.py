@@ -1,4 +1,4 @@
-"""Command line of the benchmark suite: ``python -m benchmarks.run kernels [--quick] [--against rlox]``.
+"""Command line of the benchmark suite: ``python -m rapidrl.benchmarks.run kernels [--quick] [--against rlox]``.
 
 ``rapidrl bench ...`` calls ``main(argv)`` with the same arguments. Each suite is a module with a
 ``cases(ctx) -> Iterator[Case]`` function, optionally ``REPEATS = {"quick": r, "full": r}`` and
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import (
+from rapidrl.benchmarks.harness import (
     Context,
     machine_info,
     parse_against,
@@ -27,13 +27,13 @@ from benchmarks.harness import (
 
 # suite name -> module defining cases(ctx)
 SUITES = {
-    "kernels": "benchmarks.bench_kernels",
-    "envs": "benchmarks.bench_envs",
-    "buffers": "benchmarks.bench_buffers",
-    "train": "benchmarks.bench_train",
-    "llm": "benchmarks.bench_llm",
-    "scale": "benchmarks.bench_scale",
-    "offpolicy": "benchmarks.bench_offpolicy",
+    "kernels": "rapidrl.benchmarks.bench_kernels",
+    "envs": "rapidrl.benchmarks.bench_envs",
+    "buffers": "rapidrl.benchmarks.bench_buffers",
+    "train": "rapidrl.benchmarks.bench_train",
+    "llm": "rapidrl.benchmarks.bench_llm",
+    "scale": "rapidrl.benchmarks.bench_scale",
+    "offpolicy": "rapidrl.benchmarks.bench_offpolicy",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}
@@ -41,7 +41,7 @@ DEFAULT_WARMUP = {"quick": 1, "full": 3}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Argument parser shared by ``python -m benchmarks.run`` and ``rapidrl bench``."""
+    """Argument parser shared by ``python -m rapidrl.benchmarks.run`` and ``rapidrl bench``."""
     p = argparse.ArgumentParser(
         prog="rapidrl bench", description="Benchmark rapidrl against the installed peers (interleaved)."
     )

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from benchmarks.harness import Context
+from rapidrl.benchmarks.harness import Context
 
 REPEATS = {"quick": 1, "full": 1}
 

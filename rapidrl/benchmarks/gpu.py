@@ -1,4 +1,4 @@
-"""GPU-resident PPO throughput: ``python -m benchmarks.gpu [--envs 4096,16384,65536] [--steps N] [--cuda-graph]``.
+"""GPU-resident PPO throughput: ``python -m rapidrl.benchmarks.gpu [--envs 4096,16384] [--steps N] [--cuda-graph]``.
 
 For each env count, PPO on CartPole-v1 with a ``TorchVecEnv`` on the GPU (env, policy, rollout storage and
 GAE on the device; scalars read every ``log_every`` updates) trains for a fixed number of env steps after a

@@ -13,7 +13,7 @@ cores, which is also torch's default and so the peers'; DQN: 1). rapidrl's proce
 (``flush_denormal``, ``keep_heap``) stay in effect for the peers measured after it in the same process,
 which can only make the peers faster.
 
-    python -m benchmarks.bench_offpolicy [--quick] [--against rlox,sb3]
+    python -m rapidrl.benchmarks.bench_offpolicy [--quick] [--against rlox,sb3]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks.harness import Case, Context
+from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 20}
 THREADS = {"sac": len(os.sched_getaffinity(0)), "dqn": 1}  # rapidrl's defaults (torch_threads 0 and 1)
@@ -192,9 +192,9 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.bench_offpolicy [options]`` = ``python -m benchmarks.run offpolicy [options]``."""
-    from benchmarks.run import SUITES
-    from benchmarks.run import main as run_main
+    """``python -m rapidrl.benchmarks.bench_offpolicy [options]``: the same as ``rapidrl bench offpolicy [options]``."""
+    from rapidrl.benchmarks.run import SUITES
+    from rapidrl.benchmarks.run import main as run_main
 
     SUITES.setdefault("offpolicy", __name__)
     return run_main(["offpolicy", *(sys.argv[1:] if argv is None else argv)])

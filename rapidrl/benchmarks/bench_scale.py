@@ -9,7 +9,7 @@ learner spent waiting for a rollout (``time/frac_collect_wait``). Settings:
   GIL inside each product) or a pure-Python loop ("python-heavy": holds the GIL), through the per-step path
   (``vectorization="sync"``), with more update epochs so that collection and update cost about the same.
 
-Run: ``python -m benchmarks.run scale [--quick]`` (``SUITES`` registers this module as "scale").
+Run: ``python -m rapidrl.benchmarks.run scale [--quick]`` (``SUITES`` registers this module as "scale").
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.bench_train import RLOX_DEFAULTS
-from benchmarks.harness import Context
+from rapidrl.benchmarks.bench_train import RLOX_DEFAULTS
+from rapidrl.benchmarks.harness import Context
 
 REPEATS = {"quick": 1, "full": 1}
 HEAVY_IDS = {"numpy-heavy": "RapidrlNumpyHeavyCartPole-v0", "python-heavy": "RapidrlPythonHeavyCartPole-v0"}

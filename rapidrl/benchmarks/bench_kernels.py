@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import Case, Context
+from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 30}
 GAMMA, LAM = 0.99, 0.95

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from benchmarks.harness import Case, Context
+from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 30}
 OBS = {"vec": ((4,), np.float32), "img": ((84, 84, 4), np.uint8)}

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_kernels import group_adv_numpy, group_adv_trl
-from benchmarks.harness import Case, Context
+from rapidrl.benchmarks.bench_kernels import group_adv_numpy, group_adv_trl
+from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 30}
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from rapidrl.monitor.metrics_file import MAGIC, MetricsReader, MetricsWriter, file_size
+from rapidrl.monitor.metrics_file import MAGIC, MetricsReader, MetricsWriter, TornReadError, file_size
 from rapidrl.monitor.view import RunView, run_monitor, sparkline
 from rapidrl.train.rundir import CONFIG_FILE, MONITOR_FILE
 
@@ -108,6 +108,21 @@ def test_no_torn_reads_while_a_writer_process_hammers_the_file(tmp_path):
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_snapshot_gives_up_after_its_time_budget_while_the_writer_holds_the_lock(tmp_path):
+    """A writer stuck inside a write (odd sequence number) makes the reader fail after ``timeout`` seconds."""
+    w = MetricsWriter(tmp_path / "m.bin")
+    w.update({"a": 1.0})
+    section = w.writing()
+    section.__enter__()
+    reader = MetricsReader(tmp_path / "m.bin")
+    t0 = time.monotonic()
+    with pytest.raises(TornReadError, match=r"busy for 0\.2 s"):
+        reader.snapshot(timeout=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 5.0
+    section.__exit__(None, None, None)
+    assert reader.snapshot().values["a"] == 1.0
 
 
 def test_sparkline_and_view_render(tmp_path):

@@ -232,20 +232,28 @@ class MetricsReader:
         if inode != self._inode:
             self._open()
 
-    def snapshot(self, attempts: int = 10_000) -> Snapshot:
-        """Copy the file under the seqlock; raises TornReadError if no attempt saw a quiet writer."""
+    def snapshot(self, timeout: float = 2.0) -> Snapshot:
+        """Copy the file under the seqlock; raises TornReadError if no attempt within ``timeout`` seconds saw a
+        quiet writer (a time budget, not a count: on a loaded machine the writer may hold the lock for long)."""
         self._reopen_if_replaced()
         mm = self._mm
-        for i in range(attempts):
+        deadline = None
+        attempts = 0
+        while True:
             s1 = int.from_bytes(mm[SEQ_OFFSET:SEQ_OFFSET + 8], "little")
             if s1 % 2 == 0:
                 data = mm[SEQ_OFFSET:]
                 s2 = int.from_bytes(mm[SEQ_OFFSET:SEQ_OFFSET + 8], "little")
                 if s1 == s2 and int.from_bytes(data[:8], "little") == s1:
                     return self._parse(data, s1)
-            if i % 64 == 63:
+            attempts += 1
+            if attempts % 64 == 0:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + timeout
+                elif now > deadline:
+                    raise TornReadError(f"{self.path}: the writer was busy for {timeout} s ({attempts} read attempts)")
                 time.sleep(0.0005)
-        raise TornReadError(f"{self.path}: the writer was busy during {attempts} read attempts")
 
     def _parse(self, data: bytes, seq: int) -> Snapshot:
         n_fields, ring_count, status = struct.unpack_from("<QQQ", data, 8)

@@ -14,3 +14,5 @@ if [ -n "$extras" ]; then
 else
   python -m pip install --quiet -e .
 fi
+# Compile the main job's Numba kernels now, so the first run does not wait for them (cached on disk).
+python -m rapidrl.precompile

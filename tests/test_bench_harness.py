@@ -220,6 +220,9 @@ def test_run_main_writes_outputs_for_a_registered_suite(tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "fake.json").read_text())
     assert doc["settings"]["quick"] is True and doc["cases"][0]["name"] == "tiny"
     assert (tmp_path / "fake.md").exists()
+    report = (tmp_path / "BENCHMARKS.md").read_text()  # the one report: command, machine, every table
+    assert "Reproduce: `rapidrl bench fake --quick --warmup 0" in report and "## fake" in report
+    assert "| tiny |" in report and "numpy" in report
 
 
 def test_slow_case_runs_fewer_rounds_within_budget():
@@ -247,3 +250,27 @@ def test_teardown_runs_for_measured_filtered_and_skipped_cases():
     assert [r.case.name for r in res] == ["keep/a"]
     assert closed == ["a", "b", "c"]
     assert all(not c.contenders for c in cases)  # callables released
+
+
+def test_isolated_job_runs_in_a_fresh_process_at_the_given_thread_count():
+    import os
+
+    import torch
+
+    from rapidrl.algos import PPO  # noqa: F401  (state of this process that must not reach the child)
+    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated
+
+    torch.set_num_threads(2)
+    state = run_isolated("rapidrl.benchmarks.isolated:job_process_state", {}, torch_threads=1)
+    assert state["torch_threads"] == 1 and state["pid"] != os.getpid()
+    assert state["rapidrl_modules"] == ["rapidrl.benchmarks", "rapidrl.benchmarks.isolated"]
+    with pytest.raises(RuntimeError, match="no_such_job"):
+        run_isolated("rapidrl.benchmarks.isolated:no_such_job", {}, torch_threads=1)
+    with pytest.raises(ValueError, match="torch_threads"):
+        run_isolated("rapidrl.benchmarks.isolated:job_process_state", {}, torch_threads=0)
+    calls = []
+    out = interleaved({"a": lambda s, t: calls.append(("a", s, t)) or {"sps": 10.0 * t + s},
+                       "b": lambda s, t: calls.append(("b", s, t)) or {"sps": 5.0}}, seeds=[0, 1], threads=[1, 2])
+    assert calls[:4] == [("a", 0, 1), ("b", 0, 1), ("a", 0, 2), ("b", 0, 2)]
+    assert calls[4] == ("b", 1, 1)  # the order rotates with the seed
+    assert best_by_threads(out["a"]) == (2, 20.5) and best_by_threads(out["b"])[1] == 5.0

@@ -4,14 +4,14 @@ Cases (timed by the harness, interleaved): one gradient update of SAC (batch 256
 critics) and of DQN (batch 64, 256x256), each library on its own filled replay buffer. The SAC floor is
 ~4 ms per update on this machine (0.6 GFLOP at ~150 GFLOP/s, PERFORMANCE.md).
 
-Extras (one timed run per library, the libraries interleaved): SAC Pendulum-v1, 1 env, 5k steps, 1 update
-per step; DQN CartPole-v1, 50k steps, the rl-zoo hyperparameters. Every library gets the same
-hyperparameters; each trained policy is evaluated on 10 Gymnasium episodes with its own ``predict``.
+Extras (end to end): SAC Pendulum-v1, 1 env, 5k steps, 1 update per step; DQN CartPole-v1, 50k steps, the
+rl-zoo hyperparameters. Every library gets the same hyperparameters and runs in its own fresh process
+(``rapidrl.benchmarks.isolated``) at 1 torch thread and at all cores, libraries interleaved; each one's best
+thread count is compared. A warm-up run (timed apart) precedes the measured one in the same process. Each
+trained policy is evaluated on 10 Gymnasium episodes with its own ``predict``.
 
-Threads: every library runs at the same torch thread count, rapidrl's default for the algorithm (SAC: all
-cores, which is also torch's default and so the peers'; DQN: 1). rapidrl's process settings
-(``flush_denormal``, ``keep_heap``) stay in effect for the peers measured after it in the same process,
-which can only make the peers faster.
+Update cases: every library at the same torch thread count, rapidrl's default for the algorithm (SAC: all
+cores; DQN: 1), in one process (micro-benchmark).
 
     python -m rapidrl.benchmarks.bench_offpolicy [--quick] [--against rlox,sb3]
 """
@@ -157,24 +157,44 @@ def cases(ctx: Context) -> Iterator[Case]:
 
 
 # -- end-to-end runs ------------------------------------------------------------------------------------
+E2E = {"sac": ("Pendulum-v1", 1_000, 5_000, 300), "dqn": ("CartPole-v1", 10_000, 50_000, 2_000)}
+"""algo -> (env id, quick steps, full steps, warm-up steps)."""
+
+
+def job_train(lib: str, algo: str, steps: int, seed: int) -> dict:
+    """One library's whole run in a fresh process (``isolated.run_isolated`` sets the torch threads first).
+    rapidrl keeps the child's thread count (``torch_threads=None``). Returns {"sps", "warmup_s", "eval"}."""
+    over = {"torch_threads": None} if lib == "rapidrl" else {}
+    env_id, _, _, warm = E2E[algo]
+    t0 = time.perf_counter()
+    train(lib, BUILDERS[algo][lib](seed=99, **over, **({"learning_starts": 100} if algo == "dqn" else {})), warm)
+    warmup = time.perf_counter() - t0
+    model = BUILDERS[algo][lib](seed=seed, **over)
+    t0 = time.perf_counter()
+    train(lib, model, steps)
+    wall = time.perf_counter() - t0
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "eval": gym_eval(lib, model, env_id)}
+
+
 def extras(ctx: Context) -> tuple[str, list[dict]]:
-    """End-to-end training: SPS and evaluation return per library, interleaved (rapidrl first)."""
-    torch.set_num_threads(1)
-    runs = [("sac", "Pendulum-v1", 1_000 if ctx.quick else 5_000),
-            ("dqn", "CartPole-v1", 10_000 if ctx.quick else 50_000)]
+    """End-to-end training: SPS and evaluation return per library, each in its own process, at its best threads."""
+    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated, thread_counts
+
     rows = []
-    for algo, env_id, steps in runs:
-        sps = {}
-        for lib in _libs(ctx):
-            model = BUILDERS[algo][lib]()
-            torch.set_num_threads(THREADS[algo])
-            t0 = time.perf_counter()
-            train(lib, model, steps)
-            wall = time.perf_counter() - t0
-            sps[lib] = steps / wall
-            rows.append({"run": f"{algo} {env_id} {steps} steps", "library": lib, "wall_s": round(wall, 1),
-                         "SPS": round(sps[lib], 1), "eval_return": round(gym_eval(lib, model, env_id), 1),
-                         "rapidrl_speedup": round(sps["rapidrl"] / sps[lib], 2)})
+    for algo, (env_id, quick_steps, full_steps, _) in E2E.items():
+        steps = quick_steps if ctx.quick else full_steps
+        jobs = {lib: (lambda seed, t, kw={"lib": lib, "algo": algo, "steps": steps}: run_isolated(
+            f"{__name__}:job_train", {**kw, "seed": seed}, torch_threads=t)) for lib in _libs(ctx)}
+        results = interleaved(jobs, [0], thread_counts())
+        _, base = best_by_threads(results["rapidrl"])
+        for lib, by_threads in results.items():
+            best_t, best = best_by_threads(by_threads)
+            for t, (r,) in sorted(by_threads.items()):
+                rows.append({"run": f"{algo} {env_id} {steps} steps", "library": lib,
+                             "torch threads": f"{t}{' (best)' if t == best_t else ''}", "wall_s": round(r["wall_s"], 1),
+                             "warm-up s": round(r["warmup_s"], 1), "SPS": round(r["sps"], 1),
+                             "eval_return": round(r["eval"], 1),
+                             "rapidrl_speedup": round(base / best, 2) if t == best_t else ""})
     model = rapidrl_sac(learning_starts=1_000)
     train("rapidrl", model, 1_000)
     torch.set_num_threads(THREADS["sac"])
@@ -185,10 +205,10 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
             model._train_step()
         timings.append((time.perf_counter() - t0) / 10 * 1e3)
     update_ms = float(np.median(timings))
-    rows.append({"run": "sac update, batch 256, 256x256", "library": "rapidrl", "wall_s": None,
-                 "SPS": None, "eval_return": None,
+    rows.append({"run": "sac update, batch 256, 256x256", "library": "rapidrl", "torch threads": THREADS["sac"],
+                 "wall_s": None, "warm-up s": None, "SPS": None, "eval_return": None,
                  "rapidrl_speedup": f"{update_ms:.2f} ms/update = {update_ms / SAC_FLOOR_MS:.1f}x the 4 ms floor"})
-    return "End-to-end off-policy training (one run each, same hyperparameters)", rows
+    return "End-to-end off-policy training (each library in its own process, at its best torch threads)", rows
 
 
 def main(argv: list[str] | None = None) -> int:

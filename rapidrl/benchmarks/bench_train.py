@@ -1,10 +1,12 @@
-"""End-to-end training: PPO on CartPole-v1 at rlox's default setting against rlox and SB3 in one process.
+"""End-to-end training: PPO on CartPole-v1 at rlox's default setting against rlox and SB3.
 
 Whole training runs are too long to repeat hundreds of times, so this suite has no micro-cases: ``extras``
-trains each contender for the same number of steps, seeds interleaved round-robin (rapidrl, rlox, sb3,
-rapidrl, ...), and reports SPS (env steps / wall seconds of the learn call) and the deterministic eval
-return over 10 episodes. It also measures rapidrl's time to solve CartPole (wall time from the start of
-``learn`` until a 10-episode eval mean >= 475, the fast preset, median of the seeds) and its phase breakdown.
+trains each contender for the same number of steps in its own fresh process (``rapidrl.benchmarks.isolated``:
+no process-wide setting leaks from one library to another), at 1 torch thread and at all cores, seeds and
+contenders interleaved, and reports SPS (env steps / wall seconds of the learn call, warm-up excluded and
+reported apart) at each thread count and at each contender's best, and the deterministic eval return over
+10 episodes. It also measures rapidrl's time to solve CartPole (wall time from the start of ``learn`` until
+a 10-episode eval mean >= 475, the fast preset, median of the seeds) and its phase breakdown.
 """
 
 from __future__ import annotations
@@ -32,14 +34,14 @@ def cases(ctx: Context):
     return iter(())
 
 
-def _rapidrl_ppo(steps: int, seed: int):
+def _rapidrl_ppo(steps: int, seed: int, threads: int = 1):
     import rapidrl as rr
 
     d = RLOX_DEFAULTS
     model = rr.PPO("CartPole-v1", num_envs=d["n_envs"], num_steps=d["n_steps"], update_epochs=d["n_epochs"],
                    minibatch_size=d["batch_size"], learning_rate=d["learning_rate"], clip_coef=d["clip_eps"],
                    vf_coef=d["vf_coef"], ent_coef=d["ent_coef"], max_grad_norm=d["max_grad_norm"],
-                   gamma=d["gamma"], gae_lambda=d["gae_lambda"], seed=seed)
+                   gamma=d["gamma"], gae_lambda=d["gae_lambda"], seed=seed, torch_threads=threads)
     t0 = time.perf_counter()
     model.learn(steps, progress_bar=False)
     wall = time.perf_counter() - t0
@@ -55,6 +57,45 @@ def _rlox_ppo(rlox, steps: int, seed: int):
     trainer.train(steps)
     wall = time.perf_counter() - t0
     return wall, _gym_eval(lambda o: int(np.asarray(trainer.predict(o, deterministic=True)).reshape(-1)[0]), seed), {}
+
+
+WARMUP_STEPS = 2048
+
+
+def job_ppo(lib: str, steps: int, seed: int) -> dict:
+    """One contender's whole run, for ``isolated.run_isolated`` (torch threads are set by the child before this
+    runs): a warm-up run of ``WARMUP_STEPS`` (Numba cache loads, allocator, lazy imports; timed apart), then
+    the measured run. Returns {"sps", "wall_s", "warmup_s", "eval", "phases"}."""
+    import importlib
+
+    import torch
+
+    threads = torch.get_num_threads()
+    if lib == "rapidrl":
+        def run(n, s):
+            return _rapidrl_ppo(n, s, threads)
+    elif lib == "rlox":
+        rlox = importlib.import_module("rlox")
+
+        def run(n, s):
+            return _rlox_ppo(rlox, n, s)
+    elif lib == "sb3":
+        sb3 = importlib.import_module("stable_baselines3")
+
+        def run(n, s):
+            return _sb3_ppo(sb3, n, s)
+    else:
+        raise ValueError(f"unknown contender {lib!r}")
+    t0 = time.perf_counter()
+    run(WARMUP_STEPS, 99)
+    warmup = time.perf_counter() - t0
+    wall, mean, phases = run(steps, seed)
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "eval": mean, "phases": phases}
+
+
+def job_time_to_solve(seed: int) -> dict:
+    t, n = time_to_solve(seed)
+    return {"seconds": t, "steps": n}
 
 
 def _gym_eval(act, seed: int, episodes: int = 10) -> float:
@@ -104,33 +145,35 @@ def time_to_solve(seed: int, budget: int = 300_000, threshold: float = 475.0) ->
 
 
 def extras(ctx: Context):
-    steps = 50_000
+    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated, thread_counts
+
+    steps = 10_000 if ctx.quick else 50_000
     seeds = [0] if ctx.quick else [0, 1, 2]
-    runners = {"rapidrl": _rapidrl_ppo}
-    rlox = ctx.peer("rlox")
-    if rlox is not None:
-        runners["rlox"] = lambda s, seed: _rlox_ppo(rlox, s, seed)
-    sb3 = ctx.peer("sb3")
-    if sb3 is not None:
-        runners["sb3"] = lambda s, seed: _sb3_ppo(sb3, s, seed)
-    _rapidrl_ppo(2048, 99)  # warm-up: loads the compiled kernels from Numba's cache
-    results: dict[str, list[tuple[float, float, dict]]] = {n: [] for n in runners}
-    for seed in seeds:  # interleaved: every contender runs each seed before the next seed starts
-        for name, run in runners.items():
-            results[name].append(run(steps, seed))
-    base_sps = statistics.median(steps / r[0] for r in results["rapidrl"])
+    libs = ["rapidrl"] + [p for p in ("rlox", "sb3") if ctx.peer(p) is not None]
+    target = f"{__name__}:job_ppo"
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
+                                                         torch_threads=t)) for lib in libs}
+    results = interleaved(jobs, seeds, thread_counts())
+    _, base_sps = best_by_threads(results["rapidrl"])
+    case = f"PPO CartPole-v1 {steps} steps (8 envs x 128, 4 epochs, mb 256), own process"
     rows = []
-    for name, runs in results.items():
-        sps = statistics.median(steps / r[0] for r in runs)
-        rows.append({"case": f"PPO CartPole-v1 {steps} steps (8 envs x 128, 4 epochs, mb 256)", "contender": name,
-                     "SPS (median)": f"{sps:,.0f}", "eval mean per seed": ", ".join(f"{r[1]:.0f}" for r in runs),
-                     "rapidrl speedup": f"{base_sps / sps:.2f}x" if name != "rapidrl" else "1.00x",
-                     "phases": str(runs[0][2]) if runs[0][2] else ""})
-    solves = [time_to_solve(seed) for seed in seeds]
-    times = [t for t, _ in solves if t is not None]
-    rows.append({"case": "PPO CartPole-v1 time to solve (eval >= 475), fast preset", "contender": "rapidrl",
-                 "SPS (median)": "", "eval mean per seed": ", ".join(
-                     f"{t:.1f}s @ {n} steps" if t is not None else f"not solved in {n} steps" for t, n in solves),
-                 "rapidrl speedup": f"median {np.median(times):.1f}s" if len(times) == len(solves) else "",
-                 "phases": str(FAST_PRESET)})
-    return "End-to-end training (seeds interleaved across contenders)", rows
+    for lib, by_threads in results.items():
+        best_t, best_sps = best_by_threads(by_threads)
+        for t, runs in sorted(by_threads.items()):
+            sps = statistics.median(r["sps"] for r in runs)
+            rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
+                         "SPS (median)": f"{sps:,.0f}",
+                         "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
+                         "eval mean per seed": ", ".join(f"{r['eval']:.0f}" for r in runs),
+                         "rapidrl speedup (best vs best)": (f"{base_sps / best_sps:.2f}x" if lib != "rapidrl"
+                                                            else "1.00x") if t == best_t else "",
+                         "phases": str(runs[0]["phases"]) if runs[0]["phases"] else ""})
+    solves = [run_isolated(f"{__name__}:job_time_to_solve", {"seed": seed}, torch_threads=1) for seed in seeds]
+    times = [r["seconds"] for r in solves if r["seconds"] is not None]
+    rows.append({"case": "PPO CartPole-v1 time to solve (eval >= 475), fast preset, own process",
+                 "contender": "rapidrl", "torch threads": "1", "SPS (median)": "", "warm-up s": "",
+                 "eval mean per seed": ", ".join(f"{r['seconds']:.1f}s @ {r['steps']} steps" if r["seconds"] is not None
+                                                 else f"not solved in {r['steps']} steps" for r in solves),
+                 "rapidrl speedup (best vs best)": f"median {np.median(times):.1f}s" if len(times) == len(solves)
+                 else "", "phases": str(FAST_PRESET)})
+    return "End-to-end training (each run in its own process; seeds, threads and contenders interleaved)", rows

@@ -65,8 +65,9 @@ def _console():
     return Console(), Console(stderr=True)
 
 
-def run_suite(name: str, args: argparse.Namespace, against: set[str] | None, out: Path) -> bool:
-    """Run one suite, print its table, write its JSON and markdown. False if the suite is unavailable."""
+def run_suite(name: str, args: argparse.Namespace, against: set[str] | None, out: Path) -> str | None:
+    """Run one suite, print its table, write its JSON and markdown; returns the markdown (None if the suite
+    is unavailable)."""
     from rich.markdown import Markdown
 
     console, err = _console()
@@ -74,7 +75,7 @@ def run_suite(name: str, args: argparse.Namespace, against: set[str] | None, out
         module = importlib.import_module(SUITES[name])
     except ImportError as exc:
         err.print(f"[yellow]suite {name!r} is not available: {exc}[/yellow]")
-        return False
+        return None
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or getattr(module, "REPEATS", DEFAULT_REPEATS)[mode]
     warmup = args.warmup if args.warmup is not None else DEFAULT_WARMUP[mode]
@@ -108,7 +109,26 @@ def run_suite(name: str, args: argparse.Namespace, against: set[str] | None, out
         console.print(md, markup=False, highlight=False, soft_wrap=True)
     jp, mp = write_outputs(out, name, doc, md)
     err.print(f"wrote {jp} and {mp} ({time.perf_counter() - t0:.0f}s)")
-    return True
+    return md
+
+
+def write_report(out: Path, argv: list[str], sections: dict[str, str]) -> Path:
+    """``OUT/BENCHMARKS.md``: the command, the machine and versions, then every suite's tables of this run."""
+    machine = machine_info()
+    versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items() if v)
+    lines = ["# rapidrl benchmarks", "",
+             f"Reproduce: `rapidrl bench {' '.join(argv)}` ({machine.get('date_utc')}).", "",
+             f"Machine: {machine.get('cpu')}, {machine.get('cores')} cores, Python {machine.get('python')}; "
+             f"{versions}.", "",
+             "Micro-benchmarks interleave the contenders in one process; end-to-end training runs each contender "
+             "in its own fresh process at 1 torch thread and at all cores (`rapidrl.benchmarks.isolated`). "
+             "Ratios are measured in the same run; warm-up is excluded and reported apart.", ""]
+    for name, md in sections.items():
+        lines += [md.replace(f"## rapidrl bench: {name}", f"## {name}"), ""]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "BENCHMARKS.md"
+    path.write_text("\n".join(lines))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.torch_threads)
     names = list(SUITES) if args.suite == "all" else [args.suite]
-    ok = [run_suite(n, args, against, Path(args.out)) for n in names]
+    sections = {n: md for n in names if (md := run_suite(n, args, against, Path(args.out))) is not None}
+    if sections:
+        report = write_report(Path(args.out), sys.argv[1:] if argv is None else list(argv), sections)
+        print(f"report: {report}", file=sys.stderr)
+    ok = [n in sections for n in names]
     return 0 if all(ok) or (args.suite == "all" and any(ok)) else 1
 
 

@@ -1,0 +1,97 @@
+"""Each contender in its own fresh process, at its own best torch thread count.
+
+End-to-end benchmarks (whole training runs) must not share a process: libraries change process-wide state
+(torch threads, denormal flushing, allocator thresholds, compiled caches in memory), and the same peer was
+measured at 4.2k SPS in a shared harness and 21.8k SPS in a fresh process (PERFORMANCE.md). So a *job* (a
+module-level function returning a JSON-able dict) runs in a new interpreter:
+
+    run_isolated("rapidrl.benchmarks.bench_train:job_ppo", {"lib": "sb3", "steps": 50_000, "seed": 0},
+                 torch_threads=2)
+
+The child sets ``torch.set_num_threads`` before it imports the job's module, runs the job and prints one
+``RESULT <json>`` line; warm-up inside a job is timed and reported apart by the job itself. ``thread_counts()``
+gives the counts every contender is tried at (1 and all cores); ``best_by_threads`` keeps each contender's best.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+
+RESULT_PREFIX = "RESULT "
+
+
+def thread_counts() -> list[int]:
+    """Torch thread counts to try each contender at: 1 and all usable cores (one entry on a 1-core machine)."""
+    return sorted({1, len(os.sched_getaffinity(0))})
+
+
+def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: float = 3600.0) -> dict:
+    """Run ``module:function(**kwargs)`` in a fresh Python process with torch at ``torch_threads`` threads.
+
+    Returns the function's dict (plus ``"torch_threads"``). Raises RuntimeError with the child's stderr tail if
+    the child fails or prints no result.
+    """
+    if ":" not in target:
+        raise ValueError(f"target must be 'module:function', got {target!r}")
+    if isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1:
+        raise ValueError(f"torch_threads must be a positive int, got {torch_threads!r}")
+    cmd = [sys.executable, "-m", "rapidrl.benchmarks.isolated", target, json.dumps(kwargs), str(torch_threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{target}({kwargs}) at {torch_threads} threads failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-2000:]}")
+    result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    result["torch_threads"] = torch_threads
+    return result
+
+
+def interleaved(jobs: dict[str, Callable[[int, int], dict]], seeds: Iterable[int], threads: Iterable[int],
+                progress: Callable[[str], None] | None = None) -> dict[str, dict[int, list[dict]]]:
+    """Run every ``jobs[name](seed, threads)`` round-robin: for each seed, each thread count, every contender
+    (order rotated by seed) before the next. Returns name -> threads -> results in seed order."""
+    names = list(jobs)
+    out: dict[str, dict[int, list[dict]]] = {n: {} for n in names}
+    for k, seed in enumerate(seeds):
+        order = names[k % len(names):] + names[:k % len(names)]
+        for t in threads:
+            for name in order:
+                if progress:
+                    progress(f"{name} seed {seed} at {t} torch thread(s)")
+                out[name].setdefault(t, []).append(jobs[name](seed, t))
+    return out
+
+
+def best_by_threads(runs: dict[int, list[dict]], key: str = "sps") -> tuple[int, float]:
+    """(thread count, median of ``key`` over seeds) of the thread count with the highest median."""
+    medians = {t: statistics.median(r[key] for r in rs) for t, rs in runs.items()}
+    best = max(medians, key=medians.get)
+    return best, medians[best]
+
+
+def job_process_state() -> dict:
+    """A job reporting the child's process state (tests: the thread count is set, nothing leaked in)."""
+    import torch
+
+    return {"torch_threads": torch.get_num_threads(), "pid": os.getpid(),
+            "rapidrl_modules": sorted(m for m in sys.modules if m.startswith("rapidrl."))}
+
+
+def _child(argv: list[str]) -> None:
+    target, kwargs, threads = argv[0], json.loads(argv[1]), int(argv[2])
+    import torch
+
+    torch.set_num_threads(threads)
+    module, func = target.split(":")
+    result = getattr(importlib.import_module(module), func)(**kwargs)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1:])

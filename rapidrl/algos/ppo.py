@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rapidrl.algos.impala import vtrace_targets
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import LOG_2PI
@@ -45,6 +47,10 @@ class PPOConfig(OnPolicyConfig):
     """Replace GAE by V-trace (importance weights clipped at 1), computed with the learner's policy and critic
     at the start of each update: advantages = V-trace policy-gradient advantages, returns = V-trace targets.
     Corrects the policy lag of ``async_collect`` in the advantages too. CPU storage only."""
+    fused_update: bool = True
+    """On CPU with separate float32 MLPs (closed-form gradients, no distributed learners, "clip" squash), run each
+    epoch's minibatch updates (forward, loss gradients, backward, clipping, Adam) in one compiled call
+    (``rapidrl.kernels.ppo_update``); the same mathematics as the PyTorch path, which tests compare it with."""
     bf16_update: bool = False
     """Run the update's forward pass and loss under bfloat16 autocast (with autograd: closed-form gradients
     are then off). Parameters, optimizer state and rollout storage stay float32."""
@@ -155,7 +161,82 @@ class PPO(OnPolicyAlgorithm):
         self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update
         self._actor_layers, self._critic_layers = (linear_layers(p.actor), linear_layers(p.critic)) \
             if not p.shared else ([], [])
+        self._epoch_kernel: tuple[list, PPOEpochKernel] | None = None
         return adam(self.policy.parameters(), self.config.learning_rate, eps=1e-5)
+
+    def _fused_params(self) -> list[torch.Tensor] | None:
+        """The parameters in the compiled epoch's order (actor layers, critic layers, [log_std]), or None when the
+        compiled epoch does not apply to this policy, optimizer and device."""
+        c, p = self.config, self.policy
+        if not (c.fused_update and self._closed_form and self.dist is None and self.device.type == "cpu"
+                and c.squash == "clip" and p.activation in ("tanh", "relu")):
+            return None
+        params = [t for layer in self._actor_layers + self._critic_layers for t in (layer.weight, layer.bias)]
+        if not p.discrete:
+            params.append(p.log_std)
+        if {id(t) for t in params} != {id(t) for t in p.parameters()} or any(t.dtype != torch.float32 for t in params):
+            return None
+        opt = self.optimizer
+        if not (isinstance(opt, torch.optim.Adam) and len(opt.param_groups) == 1 and not any(
+                opt.param_groups[0][k] for k in ("amsgrad", "maximize", "weight_decay"))):
+            return None
+        return params
+
+    @staticmethod
+    def _single_thread_blas() -> None:
+        """Numba's ``np.dot`` calls SciPy's OpenBLAS, which by default spins one thread per core: at these matrix
+        sizes that only fights torch's and the envs' threads (measured: 3-10x slower updates on a busy machine).
+        Sets that one library (not NumPy's or torch's BLAS) to one thread, once per process."""
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the library Numba calls)
+        from threadpoolctl import ThreadpoolController
+
+        for lib in ThreadpoolController().lib_controllers:
+            if "scipy.libs" in lib.filepath or "scipy_openblas32" in lib.filepath:
+                lib.set_num_threads(1)
+
+    def _bound_epoch_kernel(self, params: list[torch.Tensor]) -> PPOEpochKernel:
+        """The compiled epoch bound to zero-copy views of the parameters, gradients and Adam state (created here
+        in torch's own layout when missing); rebound whenever one of those tensor objects was replaced."""
+        state = self.optimizer.state
+        for t in params:
+            if t.grad is None:
+                t.grad = torch.zeros_like(t)
+            if not state.get(t):
+                state[t] = {"step": torch.tensor(0.0, dtype=torch.float32),
+                            "exp_avg": torch.zeros_like(t, memory_format=torch.preserve_format),
+                            "exp_avg_sq": torch.zeros_like(t, memory_format=torch.preserve_format)}
+        tensors = [x for t in params
+                   for x in (t, t.grad, state[t]["exp_avg"], state[t]["exp_avg_sq"], state[t]["step"])]
+        if self._epoch_kernel is not None and all(a is b for a, b in zip(self._epoch_kernel[0], tensors)):
+            return self._epoch_kernel[1]
+        if not all(x.is_contiguous() and x.device.type == "cpu" and x.dtype == torch.float32 for x in tensors):
+            raise ValueError("the compiled PPO epoch needs contiguous CPU float32 parameters and optimizer state")
+
+        def views(i):
+            return tuple(tensors[5 * k + i].detach().view(-1).numpy() for k in range(len(params)))
+
+        self._single_thread_blas()
+        shapes = np.array([(t.shape[0], t.shape[1] if t.dim() == 2 else 1) for t in params], np.int64)
+        kernel = PPOEpochKernel(views(0), views(1), views(2), views(3), views(4), shapes,
+                                n_actor=len(self._actor_layers), n_critic=len(self._critic_layers),
+                                discrete=self.policy.discrete, relu=self.policy.activation == "relu")
+        self._epoch_kernel = (tensors, kernel)
+        return kernel
+
+    def _fused_epoch(self, params: list[torch.Tensor], clip: float, norm: str | None, batch_stats) -> np.ndarray:
+        """One epoch of minibatch updates in one compiled call; returns per-minibatch stats [n, 5]."""
+        c, b, group = self.config, self.buffer, self.optimizer.param_groups[0]
+        kernel = self._bound_epoch_kernel(params)
+        perm = b.permutation(self.torch_generator).numpy()
+        flat = {f: b.flat(f).numpy() for f in ("obs", "actions", "log_probs", "values", "advantages", "returns")}
+        obs = flat["obs"].reshape(flat["obs"].shape[0], -1)
+        actions = flat["actions"] if self.policy.discrete else flat["actions"].reshape(obs.shape[0], -1)
+        mode = {None: NORM_NONE, "minibatch": NORM_MINIBATCH, "batch": NORM_BATCH}[norm]
+        return kernel(obs, actions, flat["log_probs"], flat["values"], flat["advantages"], flat["returns"], perm,
+                      batch_size=c.minibatch_size, norm_mode=mode, batch_mean=batch_stats[0],
+                      batch_std=batch_stats[1], clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef,
+                      vf_coef=c.vf_coef, max_grad_norm=c.max_grad_norm, lr=float(group["lr"]),
+                      beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"])
 
     def _closed_form_grads(self, mb, clip: float) -> dict[str, torch.Tensor]:
         """Set every parameter's .grad to d ppo_loss / d parameter for minibatch ``mb``; return the stats."""
@@ -163,8 +244,13 @@ class PPO(OnPolicyAlgorithm):
         head, actor_inputs = mlp_forward(mb.obs, self._actor_layers, p.activation)
         values, critic_inputs = mlp_forward(mb.obs, self._critic_layers, p.activation)
         log_std = None if p.discrete else p.log_std.detach()
+        old_log_probs = mb.log_probs
+        if not p.discrete and p.squash == "tanh":
+            # stored log-probs are Gaussian minus the squash's log-Jacobian, which depends on the action only:
+            # compare Gaussian log-probs on both sides (the ratio ActorCritic.evaluate gives)
+            old_log_probs = old_log_probs + p.squash_log_jacobian(mb.actions)
         d_head, d_values, d_log_std, stats = ppo_output_grads(
-            head, values.squeeze(-1), mb.actions, log_std, mb.log_probs, mb.values, mb.advantages, mb.returns,
+            head, values.squeeze(-1), mb.actions, log_std, old_log_probs, mb.values, mb.advantages, mb.returns,
             clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
         mlp_backward(d_head, actor_inputs, self._actor_layers, p.activation)
         mlp_backward(d_values.unsqueeze(-1), critic_inputs, self._critic_layers, p.activation)
@@ -197,6 +283,33 @@ class PPO(OnPolicyAlgorithm):
         params = list(self.policy.parameters())
         totals: dict[str, torch.Tensor] = {}
         count = 0
+        fused = self._fused_params()
+        if fused is not None and self.buffer.flat("actions").dtype in (torch.int64, torch.float32) \
+                and self.buffer.flat("obs").dtype == torch.float32:
+            adv = self.buffer.flat("advantages")
+            batch_stats = (float(adv.mean()), float(adv.std(correction=0)) + 1e-8) if norm == "batch" else (0.0, 1.0)
+            sums = np.zeros(len(STAT_NAMES))
+            for _epoch in range(c.update_epochs):
+                stats = self._fused_epoch(fused, clip, norm, batch_stats)
+                sums += stats.sum(0)
+                count += stats.shape[0]
+                if c.target_kl is not None and stats[-1, STAT_NAMES.index("approx_kl")] > c.target_kl:
+                    break
+            totals = {k: float(v) for k, v in zip(STAT_NAMES, sums)}
+        else:
+            count = self._update_epochs(params, clip, norm, totals)
+        if self.num_updates % c.log_every:
+            return  # scalars are read back only every log_every updates
+        record = {f"losses/{k}": float(v) / count for k, v in totals.items()}
+        record["losses/explained_variance"] = self._explained_variance()
+        record["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        self.record(record)
+
+    def _update_epochs(self, params, clip: float, norm: str | None, totals: dict) -> int:
+        """The PyTorch path of ``_update``: minibatches from the buffer, closed-form or autograd gradients. Adds
+        each minibatch's stats into ``totals``; returns the number of minibatches."""
+        c = self.config
+        count = 0
         for _epoch in range(c.update_epochs):
             for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
                                               normalize_advantages=norm):
@@ -220,9 +333,4 @@ class PPO(OnPolicyAlgorithm):
                 kl = float(last_kl) if self.dist is None else self.dist.all_reduce_mean(float(last_kl))
                 if kl > c.target_kl:
                     break
-        if self.num_updates % c.log_every:
-            return  # scalars are read back only every log_every updates
-        record = {f"losses/{k}": float(v) / count for k, v in totals.items()}
-        record["losses/explained_variance"] = self._explained_variance()
-        record["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
-        self.record(record)
+        return count

@@ -301,6 +301,19 @@ class RolloutBuffer:
                     mb.advantages.sub_(mean).div_(std)
                 yield mb
 
+    def flat(self, name: str) -> torch.Tensor:
+        """The ``[T*N, ...]`` view of stored field ``name`` (one of obs, actions, log_probs, values, advantages,
+        returns, ...): the storage itself, not a copy."""
+        if name not in self._flat:
+            raise ValueError(f"name must be one of {sorted(self._flat)}, got {name!r}")
+        return self._flat[name]
+
+    def permutation(self, generator=None) -> torch.Tensor:
+        """A fresh random permutation of the T*N samples, drawn exactly as one epoch of ``minibatches`` draws it
+        (so a caller that cuts minibatches itself sees the same samples). Reused tensor [T*N] int64."""
+        self._shuffle(generator)
+        return self._perm
+
     def _shuffle(self, generator) -> None:
         """Fill the flat permutation (on the device) from ``generator``."""
         n = self._perm.shape[0]

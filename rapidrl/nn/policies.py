@@ -115,7 +115,7 @@ class ActorCritic(nn.Module):
         z = (raw - mean) * torch.exp(-self.log_std)
         return (-0.5 * z.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
 
-    def _tanh_correction(self, raw: torch.Tensor) -> torch.Tensor:
+    def squash_log_jacobian(self, raw: torch.Tensor) -> torch.Tensor:
         """log |d action / d raw| summed over dims [B] for the scaled tanh squash."""
         half_range = (self.action_high - self.action_low) / 2
         return (torch.log(half_range) + 2.0 * (math.log(2.0) - raw - nn.functional.softplus(-2.0 * raw))).sum(-1)
@@ -145,7 +145,7 @@ class ActorCritic(nn.Module):
         raw = out if deterministic else out + torch.randn_like(out) * torch.exp(self.log_std)
         logp = self._gaussian_logp(out, raw)
         if self.squash == "tanh":
-            logp = logp - self._tanh_correction(raw)
+            logp = logp - self.squash_log_jacobian(raw)
         return raw, logp, values
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor
@@ -162,6 +162,6 @@ class ActorCritic(nn.Module):
             return logp, entropy, values
         logp = self._gaussian_logp(out, actions)
         if self.squash == "tanh":
-            logp = logp - self._tanh_correction(actions)
+            logp = logp - self.squash_log_jacobian(actions)
         entropy = (self.log_std + 0.5 + 0.5 * LOG_2PI).sum().expand(out.shape[0])
         return logp, entropy, values

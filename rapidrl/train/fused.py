@@ -23,6 +23,8 @@ import numpy as np
 
 from rapidrl.envs import builtin
 from rapidrl.envs.builtin import step_any, unpack
+from rapidrl.kernels import activations
+from rapidrl.kernels.activations import tanh_f32
 from rapidrl.kernels.cache import invalidate_stale_cache
 
 DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}  # builtin.step_any's env codes
@@ -43,7 +45,7 @@ def _linear(x, w, b, out, act):
             for i in range(n_in):
                 s += x[n, i] * w[o, i]
             if act == 1:
-                s = np.tanh(s)
+                s = tanh_f32(s)
             elif act == 2:
                 s = max(s, np.float32(0.0))
             out[n, o] = s
@@ -235,7 +237,8 @@ class MLPForward:
 
 
 # The collectors inline the env kernels: recompile them whenever an env's (or the shared loop's) source changes.
-invalidate_stale_cache(collect_discrete, [m.__file__ for m in (*builtin._ENV_MODULES, builtin.rng, builtin)])
+invalidate_stale_cache(collect_discrete, [m.__file__ for m in (*builtin._ENV_MODULES, builtin.rng, builtin,
+                                                                activations)])
 
 
 def fused_applies(env, policy, device) -> bool:

@@ -1,0 +1,311 @@
+"""One PPO epoch of minibatch updates for separate actor and critic MLPs in a single compiled call (CPU).
+
+For CartPole-sized networks a minibatch update in PyTorch is ~60 operator calls (forward, closed-form loss
+gradients, backward, clipping, Adam) at 5-15 us each: the per-op overhead, not the arithmetic, sets the
+update's time. This kernel runs the same mathematics for every minibatch of one epoch without leaving
+compiled code: matrix products through BLAS (``np.dot``), the loss head and the activations as loops,
+global-norm clipping and PyTorch's Adam update on zero-copy NumPy views of the parameters, gradients and
+``torch.optim.Adam`` state (so checkpoints, the optimizer's state dict and the PyTorch path see every step).
+
+The reference is the PyTorch path of ``rapidrl.algos.ppo`` (``ppo_output_grads`` + ``rapidrl.nn.mlp_grad`` +
+``rapidrl.nn.optim.optimizer_step``); tests compare parameters, Adam moments and statistics after whole
+updates. Shapes (M = T*N samples, B = minibatch size, D = obs size, A = actions or logits):
+
+- obs [M, D] float32; actions_discrete [M] int64 (discrete) / actions_continuous [M, A] float32;
+- old_log_probs, old_values, advantages, returns [M] float32; perm [M] int64 (the epoch's permutation);
+- params, grads, exp_avgs, exp_avg_sqs: tuples of K contiguous 1-D float32 arrays (views of the parameters
+  and their state), in the order actor layers (weight, bias)..., critic layers (weight, bias)..., [log_std];
+  steps: tuple of K 1-element float32 arrays (Adam's step counters); shapes [K, 2] int64 (rows, cols; a bias
+  or log_std has cols 1).
+- stats_out [ceil(M / B), 5] float64: per minibatch policy_loss, value_loss, entropy, approx_kl, clipfrac.
+
+Non-finite values propagate as in PyTorch (``error_model="numpy"``: no exception on division by zero), so the
+training driver's finiteness check reports a diverged run the same way on both paths.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from rapidrl.kernels import activations, adam
+from rapidrl.kernels.activations import tanh_inplace
+from rapidrl.kernels.adam import _clip_and_count
+from rapidrl.kernels.cache import invalidate_stale_cache
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+NORM_NONE, NORM_MINIBATCH, NORM_BATCH = 0, 1, 2
+STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _forward(x, params, shapes, first, n_layers, relu):  # pragma: no cover
+    """MLP forward: returns the output and the input of every layer (list, inputs[0] = x)."""
+    inputs = [x]
+    h = x
+    for l in range(n_layers):
+        k = first + 2 * l
+        w = params[k].reshape((shapes[k, 0], shapes[k, 1]))
+        b = params[k + 1]
+        z = np.dot(h, w.T)
+        for r in range(z.shape[0]):
+            for j in range(z.shape[1]):
+                z[r, j] += b[j]
+        if l < n_layers - 1:
+            if relu:
+                for r in range(z.shape[0]):
+                    for j in range(z.shape[1]):
+                        if z[r, j] < 0.0:
+                            z[r, j] = 0.0
+            else:
+                tanh_inplace(z)
+            inputs.append(z)
+        h = z
+    return h, inputs
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _backward(d_out, inputs, params, grads, shapes, first, n_layers, relu):  # pragma: no cover
+    """Write d loss / d (weight, bias) of every layer into ``grads`` given d loss / d out [B, O]."""
+    d = d_out
+    for l in range(n_layers - 1, -1, -1):
+        k = first + 2 * l
+        x = inputs[l]
+        gw = grads[k].reshape((shapes[k, 0], shapes[k, 1]))
+        gw[:, :] = np.dot(d.T, x)
+        gb = grads[k + 1]
+        gb[:] = 0.0
+        for r in range(d.shape[0]):
+            for j in range(d.shape[1]):
+                gb[j] += d[r, j]
+        if l > 0:
+            w = params[k].reshape((shapes[k, 0], shapes[k, 1]))
+            d = np.dot(d, w)  # [B, in] = d loss / d (output of layer l-1's activation)
+            for r in range(d.shape[0]):
+                for j in range(d.shape[1]):
+                    if relu:
+                        if x[r, j] <= 0.0:
+                            d[r, j] = 0.0
+                    else:
+                        d[r, j] *= 1.0 - x[r, j] * x[r, j]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps):  # pragma: no cover
+    """PyTorch's Adam (no weight decay, no AMSGrad) with the already incremented step counters."""
+    for k in range(len(params)):
+        step = float(steps[k][0])
+        step_size = lr / (1.0 - beta1 ** step)
+        bc2_sqrt = math.sqrt(1.0 - beta2 ** step)
+        p, g, m, v = params[k], grads[k], exp_avgs[k], exp_avg_sqs[k]
+        for i in range(p.shape[0]):
+            gi = g[i]
+            m[i] += (1.0 - beta1) * (gi - m[i])
+            v[i] = beta2 * v[i] + (1.0 - beta2) * gi * gi
+            p[i] -= step_size * m[i] / (math.sqrt(v[i]) / bc2_sqrt + eps)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_probs, old_values, advantages, returns,
+               perm, batch_size, norm_mode, batch_mean, batch_std, params, grads, exp_avgs, exp_avg_sqs, steps,
+               shapes, n_actor, n_critic, relu, clip_coef, clip_vloss, ent_coef, vf_coef, max_grad_norm, lr, beta1,
+               beta2, eps, stats_out):  # pragma: no cover
+    total = perm.shape[0]
+    n_mb = 0
+    log_std_k = 2 * (n_actor + n_critic)
+    for start in range(0, total, batch_size):
+        m = min(batch_size, total - start)
+        idx = perm[start:start + m]
+        x = np.empty((m, obs.shape[1]), np.float32)
+        adv = np.empty(m, np.float64)
+        for r in range(m):
+            x[r] = obs[idx[r]]
+            adv[r] = advantages[idx[r]]
+        if norm_mode == NORM_MINIBATCH:
+            mean = adv.mean()
+            std = math.sqrt(((adv - mean) ** 2).mean()) + 1e-8
+            adv = (adv - mean) / std
+        elif norm_mode == NORM_BATCH:
+            adv = (adv - batch_mean) / batch_std
+        head, actor_inputs = _forward(x, params, shapes, 0, n_actor, relu)
+        values, critic_inputs = _forward(x, params, shapes, 2 * n_actor, n_critic, relu)
+        d_head = np.zeros_like(head)
+        d_values = np.empty((m, 1), np.float32)
+        n_act = head.shape[1]
+        pg_sum = v_sum = ent_sum = kl_sum = clip_sum = 0.0
+        d_log_std = np.zeros(n_act, np.float64)
+        if not discrete:
+            log_std = params[log_std_k]
+            ent_row = 0.0
+            for j in range(n_act):
+                ent_row += log_std[j] + 0.5 + 0.5 * LOG_2PI
+        for r in range(m):
+            i = idx[r]
+            a_r = adv[r]
+            if discrete:
+                mx = head[r, 0]
+                for j in range(1, n_act):
+                    mx = max(mx, head[r, j])
+                s = 0.0
+                for j in range(n_act):
+                    s += math.exp(head[r, j] - mx)
+                lse = mx + math.log(s)
+                ent = 0.0
+                for j in range(n_act):
+                    lp = head[r, j] - lse
+                    ent -= math.exp(lp) * lp
+                new_logp = head[r, actions_discrete[i]] - lse
+            else:
+                new_logp = 0.0
+                for j in range(n_act):
+                    z = (actions_continuous[i, j] - head[r, j]) * math.exp(-log_std[j])
+                    new_logp += -0.5 * z * z - log_std[j] - 0.5 * LOG_2PI
+                ent = ent_row
+            log_ratio = new_logp - old_log_probs[i]
+            ratio = math.exp(log_ratio)
+            unclipped = -a_r * ratio
+            clipped = -a_r * min(max(ratio, 1.0 - clip_coef), 1.0 + clip_coef)
+            pg_sum += max(unclipped, clipped)
+            ent_sum += ent
+            kl_sum += (ratio - 1.0) - log_ratio
+            if abs(ratio - 1.0) > clip_coef:
+                clip_sum += 1.0
+            d_logp = (-a_r if unclipped >= clipped else 0.0) * ratio / m
+            if discrete:
+                a_i = actions_discrete[i]
+                for j in range(n_act):
+                    lp = head[r, j] - lse
+                    p = math.exp(lp)
+                    g = -p * d_logp
+                    if j == a_i:
+                        g += d_logp
+                    if ent_coef != 0.0:
+                        g += ent_coef / m * p * (lp + ent)
+                    d_head[r, j] = g
+            else:
+                for j in range(n_act):
+                    inv_std = math.exp(-log_std[j])
+                    z = (actions_continuous[i, j] - head[r, j]) * inv_std
+                    d_head[r, j] = z * inv_std * d_logp
+                    d_log_std[j] += d_logp * (z * z - 1.0)
+            v = values[r, 0]
+            v_err = v - returns[i]
+            if clip_vloss:
+                dv = v - old_values[i]
+                c_err = old_values[i] + min(max(dv, -clip_coef), clip_coef) - returns[i]
+                if v_err * v_err >= c_err * c_err:
+                    d_values[r, 0] = v_err * (vf_coef / m)
+                    v_sum += 0.5 * v_err * v_err
+                else:
+                    d_values[r, 0] = c_err * (vf_coef / m) if abs(dv) <= clip_coef else 0.0
+                    v_sum += 0.5 * c_err * c_err
+            else:
+                d_values[r, 0] = v_err * (vf_coef / m)
+                v_sum += 0.5 * v_err * v_err
+        _backward(d_head, actor_inputs, params, grads, shapes, 0, n_actor, relu)
+        _backward(d_values, critic_inputs, params, grads, shapes, 2 * n_actor, n_critic, relu)
+        if not discrete:
+            g = grads[log_std_k]
+            for j in range(n_act):
+                g[j] = d_log_std[j] - ent_coef
+        _clip_and_count(grads, steps, max_grad_norm)
+        _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps)
+        stats_out[n_mb, 0] = pg_sum / m
+        stats_out[n_mb, 1] = v_sum / m
+        stats_out[n_mb, 2] = ent_sum / m
+        stats_out[n_mb, 3] = kl_sum / m
+        stats_out[n_mb, 4] = clip_sum / m
+        n_mb += 1
+    return n_mb
+
+
+def _check(name: str, a, dtype, ndim: int, rows: int | None = None) -> None:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype != dtype or a.ndim != ndim or not a.flags.c_contiguous:
+        raise TypeError(f"{name} must be a C-contiguous {ndim}-D {np.dtype(dtype).name} array, "
+                        f"got {a.ndim}-D {a.dtype} (contiguous: {a.flags.c_contiguous})")
+    if rows is not None and a.shape[0] != rows:
+        raise ValueError(f"{name} must have {rows} rows, got {a.shape[0]}")
+
+
+class PPOEpochKernel:
+    """The compiled epoch bound to one policy's arrays, checked once (``__init__``); ``__call__`` runs an epoch.
+
+    Args:
+        params, grads, exp_avgs, exp_avg_sqs, steps: see the module docstring (zero-copy views; the caller
+            keeps the tensors alive and rebinds when a tensor object is replaced).
+        shapes: [K, 2] int64; n_actor, n_critic: Linear layers of each MLP; discrete: categorical head (else a
+            Gaussian with log_std last); relu: ReLU hidden activations (else tanh).
+    """
+
+    def __init__(self, params: tuple, grads: tuple, exp_avgs: tuple, exp_avg_sqs: tuple, steps: tuple,
+                 shapes: np.ndarray, *, n_actor: int, n_critic: int, discrete: bool, relu: bool):
+        k = 2 * (n_actor + n_critic) + (0 if discrete else 1)
+        for name, arrays in (("params", params), ("grads", grads), ("exp_avgs", exp_avgs),
+                             ("exp_avg_sqs", exp_avg_sqs), ("steps", steps)):
+            if not isinstance(arrays, tuple) or len(arrays) != k:
+                raise ValueError(f"{name} must be a tuple of {k} arrays")
+            for j, a in enumerate(arrays):
+                _check(f"{name}[{j}]", a, np.float32, 1)
+                if not a.flags.writeable:
+                    raise ValueError(f"{name}[{j}] must be writable")
+                want = 1 if name == "steps" else int(np.prod(shapes[j]))
+                if a.shape[0] != want:
+                    raise ValueError(f"{name}[{j}] must have {want} elements, got {a.shape[0]}")
+        _check("shapes", shapes, np.int64, 2, k)
+        for l in range(n_actor + n_critic - 1):
+            if l == n_actor - 1:
+                continue
+            if shapes[2 * l, 0] != shapes[2 * l + 2, 1]:
+                raise ValueError(f"layer {l} has {shapes[2 * l, 0]} outputs but the next takes {shapes[2 * l + 2, 1]}")
+        if shapes[2 * n_actor, 1] != shapes[0, 1] or shapes[2 * (n_actor + n_critic) - 2, 0] != 1:
+            raise ValueError("the critic must take the actor's input and output one value")
+        self.args = (params, grads, exp_avgs, exp_avg_sqs, steps, shapes, n_actor, n_critic, relu)
+        self.discrete = discrete
+        self.obs_dim = int(shapes[0, 1])
+        self.n_out = int(shapes[2 * n_actor - 2, 0])
+
+    def __call__(self, obs, actions, old_log_probs, old_values, advantages, returns, perm, *, batch_size: int,
+                 norm_mode: int, batch_mean: float, batch_std: float, clip_coef: float, clip_vloss: bool,
+                 ent_coef: float, vf_coef: float, max_grad_norm: float, lr: float, beta1: float, beta2: float,
+                 eps: float) -> np.ndarray:
+        """One epoch over ``perm``; returns the per-minibatch statistics [n_minibatches, 5] (``STAT_NAMES``)."""
+        total = perm.shape[0] if isinstance(perm, np.ndarray) else -1
+        _check("perm", perm, np.int64, 1)
+        _check("obs", obs, np.float32, 2, total)
+        if obs.shape[1] != self.obs_dim:
+            raise ValueError(f"obs must have {self.obs_dim} columns, got {obs.shape[1]}")
+        for name, a in (("old_log_probs", old_log_probs), ("old_values", old_values), ("advantages", advantages),
+                        ("returns", returns)):
+            _check(name, a, np.float32, 1, total)
+        if self.discrete:
+            _check("actions", actions, np.int64, 1, total)
+            a_d, a_c = actions, np.zeros((1, 1), np.float32)
+            if total and (actions.min() < 0 or actions.max() >= self.n_out):
+                raise ValueError(f"actions must lie in [0, {self.n_out})")
+        else:
+            _check("actions", actions, np.float32, 2, total)
+            if actions.shape[1] != self.n_out:
+                raise ValueError(f"actions must have {self.n_out} columns, got {actions.shape[1]}")
+            a_d, a_c = np.zeros(1, np.int64), actions
+        if total and (perm.min() < 0 or perm.max() >= total):
+            raise ValueError(f"perm must index [0, {total})")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= max(total, 1):
+            raise ValueError(f"batch_size must be an int in [1, {total}], got {batch_size!r}")
+        if norm_mode not in (NORM_NONE, NORM_MINIBATCH, NORM_BATCH):
+            raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
+        stats = np.zeros((-(-total // batch_size), 5), np.float64)
+        params, grads, exp_avgs, exp_avg_sqs, steps, shapes, n_actor, n_critic, relu = self.args
+        _ppo_epoch(obs, a_d, a_c, self.discrete, old_log_probs, old_values, advantages, returns, perm, batch_size,
+                   norm_mode, float(batch_mean), float(batch_std), params, grads, exp_avgs, exp_avg_sqs, steps,
+                   shapes, n_actor, n_critic, relu, float(clip_coef), bool(clip_vloss), float(ent_coef),
+                   float(vf_coef), float(max_grad_norm), float(lr), float(beta1), float(beta2), float(eps), stats)
+        return stats
+
+
+# The epoch calls jitted functions of other modules (activations, Adam's clipping): recompile it when they change.
+invalidate_stale_cache(_ppo_epoch, [activations.__file__, adam.__file__, __file__])

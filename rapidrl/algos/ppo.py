@@ -183,16 +183,17 @@ class PPO(OnPolicyAlgorithm):
         return params
 
     @staticmethod
-    def _single_thread_blas() -> None:
-        """Numba's ``np.dot`` calls SciPy's OpenBLAS, which by default spins one thread per core: at these matrix
+    def _match_blas_threads() -> None:
+        """Numba's ``np.dot`` calls SciPy's OpenBLAS, which by default spins one thread per core: at small matrix
         sizes that only fights torch's and the envs' threads (measured: 3-10x slower updates on a busy machine).
-        Sets that one library (not NumPy's or torch's BLAS) to one thread, once per process."""
+        Sets that one library (not NumPy's or torch's BLAS) to torch's thread count, i.e. the ``torch_threads``
+        setting (1 by default; 0 = all cores pays off for minibatches of thousands)."""
         import scipy.linalg.cython_blas  # noqa: F401  (loads the library Numba calls)
         from threadpoolctl import ThreadpoolController
 
         for lib in ThreadpoolController().lib_controllers:
             if "scipy.libs" in lib.filepath or "scipy_openblas32" in lib.filepath:
-                lib.set_num_threads(1)
+                lib.set_num_threads(torch.get_num_threads())
 
     def _bound_epoch_kernel(self, params: list[torch.Tensor]) -> PPOEpochKernel:
         """The compiled epoch bound to zero-copy views of the parameters, gradients and Adam state (created here
@@ -215,7 +216,7 @@ class PPO(OnPolicyAlgorithm):
         def views(i):
             return tuple(tensors[5 * k + i].detach().view(-1).numpy() for k in range(len(params)))
 
-        self._single_thread_blas()
+        self._match_blas_threads()
         shapes = np.array([(t.shape[0], t.shape[1] if t.dim() == 2 else 1) for t in params], np.int64)
         kernel = PPOEpochKernel(views(0), views(1), views(2), views(3), views(4), shapes,
                                 n_actor=len(self._actor_layers), n_critic=len(self._critic_layers),

@@ -93,6 +93,26 @@ def job_ppo(lib: str, steps: int, seed: int) -> dict:
     return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "eval": mean, "phases": phases}
 
 
+THROUGHPUT_PRESET = "variants/ppo_cartpole_throughput.toml"
+
+
+def job_throughput(seed: int) -> dict:
+    """The throughput preset (1024 envs) in a fresh process: SPS of the measured run (after a warm-up run) and
+    its eval."""
+    import rapidrl as rr
+    from rapidrl.train.rundir import PRESETS_DIR, read_toml
+
+    preset = read_toml(PRESETS_DIR / THROUGHPUT_PRESET)
+    algo, steps = preset["algo"], preset["run"]["timesteps"]
+    rr.PPO("CartPole-v1", seed=99, **algo).learn(2 * algo["num_envs"] * algo["num_steps"], progress_bar=False)
+    model = rr.PPO("CartPole-v1", seed=seed, **algo)
+    t0 = time.perf_counter()
+    model.learn(steps, progress_bar=False)
+    wall = time.perf_counter() - t0
+    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    return {"sps": steps / wall, "eval": model.evaluate(10)[0], "phases": phases, "steps": steps}
+
+
 def job_time_to_solve(seed: int) -> dict:
     t, n = time_to_solve(seed)
     return {"seconds": t, "steps": n}
@@ -168,6 +188,12 @@ def extras(ctx: Context):
                          "rapidrl speedup (best vs best)": (f"{base_sps / best_sps:.2f}x" if lib != "rapidrl"
                                                             else "1.00x") if t == best_t else "",
                          "phases": str(runs[0]["phases"]) if runs[0]["phases"] else ""})
+    thr = [run_isolated(f"{__name__}:job_throughput", {"seed": seed}, torch_threads=1) for seed in seeds]
+    rows.append({"case": f"PPO CartPole-v1 throughput preset ({THROUGHPUT_PRESET}, {thr[0]['steps']} steps), "
+                         "own process", "contender": "rapidrl", "torch threads": "1",
+                 "SPS (median)": f"{statistics.median(r['sps'] for r in thr):,.0f}", "warm-up s": "",
+                 "eval mean per seed": ", ".join(f"{r['eval']:.0f}" for r in thr),
+                 "rapidrl speedup (best vs best)": "", "phases": str(thr[0]["phases"])})
     solves = [run_isolated(f"{__name__}:job_time_to_solve", {"seed": seed}, torch_threads=1) for seed in seeds]
     times = [r["seconds"] for r in solves if r["seconds"] is not None]
     rows.append({"case": "PPO CartPole-v1 time to solve (eval >= 475), fast preset, own process",

@@ -51,15 +51,41 @@ def _linear(x, w, b, out, act):
             out[n, o] = s
 
 
+BLAS_MIN_ROWS = 64
+"""From this many rows on, ``_mlp`` multiplies through BLAS (one sgemm per layer) instead of scalar loops:
+measured on PPO CartPole at 1024-4096 envs, collection went from 39% to 29% of the run (200k -> 235k SPS)."""
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _linear_blas(x, w, b, out, act):
+    """``_linear`` with the product through BLAS: out = act(x w^T + b)."""
+    out[:, :] = np.dot(x, w.T)
+    for n in range(out.shape[0]):
+        for o in range(out.shape[1]):
+            s = out[n, o] + b[o]
+            if act == 1:
+                s = tanh_f32(s)
+            elif act == 2:
+                s = max(s, np.float32(0.0))
+            out[n, o] = s
+
+
 @numba.njit(cache=True)
 def _mlp(x, ws, bs, hs, act, out):
     """MLP forward: x [N, I] -> out [N, O]; ws/bs/hs tuples of weights, biases, hidden scratch [N, H_l]."""
     cur = x
     n_hidden = len(hs)
+    blas = x.shape[0] >= BLAS_MIN_ROWS
     for layer in range(n_hidden):
-        _linear(cur, ws[layer], bs[layer], hs[layer], act)
+        if blas:
+            _linear_blas(cur, ws[layer], bs[layer], hs[layer], act)
+        else:
+            _linear(cur, ws[layer], bs[layer], hs[layer], act)
         cur = hs[layer]
-    _linear(cur, ws[n_hidden], bs[n_hidden], out, 0)
+    if blas:
+        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out, 0)
+    else:
+        _linear(cur, ws[n_hidden], bs[n_hidden], out, 0)
 
 
 @numba.njit(cache=True)

@@ -4,10 +4,15 @@
 ``scaled_dot_product_attention``); nothing is downloaded. The docs' toy model has ~14k parameters.
 ``generate`` samples from any module whose forward takes ``(tokens, attention_mask=...,
 position_ids=...)`` and returns logits ``[B, T, V]`` or an object with ``.logits`` (Hugging Face
-causal LMs), so the GRPO trainer never imports ``transformers``.
+causal LMs), so the GRPO trainer never imports ``transformers``. Models whose forward also takes
+``past_key_values=`` and ``use_cache=`` (Hugging Face causal LMs, and ``TinyCausalLM``) are sampled with
+their key/value cache: one forward over the prompt, then one token per step.
 """
 
 from __future__ import annotations
+
+import inspect
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -26,14 +31,25 @@ class _Block(nn.Module):
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """x [B, t, D] (the new positions); allowed [B, 1, t, T_past + t] bool, True = query may attend to key;
+        past: cached (keys, values) [B, H, T_past, D/H]. Returns the new x and the keys/values of all T."""
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads).unbind(2)
-        # [B, H, T, D/H]; allowed: [B, 1, T, T] bool, True = query may attend to key
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           attn_mask=allowed)
+        q, k, v = (z.transpose(1, 2) for z in self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads,
+                                                                           d // self.n_heads).unbind(2))
+        if past is not None:  # [B, H, T_past + t, D/H]
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+class CausalLMOutput(NamedTuple):
+    """What ``TinyCausalLM`` returns with ``use_cache=True`` (the attribute names of Hugging Face's output)."""
+
+    logits: torch.Tensor  # [B, t, V]
+    past_key_values: tuple  # per block: (keys, values) [B, H, T, D/H]
 
 
 class TinyCausalLM(nn.Module):
@@ -65,54 +81,64 @@ class TinyCausalLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
     def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits of the next token at every position.
+                position_ids: torch.Tensor | None = None, past_key_values: tuple | None = None,
+                use_cache: bool = False) -> torch.Tensor | CausalLMOutput:
+        """Logits of the next token at every (new) position.
 
         Args:
-            tokens: [B, T] integer ids.
-            attention_mask: ``None`` (all tokens real), [B, T] 1/0 padding mask (Hugging Face
-                convention: keys with 0 are ignored), or [B, T, T] bool, True where query ``i`` may
-                attend to key ``j`` (e.g. block-diagonal masks of packed sequences). Causality is
-                always added; every query also sees itself, so padded rows stay finite.
-            position_ids: [B, T] positions; default ``0..T-1``, or ``cumsum(mask) - 1`` with a
-                [B, T] padding mask (so left padding does not shift positions).
+            tokens: [B, t] integer ids (with ``past_key_values``: only the positions after the cached T_past).
+            attention_mask: ``None`` (all tokens real), [B, T_past + t] 1/0 padding mask (Hugging Face
+                convention: keys with 0 are ignored), or, without a cache, [B, t, t] bool, True where query ``i``
+                may attend to key ``j`` (e.g. block-diagonal masks of packed sequences). Causality is always
+                added; every query also sees itself, so padded rows stay finite.
+            position_ids: [B, t] positions; default ``T_past..T_past+t-1``, or ``cumsum(mask) - 1`` with a
+                padding mask (so left padding does not shift positions).
+            past_key_values: the cache returned by an earlier call with ``use_cache=True``.
+            use_cache: also return the keys/values of all positions (``CausalLMOutput``).
         Returns:
-            [B, T, V] logits.
+            [B, t, V] logits, or ``CausalLMOutput(logits, past_key_values)`` with ``use_cache``.
         """
         if tokens.ndim != 2:
             raise ValueError(f"tokens must have shape [B, T], got {tuple(tokens.shape)}")
         b, t = tokens.shape
-        if t > self.max_len:
-            raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}")
+        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        total = past_len + t
+        if total > self.max_len:
+            raise ValueError(f"sequence length {total} exceeds max_len {self.max_len}")
         device = tokens.device
-        eye = torch.eye(t, dtype=torch.bool, device=device)
-        allowed = torch.ones(t, t, dtype=torch.bool, device=device).tril()[None].expand(b, t, t)  # [B, T, T]
+        q_pos = torch.arange(past_len, total, device=device)  # absolute index of each query
+        k_pos = torch.arange(total, device=device)
+        is_self = k_pos[None, :] == q_pos[:, None]  # [t, T]
+        allowed = (k_pos[None, :] <= q_pos[:, None])[None].expand(b, t, total)  # [B, t, T] causal
         if attention_mask is not None:
-            if attention_mask.shape == (b, t):
-                keys = attention_mask.bool()
-                allowed = allowed & keys[:, None, :]
+            if attention_mask.shape == (b, total):
+                allowed = allowed & attention_mask.bool()[:, None, :]
                 if position_ids is None:
-                    position_ids = (attention_mask.long().cumsum(1) - 1).clamp(min=0)
-            elif attention_mask.shape == (b, t, t):
+                    position_ids = (attention_mask.long().cumsum(1) - 1).clamp(min=0)[:, past_len:]
+            elif attention_mask.shape == (b, t, t) and past_len == 0:
                 allowed = allowed & attention_mask.bool()
             else:
-                raise ValueError(f"attention_mask must be [B, T] or [B, T, T], got {tuple(attention_mask.shape)}")
-            allowed = allowed | eye
+                raise ValueError(f"attention_mask must be [B, T] (T = cached + new positions) or, without a cache, "
+                                 f"[B, T, T]; got {tuple(attention_mask.shape)}")
+            allowed = allowed | is_self
         if position_ids is None:
-            position_ids = torch.arange(t, device=device)[None].expand(b, t)
-        x = self.tok(tokens) + self.pos(position_ids)  # [B, T, D]
-        mask4 = allowed[:, None]  # [B, 1, T, T]
-        for block in self.blocks:
-            x = block(x, mask4)
-        return self.head(self.ln_f(x))  # [B, T, V]
+            position_ids = q_pos[None].expand(b, t)
+        x = self.tok(tokens) + self.pos(position_ids)  # [B, t, D]
+        mask4 = allowed[:, None]  # [B, 1, t, T]
+        cache = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, mask4, None if past_key_values is None else past_key_values[i])
+            cache.append(kv)
+        logits = self.head(self.ln_f(x))  # [B, t, V]
+        return CausalLMOutput(logits, tuple(cache)) if use_cache else logits
 
     @torch.no_grad()
     def generate(self, prompts: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                 generator: torch.Generator | None = None,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                 generator: torch.Generator | None = None, attention_mask: torch.Tensor | None = None,
+                 use_cache: bool | None = None) -> torch.Tensor:
         """Sample completions; see the module-level ``generate``."""
         return generate(self, prompts, max_new_tokens, temperature=temperature, generator=generator,
-                        attention_mask=attention_mask)
+                        attention_mask=attention_mask, use_cache=use_cache)
 
 
 def causal_logits(model: nn.Module, tokens: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -125,14 +151,39 @@ def causal_logits(model: nn.Module, tokens: torch.Tensor, attention_mask: torch.
     return logits
 
 
+def _cache_argument(model: nn.Module) -> str | None:
+    """The keyword ``model.forward`` takes its key/value cache by (``past_key_values``; ``cache`` in
+    transformers >= 5), or None when it has no cache (or no ``use_cache`` switch)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    if "use_cache" not in params:
+        return None
+    return next((name for name in ("past_key_values", "cache") if name in params), None)
+
+
+def supports_kv_cache(model: nn.Module) -> bool:
+    """True if ``model.forward`` takes a key/value cache and ``use_cache`` (Hugging Face causal LMs,
+    ``TinyCausalLM``)."""
+    return _cache_argument(model) is not None
+
+
+def _returned_cache(out):
+    cache = getattr(out, "past_key_values", None)
+    return cache if cache is not None else getattr(out, "cache", None)
+
+
 @torch.no_grad()
 def generate(model: nn.Module, prompts: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             generator: torch.Generator | None = None,
-             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+             generator: torch.Generator | None = None, attention_mask: torch.Tensor | None = None,
+             use_cache: bool | None = None) -> torch.Tensor:
     """Sample ``max_new_tokens`` tokens after each prompt from ``softmax(logits / temperature)``.
 
-    Works for any causal LM (see ``causal_logits``). No KV cache: each step re-runs the full
-    prefix, which is the fastest choice for the tiny models and short completions it is meant for.
+    Works for any causal LM (see ``causal_logits``). With a key/value cache (``use_cache``; by default
+    whenever ``supports_kv_cache(model)``) the prompt is encoded once and each step feeds one token; without,
+    each step re-runs the full prefix. Both draw the same tokens from the same ``generator`` (the
+    distributions agree to float rounding; tests compare them).
 
     Args:
         model: causal LM.
@@ -141,6 +192,7 @@ def generate(model: nn.Module, prompts: torch.Tensor, max_new_tokens: int, *, te
         temperature: > 0; 1 samples the model's distribution.
         generator: torch.Generator for reproducible sampling (on the model's device).
         attention_mask: [B, P] 1/0 prompt padding mask, or ``None`` when no prompt is padded.
+        use_cache: ``None`` = use the model's cache if it has one; ``False`` = never.
     Returns:
         [B, N] sampled ids (the completion only). Stopping at an end-of-sequence token is the
         caller's business (mask everything after it).
@@ -149,9 +201,29 @@ def generate(model: nn.Module, prompts: torch.Tensor, max_new_tokens: int, *, te
     temperature = check_scalar("temperature", temperature, low=0.0, low_open=True)
     if prompts.ndim != 2 or prompts.shape[1] == 0:
         raise ValueError(f"prompts must have shape [B, P] with P >= 1, got {tuple(prompts.shape)}")
-    tokens = prompts
+    if use_cache is None:
+        use_cache = supports_kv_cache(model)
+    elif use_cache and not supports_kv_cache(model):
+        raise ValueError("use_cache=True needs a model whose forward takes past_key_values and use_cache")
     mask = torch.ones_like(prompts) if attention_mask is None else attention_mask.to(prompts.dtype)
     ones = torch.ones_like(prompts[:, :1])
+    position_ids = (mask.cumsum(1) - 1).clamp(min=0)  # [B, P]
+    out = []
+    if use_cache:
+        cache_arg = _cache_argument(model)
+        step = model(prompts, attention_mask=mask, position_ids=position_ids, use_cache=True)
+        for i in range(n):
+            logits = step.logits[:, -1].float()  # [B, V]
+            nxt = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)  # [B, 1]
+            out.append(nxt)
+            if i == n - 1:
+                break
+            mask = torch.cat([mask, ones], dim=1)
+            position_ids = position_ids[:, -1:] + 1
+            step = model(nxt.to(prompts.dtype), attention_mask=mask, position_ids=position_ids,
+                         use_cache=True, **{cache_arg: _returned_cache(step)})
+        return torch.cat(out, dim=1).to(prompts.dtype)
+    tokens = prompts
     for _ in range(n):
         position_ids = (mask.cumsum(1) - 1).clamp(min=0)
         logits = causal_logits(model, tokens, mask, position_ids)[:, -1].float()  # [B, V]

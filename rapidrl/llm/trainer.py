@@ -20,9 +20,11 @@ log-probs of an unchanged policy agree.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -57,12 +59,16 @@ class GRPOConfig:
     """Passes of gradient updates over each batch of completions (μ in the GRPO paper)."""
     minibatch_size: int | None = None
     """Completions per gradient step; ``None`` = the whole batch (one step per epoch)."""
+    micro_batch_size: int | None = None
+    """Completions per forward/backward pass: a minibatch is split into micro-batches whose gradients are
+    accumulated (weighted so the step equals the whole minibatch's); ``None`` = one pass per minibatch."""
     max_new_tokens: int = 16
     """Completion budget N; also Dr.GRPO's constant normaliser."""
     temperature: float = 1.0
     """Sampling temperature (> 0)."""
     scale: str = "std"
-    """Advantage scaling: "std" (GRPO, divide by the group std) or "none" (Dr.GRPO)."""
+    """Advantages: "std" (GRPO, divide by the group std), "none" (Dr.GRPO: r - group mean) or "rloo" (RLOO,
+    Ahmadian et al. 2024: r minus the mean of the other G-1 completions = G/(G-1) (r - group mean))."""
     aggregation: str = "sequence"
     """Token-to-batch reduction: "sequence" (GRPO), "token" (DAPO) or "dr_grpo"."""
     max_grad_norm: float | None = 1.0
@@ -86,10 +92,12 @@ class GRPOConfig:
         check_int("inner_epochs", self.inner_epochs, low=1)
         if self.minibatch_size is not None:
             check_int("minibatch_size", self.minibatch_size, low=1)
+        if self.micro_batch_size is not None:
+            check_int("micro_batch_size", self.micro_batch_size, low=1)
         check_int("max_new_tokens", self.max_new_tokens, low=1)
         check_scalar("temperature", self.temperature, low=0.0, low_open=True)
-        if self.scale not in ("std", "none"):
-            raise ValueError(f"scale must be 'std' or 'none', got {self.scale!r}")
+        if self.scale not in ("std", "none", "rloo"):
+            raise ValueError(f"scale must be 'std', 'none' or 'rloo', got {self.scale!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.max_grad_norm is not None:
@@ -98,6 +106,19 @@ class GRPOConfig:
             check_int("eos_token_id", self.eos_token_id, low=0)
         check_int("pad_token_id", self.pad_token_id, low=0)
         check_int("seed", self.seed)
+
+
+def completion_advantages(rewards: np.ndarray, group_size: int, scale: str) -> np.ndarray:
+    """[M] advantages of rewards [M] whose consecutive runs of ``group_size`` are one prompt's completions.
+
+    scale "std" (GRPO): (r - mean_g) / (std_g + eps); "none" (Dr.GRPO): r - mean_g; "rloo" (RLOO): r minus
+    the mean of the group's other G-1 rewards, which is G/(G-1) (r - mean_g).
+    """
+    if scale == "rloo":
+        adv = group_advantages(rewards, group_size=group_size, scale="none")
+        adv *= np.float32(group_size / (group_size - 1))
+        return adv
+    return group_advantages(rewards, group_size=group_size, scale=scale)
 
 
 def completion_mask(completions: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
@@ -137,14 +158,17 @@ class GRPOTrainer:
         generate_fn: ``generate_fn(policy, prompts [B, P], max_new_tokens, *, temperature,
             generator, attention_mask) -> [B, N]``; default ``rapidrl.llm.tiny.generate``.
         config: ``GRPOConfig``.
-        optimizer: defaults to ``Adam(policy.parameters(), lr=config.lr)``.
+        optimizer: defaults to Adam over the policy's trainable parameters (``requires_grad``: with LoRA
+            adapters from ``peft`` only the adapters train), ``lr=config.lr``.
         callback: called with each log record after every iteration.
+        loggers: metric sinks of ``rapidrl.train.loggers`` (CSV, TensorBoard, W&B, text): each gets
+            ``log(record, step=iteration)`` after every iteration; the trainer does not close them.
     """
 
     def __init__(self, policy: nn.Module, reward_fn: RewardFn, *, ref_policy: nn.Module | None = None,
                  tokenizer=None, generate_fn: GenerateFn | None = None, config: GRPOConfig | None = None,
                  optimizer: torch.optim.Optimizer | None = None,
-                 callback: Callable[[dict], None] | None = None):
+                 callback: Callable[[dict], None] | None = None, loggers: list | None = None):
         if not isinstance(policy, nn.Module):
             raise TypeError(f"policy must be a torch.nn.Module, got {type(policy).__name__}")
         if not callable(reward_fn):
@@ -159,9 +183,12 @@ class GRPOTrainer:
         if ref_policy is not None:
             ref_policy.requires_grad_(False)
         self.ref_policy = ref_policy
-        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(
-            policy.parameters(), lr=self.config.lr)
+        trainable = [p for p in policy.parameters() if p.requires_grad]
+        if optimizer is None and not trainable:
+            raise ValueError("policy has no trainable parameters (requires_grad is off everywhere)")
+        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(trainable, lr=self.config.lr)
         self.callback = callback
+        self.loggers = list(loggers or [])
         self.device = next(policy.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(self.config.seed)
         self.iteration = 0
@@ -237,7 +264,7 @@ class GRPOTrainer:
 
         # 2-3. rewards -> group advantages (NumPy kernel, zero-copy into torch)
         rewards = self._rewards(prompts, completions, mask)  # [M]
-        adv = group_advantages(rewards, group_size=cfg.group_size, scale=cfg.scale)  # [M]
+        adv = completion_advantages(rewards, cfg.group_size, cfg.scale)  # [M]
         advantages = torch.from_numpy(adv).to(self.device)
 
         t_scored = time.perf_counter()
@@ -260,25 +287,37 @@ class GRPOTrainer:
             order = torch.randperm(m, generator=self.generator, device=self.device)
             for start in range(0, m, mb):
                 idx = order[start:start + mb]
-                logp = completion_logprobs(self.policy, prompt_ids[idx], prompt_mask[idx],
-                                           completions[idx], mask[idx])  # [mb, N]
-                old = logp.detach() if reuse_old else old_logp[idx]
-                loss, stats = grpo_loss(
-                    logp, old, advantages[idx], mask[idx], clip_eps=cfg.clip_eps,
-                    clip_eps_high=cfg.clip_eps_high,
-                    ref_logp=None if ref_logp is None else ref_logp[idx], kl_coef=cfg.kl_coef,
-                    kl_estimator=cfg.kl_estimator, aggregation=cfg.aggregation, max_len=cfg.max_new_tokens)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite GRPO loss at iteration {self.iteration}")
+                micro = len(idx) if cfg.micro_batch_size is None else min(cfg.micro_batch_size, len(idx))
+                tokens_in_mb = mask[idx].sum().clamp(min=1)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                step_loss, step_stats = 0.0, dict.fromkeys(("clip_fraction", "ratio_mean", "kl"), 0.0)
+                for u in range(0, len(idx), micro):
+                    sub = idx[u:u + micro]
+                    # weight of this micro-batch in the minibatch's loss: its share of the tokens ("token"
+                    # aggregation) or of the sequences, so the accumulated gradient is the minibatch's
+                    weight = (mask[sub].sum() / tokens_in_mb if cfg.aggregation == "token"
+                              else torch.tensor(len(sub) / len(idx)))
+                    logp = completion_logprobs(self.policy, prompt_ids[sub], prompt_mask[sub],
+                                               completions[sub], mask[sub])  # [micro, N]
+                    old = logp.detach() if reuse_old else old_logp[sub]
+                    loss, stats = grpo_loss(
+                        logp, old, advantages[sub], mask[sub], clip_eps=cfg.clip_eps,
+                        clip_eps_high=cfg.clip_eps_high,
+                        ref_logp=None if ref_logp is None else ref_logp[sub], kl_coef=cfg.kl_coef,
+                        kl_estimator=cfg.kl_estimator, aggregation=cfg.aggregation, max_len=cfg.max_new_tokens)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(f"non-finite GRPO loss at iteration {self.iteration}")
+                    (loss * weight).backward()
+                    step_loss += float(loss) * float(weight)
+                    for k in step_stats:
+                        step_stats[k] += float(stats.get(k, float("nan"))) * float(weight)
                 norm = torch.nn.utils.clip_grad_norm_(
                     params, cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf"))
                 self.optimizer.step()
-                sums["loss"] += loss.item()
+                sums["loss"] += step_loss
                 sums["grad_norm"] += float(norm)
-                for k in ("clip_fraction", "ratio_mean", "kl"):
-                    sums[k] += float(stats.get(k, float("nan")))
+                for k, v in step_stats.items():
+                    sums[k] += v
                 updates += 1
 
         # 6. log
@@ -298,10 +337,61 @@ class GRPOTrainer:
             "time/iteration_s": time.perf_counter() - t0,
         }
         self.history.append(record)
+        for logger in self.loggers:
+            logger.log({k: v for k, v in record.items() if k != "iteration"}, step=self.iteration)
         self.iteration += 1
         if self.callback is not None:
             self.callback(record)
         return record
+
+    # ------------------------------------------------------------------------------------------------
+    # persistence
+
+    def state_dict(self) -> dict:
+        """Everything an exact resume needs: the trained weights (only the trainable ones when some are
+        frozen, e.g. LoRA adapters), the reference policy's weights (when there is one), optimizer state,
+        sampling generator, iteration, history and config."""
+        frozen = any(not p.requires_grad for p in self.policy.parameters())
+        weights = ({n: p.detach().clone() for n, p in self.policy.named_parameters() if p.requires_grad}
+                   if frozen else self.policy.state_dict())
+        ref = None if self.ref_policy is None else self.ref_policy.state_dict()
+        return {"format": "rapidrl-grpo", "version": 1, "policy": weights, "trainable_only": frozen, "ref_policy": ref,
+                "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                "iteration": self.iteration, "history": [dict(r) for r in self.history],
+                "config": asdict(self.config)}
+
+    def save(self, path) -> None:
+        """Write ``state_dict()`` atomically to ``path`` (temp file + rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def load(self, path) -> None:
+        """Restore a ``save``d state into this trainer (built with the same policy architecture and config):
+        training then continues exactly as if it had not stopped. Loads with ``weights_only=True``."""
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != "rapidrl-grpo":
+            raise ValueError(f"{path}: not a GRPOTrainer checkpoint")
+        if state["config"] != asdict(self.config):
+            diff = sorted(k for k in state["config"] if state["config"][k] != asdict(self.config).get(k))
+            raise ValueError(f"{path}: saved with a different GRPOConfig (fields {diff})")
+        if state["trainable_only"]:
+            missing = {n for n, p in self.policy.named_parameters() if p.requires_grad} - set(state["policy"])
+            if missing:
+                raise ValueError(f"{path}: no saved weights for trainable parameters {sorted(missing)[:5]}")
+            self.policy.load_state_dict(state["policy"], strict=False)
+        else:
+            self.policy.load_state_dict(state["policy"])
+        if (state["ref_policy"] is None) != (self.ref_policy is None):
+            raise ValueError(f"{path}: the checkpoint {'has no' if state['ref_policy'] is None else 'has a'} "
+                             "reference policy and this trainer does not match")
+        if self.ref_policy is not None:
+            self.ref_policy.load_state_dict(state["ref_policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.iteration = state["iteration"]
+        self.history = list(state["history"])
 
     def train(self, prompts, iterations: int) -> list[dict]:
         """Run ``iterations`` steps. ``prompts`` is a fixed batch, or ``prompts(iteration) -> batch``.

@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray
+	scripts/setup.sh dev,ray,llm
 
 setup-bench:
 	scripts/setup.sh dev,bench

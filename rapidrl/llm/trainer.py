@@ -308,7 +308,7 @@ class GRPOTrainer:
                     if not torch.isfinite(loss):
                         raise FloatingPointError(f"non-finite GRPO loss at iteration {self.iteration}")
                     (loss * weight).backward()
-                    step_loss += float(loss) * float(weight)
+                    step_loss += float(loss.detach()) * float(weight)
                     for k in step_stats:
                         step_stats[k] += float(stats.get(k, float("nan"))) * float(weight)
                 norm = torch.nn.utils.clip_grad_norm_(

@@ -185,3 +185,18 @@ def test_trainer_refuses_a_policy_without_trainable_parameters():
         GRPOConfig(scale="leave-one-out")
     with pytest.raises(ValueError, match="micro_batch_size"):
         GRPOConfig(micro_batch_size=0)
+
+
+def test_docs_transformers_script_runs_and_learns(tmp_path, monkeypatch):
+    """The Hugging Face script of docs/llm.md runs as written (in a temporary directory) and learns."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "llm.md").read_text()
+    code = next(c for c in re.findall(r"```python\n(.*?)```", text, re.S) if "LlamaForCausalLM" in c)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "docs/llm.md", "exec"), namespace)
+    history = namespace["history"]
+    assert history[0]["charts/reward"] < 0.3 and history[-1]["charts/reward"] >= 0.7
+    assert (tmp_path / "grpo_llama.pt").is_file() and namespace["trainer"].iteration == 50

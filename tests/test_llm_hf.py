@@ -200,3 +200,12 @@ def test_docs_transformers_script_runs_and_learns(tmp_path, monkeypatch):
     history = namespace["history"]
     assert history[0]["charts/reward"] < 0.3 and history[-1]["charts/reward"] >= 0.7
     assert (tmp_path / "grpo_llama.pt").is_file() and namespace["trainer"].iteration == 50
+
+
+def test_bench_grpo_step_job_runs():
+    from rapidrl.benchmarks.bench_llm import job_grpo_step
+
+    out = job_grpo_step("rapidrl", steps=1, warmup=0)
+    assert out["step_ms"] > 0 and "generate" in out["phases"]
+    with pytest.raises(ValueError, match="unknown contender"):
+        job_grpo_step("nobody", steps=1)

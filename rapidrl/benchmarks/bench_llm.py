@@ -14,7 +14,10 @@ Cases (contenders: ``rapidrl``, ``numpy``, ``torch`` = TRL-style PyTorch code, `
 - ``llm/sequence_logprobs/BxTxV``: per-token log-probs from logits; rapidrl's gather - logsumexp
   against ``log_softmax(logits).gather`` (which materializes a second [B, T, V] tensor).
 - ``llm/grpo_step/tiny/...``: one full ``GRPOTrainer.step`` (sample, reward, advantages, update) of a
-  ``TinyCausalLM`` on the repeat-the-digit task of the docs; rapidrl only (no peer has a trainer).
+  ``TinyCausalLM`` on the repeat-the-digit task of the docs; rapidrl only.
+
+Extras: one GRPO step of the same random-init ``transformers`` Llama and batch with rapidrl's trainer and with
+TRL's ``GRPOTrainer`` (when TRL is installed), each in its own process at 1 thread and at all cores.
 
 Every contender's output is compared with rapidrl's before timing; mismatches become case notes.
 """
@@ -223,3 +226,123 @@ def cases(ctx: Context) -> Iterator[Case]:
         case = build()
         if case is not None:
             yield case
+
+
+# -- one GRPO step against TRL's GRPOTrainer, each library in its own process ---------------------------
+STEP = dict(prompts=2, group=8, new_tokens=4, lr=1e-3)
+"""The setting of the end-to-end comparison: 2 prompts x 8 completions of 4 tokens, no KL, one update."""
+_VOCAB = {"<pad>": 0, "<eos>": 1, **{str(d): 2 + d for d in range(10)}, **{c: 12 + i for i, c in enumerate("abcd")}}
+
+
+def _tiny_llama(seed: int):
+    """The same random-init Llama for both libraries (16-token vocabulary, 2 layers of width 32)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(_VOCAB), hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                        max_position_embeddings=64, pad_token_id=0, eos_token_id=1,
+                                        bos_token_id=1)).eval()
+
+
+def _prompt_texts(n: int) -> list[str]:
+    return [f"{'abcd'[i % 4]} {'abcd'[(i + 1) % 4]} {i % 10}" for i in range(n)]
+
+
+def job_grpo_step(lib: str, steps: int = 20, warmup: int = 3) -> dict:
+    """Median wall time of one GRPO step (sample, reward, advantages, log-probs, loss, update) after ``warmup``
+    untimed steps, in a fresh process (``rapidrl.benchmarks.isolated``). rapidrl also reports its phases."""
+    import os
+    import statistics
+    import time
+
+    import torch
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    s = STEP
+    texts = _prompt_texts(64)
+    if lib == "rapidrl":
+        from rapidrl.llm.trainer import GRPOConfig, GRPOTrainer
+
+        ids = torch.tensor([[_VOCAB[t] for t in p.split()] for p in texts])  # [64, 3]
+
+        def reward(prompts, completions):
+            return (completions[:, 0] == prompts[:, -1]).float()
+
+        trainer = GRPOTrainer(_tiny_llama(0), reward, config=GRPOConfig(
+            group_size=s["group"], max_new_tokens=s["new_tokens"], lr=s["lr"], kl_coef=0.0, seed=0))
+        times, phases = [], []
+        for k in range(warmup + steps):
+            batch = ids[(k * s["prompts"]) % 64:(k * s["prompts"]) % 64 + s["prompts"]]
+            t0 = time.perf_counter()
+            rec = trainer.step(batch)
+            if k >= warmup:
+                times.append(time.perf_counter() - t0)
+                phases.append((rec["time/generate_s"], rec["time/reward_s"], rec["time/update_s"]))
+        med = [statistics.median(p[i] for p in phases) * 1e3 for i in range(3)]
+        return {"step_ms": statistics.median(times) * 1e3,
+                "phases": f"generate {med[0]:.1f} ms, reward+advantages {med[1]:.2f} ms, "
+                          f"log-probs+loss+update {med[2]:.1f} ms"}
+    if lib != "trl":
+        raise ValueError(f"unknown contender {lib!r}")
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, TrainerCallback
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer as TRLTrainer
+
+    tk = Tokenizer(models.WordLevel(_VOCAB, unk_token="<pad>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>")
+    tok.padding_side = "left"
+
+    def reward(completions, prompts=None, **_):
+        return [float(c.strip()[:1] == p.strip()[-1]) for c, p in zip(completions, prompts)]
+
+    class StepTimes(TrainerCallback):
+        def __init__(self):
+            self.times, self._t0 = [], 0.0
+
+        def on_step_begin(self, *args, **kwargs):
+            self._t0 = time.perf_counter()
+
+        def on_step_end(self, *args, **kwargs):
+            self.times.append(time.perf_counter() - self._t0)
+
+    timer = StepTimes()
+    import tempfile
+
+    args = TRLConfig(output_dir=tempfile.mkdtemp(prefix="trl_bench_"), per_device_train_batch_size=s["prompts"] *
+                     s["group"], num_generations=s["group"], max_completion_length=s["new_tokens"],
+                     learning_rate=s["lr"], beta=0.0, logging_steps=10_000, report_to="none", use_cpu=True,
+                     max_steps=warmup + steps, save_strategy="no", disable_tqdm=True, seed=0)
+    trainer = TRLTrainer(model=_tiny_llama(0), reward_funcs=reward, args=args,
+                         train_dataset=Dataset.from_dict({"prompt": texts}), processing_class=tok,
+                         callbacks=[timer])
+    trainer.train()
+    return {"step_ms": statistics.median(timer.times[warmup:]) * 1e3, "phases": "(TRL logs no phase times)"}
+
+
+def extras(ctx: Context):
+    """One GRPO step, rapidrl vs TRL, each in its own process at 1 thread and all cores (best vs best)."""
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, thread_counts
+
+    libs = ["rapidrl"] + (["trl"] if ctx.peer("trl") is not None else [])
+    if len(libs) == 1:
+        ctx.skipped.setdefault("trl", "not installed (pip install trl)")
+    steps = 5 if ctx.quick else 20
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(f"{__name__}:job_grpo_step", {"lib": lib, "steps": steps},
+                                                          torch_threads=t)) for lib in libs}
+    results = interleaved(jobs, [0], thread_counts())
+    best = {lib: min(r[0]["step_ms"] for r in by_t.values()) for lib, by_t in results.items()}
+    rows = []
+    for lib, by_t in results.items():
+        for t, (r,) in sorted(by_t.items()):
+            rows.append({"case": f"GRPO step, tiny Llama, {STEP['prompts']} prompts x {STEP['group']} x "
+                                 f"{STEP['new_tokens']} tokens", "contender": lib, "torch threads": t,
+                         "step ms (median)": f"{r['step_ms']:.1f}",
+                         "rapidrl speedup (best vs best)": (f"{best[lib] / best['rapidrl']:.2f}x"
+                                                            if r["step_ms"] == best[lib] else ""),
+                         "breakdown": r["phases"]})
+    return "One GRPO step against TRL's GRPOTrainer (each library in its own process)", rows

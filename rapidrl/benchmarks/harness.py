@@ -51,6 +51,7 @@ PEER_MODULES = {
     "gymnasium": "gymnasium",
     "torch": "torch",
     "numpy": "numpy",
+    "trl": "trl",
 }
 PEER_ALIASES = {"stable-baselines3": "sb3", "stable_baselines3": "sb3", "gym": "gymnasium"}
 # distributions whose versions go into the machine record

@@ -209,3 +209,29 @@ def test_bench_grpo_step_job_runs():
     assert out["step_ms"] > 0 and "generate" in out["phases"]
     with pytest.raises(ValueError, match="unknown contender"):
         job_grpo_step("nobody", steps=1)
+
+
+def test_packed_update_equals_the_padded_update():
+    """Packing the prompt+completion sequences into rows gives the same log-probs, so the same update."""
+    from rapidrl.llm.trainer import completion_logprobs, completion_mask, packed_completion_logprobs
+
+    torch.manual_seed(0)
+    model = TinyCausalLM(VOCAB, d_model=32, max_len=64).eval()
+    prompts, pmask = _prompts()
+    completions = torch.randint(1, VOCAB, (4, 6), generator=torch.Generator().manual_seed(2))
+    completions[1, 2] = 3  # an EOS: the rest of row 1 is masked out
+    mask = completion_mask(completions, eos_token_id=3)
+    a = completion_logprobs(model, prompts, pmask, completions, mask)
+    b = packed_completion_logprobs(model, prompts, pmask, completions, mask)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    params = {}
+    for pack in (False, True):
+        torch.manual_seed(5)
+        model = TinyCausalLM(VOCAB, d_model=32, max_len=64).eval()
+        cfg = GRPOConfig(group_size=4, max_new_tokens=5, eos_token_id=3, pack=pack, inner_epochs=2, kl_coef=0.1)
+        trainer = GRPOTrainer(model, lambda p, c: torch.arange(len(c), dtype=torch.float32) % 2, config=cfg,
+                              optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+        trainer.step(torch.randint(1, VOCAB, (3, 4), generator=torch.Generator().manual_seed(9)))
+        params[pack] = [p.detach().clone() for p in model.parameters()]
+    for x, y in zip(params[False], params[True]):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6)

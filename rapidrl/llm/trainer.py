@@ -59,6 +59,10 @@ class GRPOConfig:
     """Passes of gradient updates over each batch of completions (μ in the GRPO paper)."""
     minibatch_size: int | None = None
     """Completions per gradient step; ``None`` = the whole batch (one step per epoch)."""
+    pack: bool = False
+    """Pack each micro-batch's prompt+completion sequences into rows (first-fit decreasing, block-diagonal
+    attention, positions restarting per sequence) for the log-prob passes, so no compute goes to padding.
+    Needs a model that accepts a [P, L, L] attention mask (``TinyCausalLM`` does); same log-probs otherwise."""
     micro_batch_size: int | None = None
     """Completions per forward/backward pass: a minibatch is split into micro-batches whose gradients are
     accumulated (weighted so the step equals the whole minibatch's); ``None`` = one pass per minibatch."""
@@ -139,6 +143,28 @@ def completion_logprobs(model: nn.Module, prompts: torch.Tensor, prompt_mask: to
     p = prompts.shape[1]
     logits = causal_logits(model, tokens, attn, position_ids)[:, p - 1:-1]  # [B, N, V] predicts completions
     return sequence_logprobs(logits, completions, mask)
+
+
+def packed_completion_logprobs(model: nn.Module, prompts: torch.Tensor, prompt_mask: torch.Tensor,
+                               completions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``completion_logprobs`` with the sequences packed into rows (``rapidrl.llm.packing``): each sequence is
+    its real prompt tokens (padding dropped) and its completion up to the last masked-in token. [B, N]."""
+    from rapidrl.llm.packing import pack_sequences
+
+    b, n = completions.shape
+    prompt_len = prompt_mask.sum(1)  # [B]
+    comp_len = mask.sum(1)  # [B] (mask is a prefix: up to and including the first EOS)
+    seqs = [torch.cat([prompts[i, prompts.shape[1] - int(prompt_len[i]):], completions[i, :int(comp_len[i])]])
+            for i in range(b)]
+    packed = pack_sequences(seqs, max_len=prompts.shape[1] + n)
+    dev = prompts.device
+    logits = causal_logits(model, packed.tokens.to(dev), packed.attention_mask().to(dev),
+                           packed.position_ids.to(dev))  # [R, L, V]
+    j = torch.arange(n, device=dev)  # [N]
+    col = (packed.start.to(dev) + prompt_len - 1)[:, None] + j[None, :]  # [B, N]: logits predicting token j
+    col = torch.where(mask.bool(), col, torch.zeros_like(col))
+    gathered = logits[packed.row.to(dev)[:, None], col]  # [B, N, V]
+    return sequence_logprobs(gathered, completions, mask)
 
 
 class GRPOTrainer:
@@ -273,10 +299,11 @@ class GRPOTrainer:
         m = prompt_ids.shape[0]
         mb = m if cfg.minibatch_size is None else min(cfg.minibatch_size, m)
         reuse_old = cfg.inner_epochs == 1 and mb == m  # single update: old = current, detached
+        logprobs_fn = packed_completion_logprobs if cfg.pack else completion_logprobs
         with torch.no_grad():
-            old_logp = None if reuse_old else completion_logprobs(
+            old_logp = None if reuse_old else logprobs_fn(
                 self.policy, prompt_ids, prompt_mask, completions, mask)
-            ref_logp = None if self.ref_policy is None else completion_logprobs(
+            ref_logp = None if self.ref_policy is None else logprobs_fn(
                 self.ref_policy, prompt_ids, prompt_mask, completions, mask)
 
         # 5. clipped updates
@@ -297,8 +324,8 @@ class GRPOTrainer:
                     # aggregation) or of the sequences, so the accumulated gradient is the minibatch's
                     weight = (mask[sub].sum() / tokens_in_mb if cfg.aggregation == "token"
                               else torch.tensor(len(sub) / len(idx)))
-                    logp = completion_logprobs(self.policy, prompt_ids[sub], prompt_mask[sub],
-                                               completions[sub], mask[sub])  # [micro, N]
+                    logp = logprobs_fn(self.policy, prompt_ids[sub], prompt_mask[sub],
+                                       completions[sub], mask[sub])  # [micro, N]
                     old = logp.detach() if reuse_old else old_logp[sub]
                     loss, stats = grpo_loss(
                         logp, old, advantages[sub], mask[sub], clip_eps=cfg.clip_eps,

@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray,llm
+	scripts/setup.sh dev,ray,llm,export
 
 setup-bench:
 	scripts/setup.sh dev,bench

@@ -1,4 +1,4 @@
-"""The ``rapidrl`` command: train, eval, monitor, list, plot, bench.
+"""The ``rapidrl`` command: train, eval, monitor, list, plot, export, precompile, bench.
 
     rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0
     rapidrl train --config my.toml --set algo.learning_rate=1e-3
@@ -7,6 +7,8 @@
     rapidrl monitor --latest
     rapidrl list presets
     rapidrl plot runs/a runs/b --out curves.png
+    rapidrl export runs/<run> --format onnx
+    rapidrl precompile
 
 Bad keys, values and missing files end with one line ``rapidrl: error: ...`` and exit code 2.
 """
@@ -35,6 +37,7 @@ from rapidrl.train.rundir import (
     load_run_config,
     new_run_dir,
     parse_set,
+    preset_path,
     read_toml,
     resolve,
     write_summary,
@@ -81,6 +84,12 @@ def cmd_train(args) -> int:
         run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir)
         config.write(run_dir / CONFIG_FILE)
         print(f"run directory: {run_dir}")
+        preset = preset_path(config.run.algo, config.run.env)
+        if preset.is_file():
+            print(f"preset: {preset.name} (under your --config, flags and --set)")
+        elif not args.config:
+            print(f"no preset for {config.run.algo} on {config.run.env}: using the algorithm's defaults "
+                  f"(see `rapidrl list presets`; tune them with --set or --config)")
     if args.detach or args.monitor:
         return _train_in_background(run_dir, show_monitor=args.monitor)
     return run_training(run_dir, progress=not args.headless)
@@ -350,6 +359,30 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from rapidrl.export import FORMATS, export_policy
+
+    if args.format not in FORMATS:
+        raise CLIError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
+    model, path, _, _ = _load_for_eval(Path(args.run))
+    default = Path(args.run) / ("policy.onnx" if args.format == "onnx" else "policy.ts")
+    out = Path(args.out) if args.out else (default if Path(args.run).is_dir() else path.with_suffix(default.suffix))
+    try:
+        written = export_policy(model, out, args.format)
+    except (ValueError, ImportError) as e:
+        raise CLIError(str(e)) from None
+    shape = "x".join(str(d) for d in model.observation_space.shape)
+    print(f"exported the deterministic {model.name} policy of {path} to {written} "
+          f"(input obs: [B, {shape}] float32, raw observations; output: env actions)")
+    return 0
+
+
+def cmd_precompile(args) -> int:
+    from rapidrl.precompile import main as precompile_main
+
+    return precompile_main(["--all"] if args.all else [])
+
+
 def cmd_bench(rest: list[str]) -> int:
     from rapidrl.benchmarks.run import main as bench_main
 
@@ -428,7 +461,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", metavar="FILE.png", help="image to write (default: RUN_DIR/curves.png of the first run)")
     pl.set_defaults(func=cmd_plot)
 
-    sub.add_parser("bench", help="run the benchmark suite against installed peers (args go to benchmarks/run.py)",
+    ex = sub.add_parser("export", help="export a run's deterministic policy (ONNX or TorchScript)",
+                        epilog="example: rapidrl export runs/ppo-CartPole-v1-20261121-120000 --format onnx")
+    ex.add_argument("run", metavar="RUN_DIR", help="run directory (uses model.pt, else its newest checkpoint) or a .pt")
+    ex.add_argument("--format", default="onnx", help="onnx (needs the export extra) or torchscript (default: onnx)")
+    ex.add_argument("--out", metavar="FILE", help="output file (default: RUN_DIR/policy.onnx or RUN_DIR/policy.ts)")
+    ex.set_defaults(func=cmd_export)
+
+    pc = sub.add_parser("precompile", help="compile the Numba kernels ahead of the first run (cached on disk)")
+    pc.add_argument("--all", action="store_true", help="every built-in env, not only the main job's kernels")
+    pc.set_defaults(func=cmd_precompile)
+
+    sub.add_parser("bench", help="run the benchmark suite against installed peers (args go to rapidrl.benchmarks)",
                    add_help=False)
     return p
 

@@ -1,0 +1,56 @@
+"""Exported policies (ONNX through onnxruntime, TorchScript through torch.jit.load) act as ``predict`` does."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl import cli
+from rapidrl.export import export_policy
+
+MODELS = {
+    "ppo-discrete": lambda: rr.PPO("CartPole-v1", num_envs=4, num_steps=32, minibatch_size=64, seed=0),
+    "ppo-continuous-normalized": lambda: rr.PPO("Pendulum-v1", num_envs=4, num_steps=32, minibatch_size=64, seed=0,
+                                                normalize_obs=True),
+    "ppo-tanh-squash": lambda: rr.PPO("MountainCarContinuous-v0", num_envs=4, num_steps=32, minibatch_size=64,
+                                      seed=0, squash="tanh"),
+    "dqn": lambda: rr.DQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4),
+    "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
+    "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_exported_policy_matches_predict(name, tmp_path):
+    model = MODELS[name]()
+    model.learn(256, progress_bar=False)  # trained weights and, with normalize_obs, non-trivial statistics
+    rng = np.random.default_rng(0)
+    obs = (rng.standard_normal((64, *model.observation_space.shape)) * 2).astype(np.float32)
+    expect = model.predict(obs, deterministic=True)
+    onnx_path = export_policy(model, tmp_path / "policy.onnx")
+    got = ort.InferenceSession(str(onnx_path)).run(None, {"obs": obs})[0]
+    ts = torch.jit.load(str(export_policy(model, tmp_path / "policy.ts", "torchscript")))
+    got_ts = ts(torch.from_numpy(obs)).numpy()
+    for out in (got, got_ts):
+        assert out.shape == expect.shape
+        if np.issubdtype(expect.dtype, np.integer):
+            np.testing.assert_array_equal(out, expect)
+        else:
+            np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
+
+
+def test_export_cli_and_bad_input(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(["train", "ppo", "CartPole-v1", "--timesteps", "512", "--run-dir", str(run), "--headless",
+                     "--eval-episodes", "0"]) == 0
+    assert cli.main(["export", str(run), "--format", "onnx"]) == 0
+    assert (run / "policy.onnx").is_file() and "exported the deterministic ppo policy" in capsys.readouterr().out
+    assert cli.main(["export", str(run), "--format", "torchscript", "--out", str(tmp_path / "p.ts")]) == 0
+    assert (tmp_path / "p.ts").is_file()
+    assert cli.main(["export", str(run), "--format", "tflite"]) == 2
+    assert "--format must be one of" in capsys.readouterr().err
+    assert cli.main(["export", str(tmp_path / "nothing")]) == 2
+    assert "no run directory" in capsys.readouterr().err

@@ -68,6 +68,8 @@ def _set_layer(assignments: list[str]) -> dict:
 
 
 def cmd_train(args) -> int:
+    if args.seeds is not None:
+        return _train_seeds(args)
     if args.distributed:
         return _train_distributed(args)
     if args.resume:
@@ -93,6 +95,49 @@ def cmd_train(args) -> int:
     if args.detach or args.monitor:
         return _train_in_background(run_dir, show_monitor=args.monitor)
     return run_training(run_dir, progress=not args.headless)
+
+
+def _train_seeds(args) -> int:
+    """``--seeds 0-4``: one run per seed, as parallel processes, in one experiment directory; then its summary."""
+    from rapidrl.train.experiment import parse_seeds, run_seeds, summarize
+
+    if args.resume or args.distributed or args.detach or args.monitor or args.seed is not None:
+        raise CLIError("--seeds cannot be combined with --seed, --resume, --distributed, --detach or --monitor")
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if args.jobs is not None and args.jobs < 1:
+        raise CLIError(f"--jobs must be >= 1, got {args.jobs}")
+    layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
+    layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
+    config = resolve(layers)  # fails here, once, rather than in every seed's process
+    argv = [a for a in (args.algo, args.env) if a]
+    argv += ["--config", args.config] if args.config else []
+    for assignment in args.set:
+        argv += ["--set", assignment]
+    if args.timesteps is not None:
+        argv += ["--timesteps", str(args.timesteps)]
+    if args.eval_episodes is not None:
+        argv += ["--eval-episodes", str(args.eval_episodes)]
+    if args.run_dir:
+        exp_dir = Path(args.run_dir)
+    else:
+        exp_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env)
+        exp_dir = exp_dir.rename(exp_dir.with_name(exp_dir.name + "-seeds"))
+    print(f"experiment directory: {exp_dir} (seeds {', '.join(map(str, seeds))})")
+    codes = run_seeds(exp_dir, seeds, argv, jobs=args.jobs)
+    s = summarize(exp_dir)
+    if "iqm" in s:
+        print(f"final eval per seed: {', '.join(f'{k}: {v:.1f}' for k, v in s['evals'].items())}\n"
+              f"IQM {s['iqm']:.1f} (95% CI {s['iqm_ci'][0]:.1f} to {s['iqm_ci'][1]:.1f}), "
+              f"mean {s['mean']:.1f} (95% CI {s['mean_ci'][0]:.1f} to {s['mean_ci'][1]:.1f})\n"
+              f"curves: rapidrl plot {exp_dir}")
+    failed = [k for k, c in codes.items() if c != 0]
+    if failed:
+        print(f"rapidrl: error: seeds {failed} failed; see {exp_dir}/seed-K.log", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _train_distributed(args) -> int:
@@ -349,8 +394,20 @@ def cmd_list(args) -> int:
 
 def cmd_plot(args) -> int:
     from rapidrl.monitor.plot import plot_runs
+    from rapidrl.train.experiment import is_experiment, plot_experiment
 
     runs = [Path(r) for r in args.runs]
+    if len(runs) == 1 and is_experiment(runs[0]):
+        out = Path(args.out) if args.out else runs[0] / "curves.png"
+        try:
+            path, s = plot_experiment(runs[0], out)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        print(f"learning curves (mean of seeds, bootstrap 95% band): {path}")
+        if "iqm" in s:
+            print(f"final eval IQM {s['iqm']:.2f} (95% CI {s['iqm_ci'][0]:.2f} to {s['iqm_ci'][1]:.2f}) over "
+                  f"{len(s['evals'])} seeds; mean {s['mean']:.2f}")
+        return 0
     out = Path(args.out) if args.out else runs[0] / "curves.png"
     try:
         print(f"learning curves: {plot_runs(runs, out)}")
@@ -419,6 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override one setting, e.g. --set algo.learning_rate=3e-4 --set env.max_episode_steps=200")
     t.add_argument("--timesteps", type=int, metavar="N", help="total environment steps (run.timesteps)")
     t.add_argument("--seed", type=int, metavar="S", help="seed (run.seed)")
+    t.add_argument("--seeds", metavar="SPEC", help="train several seeds (e.g. 0-4 or 0,2,5) as parallel processes "
+                   "into one experiment directory; then the IQM of their evals (rapidrl plot EXPERIMENT)")
+    t.add_argument("--jobs", type=int, metavar="N", help="with --seeds: processes at a time (default: cores)")
     t.add_argument("--eval-episodes", type=int, metavar="N",
                    help="episodes of the final evaluation, 0 to skip (run.eval_episodes)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its latest checkpoint, same total")
@@ -456,8 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("what", nargs="?", choices=["algos", "envs", "presets"], help="what to list (default: all)")
     li.set_defaults(func=cmd_list)
 
-    pl = sub.add_parser("plot", help="plot learning curves of runs from their metrics.csv")
-    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="one or more run directories")
+    pl = sub.add_parser("plot", help="plot learning curves of runs, or of an experiment's seeds (mean, band, IQM)")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="one or more run directories, or one experiment")
     pl.add_argument("--out", metavar="FILE.png", help="image to write (default: RUN_DIR/curves.png of the first run)")
     pl.set_defaults(func=cmd_plot)
 

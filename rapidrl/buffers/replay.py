@@ -936,8 +936,20 @@ class ReplaySampler:
     section runs, larger ones take the buffer's lock and release the GIL.
     """
 
-    __slots__ = ("batch_size", "buffer", "seed", "_arrays", "_fast", "_mass", "_obs", "_act", "_per", "_slot",
-                 "_state", "_table_addr")
+    __slots__ = (
+        "_act",
+        "_arrays",
+        "_fast",
+        "_mass",
+        "_obs",
+        "_per",
+        "_slot",
+        "_state",
+        "_table_addr",
+        "batch_size",
+        "buffer",
+        "seed",
+    )
 
     def __init__(self, buffer: ReplayBuffer, batch_size: int, *, seed: int | None = None):
         if not isinstance(buffer, ReplayBuffer):

@@ -415,7 +415,7 @@ class GAEPlan:
     the next call, or ``out = (advantages, returns)`` when given (C-contiguous, not overlapping the inputs).
     """
 
-    __slots__ = ("advantages", "dtype", "gamma", "lam", "num_envs", "num_steps", "returns", "_core", "_serial")
+    __slots__ = ("_core", "_serial", "advantages", "dtype", "gamma", "lam", "num_envs", "num_steps", "returns")
 
     def __init__(self, num_steps: int, num_envs: int, *, gamma: float, lam: float, dtype=np.float32):
         self.num_steps = check_int("num_steps", num_steps, low=1)

@@ -269,3 +269,17 @@ def test_prioritized_sampler_refuses_when_the_tree_has_no_mass():
     with pytest.raises(ValueError, match="total priority"):
         s()
     assert s.draws == 0
+
+
+def test_buffers_doc_examples_run():
+    """Every python block of docs/buffers.md runs, in order, in one namespace (they build on each other)."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "buffers.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) >= 5
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/buffers.md", "exec"), ns)
+    assert ns["sampler"].draws == 64

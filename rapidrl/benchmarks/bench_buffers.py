@@ -158,8 +158,15 @@ def _sample_case(ctx: Context, kind: str, k: int) -> Case:
                 rb.add(c.obs, c.actions, c.rewards, c.next_obs, c.terminated, c.truncated)
 
         case.setup["rapidrl"] = fill_rapidrl
-        case.contenders["rapidrl"] = lambda: rb.sample(k)
-        case.contenders["rapidrl/torch"] = lambda: rb.sample(k, as_torch=True)
+        if hasattr(rb, "sampler"):  # the bound fast path, built once (untimed); sample() as rapidrl/plain
+            sampler = rb.sampler(k, seed=0)
+            case.contenders["rapidrl"] = sampler
+            case.contenders["rapidrl/plain"] = lambda: rb.sample(k)
+            case.contenders["rapidrl/torch"] = lambda: sampler(as_torch=True)
+            case.notes.append("rapidrl: buffer.sampler(k) built once, called per batch; rapidrl/plain: sample(k)")
+        else:
+            case.contenders["rapidrl"] = lambda: rb.sample(k)
+            case.contenders["rapidrl/torch"] = lambda: rb.sample(k, as_torch=True)
     rlox = ctx.peer("rlox")
     if rlox is not None:
         xb, seeds = rlox.ReplayBuffer(cap, _obs_dim(kind), 1), itertools.count()
@@ -219,8 +226,13 @@ def _prioritized_case(ctx: Context, op: str, cap: int, k: int = 256) -> Case:
             per.update_priorities(np.arange(cap), prio)
 
         case.setup["rapidrl"] = fill_rapidrl
-        case.contenders["rapidrl"] = (lambda: per.sample(k)) if op == "sample" else (
-            lambda: per.update_priorities(idx, new_prio))
+        if op == "sample" and hasattr(per, "sampler"):  # the bound fast path; sample() as rapidrl/plain
+            case.contenders["rapidrl"] = per.sampler(k, seed=0)
+            case.contenders["rapidrl/plain"] = lambda: per.sample(k)
+            case.notes.append("rapidrl: buffer.sampler(k) built once, called per batch; rapidrl/plain: sample(k)")
+        else:
+            case.contenders["rapidrl"] = (lambda: per.sample(k)) if op == "sample" else (
+                lambda: per.update_priorities(idx, new_prio))
     rlox = ctx.peer("rlox")
     if rlox is not None:
         xp = rlox.PrioritizedReplayBuffer(cap, _obs_dim(kind), 1, ALPHA, BETA)

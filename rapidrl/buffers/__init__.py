@@ -2,19 +2,21 @@
 
 ``RolloutBuffer`` holds one time-major ``[T, N, ...]`` rollout with GAE in place and shuffled
 minibatches; ``ReplayBuffer`` is a ring buffer of transitions with n-step targets, memory or mmap
-storage and save/load; ``PrioritizedReplayBuffer`` adds proportional prioritization on a sum/min tree.
+storage and save/load (``buffer.sampler(B)``: a bound ``ReplaySampler`` for cheap repeated
+sampling); ``PrioritizedReplayBuffer`` adds proportional prioritization on a sum/min tree.
 """
 
 from __future__ import annotations
 
 from rapidrl.buffers.prioritized import PrioritizedReplayBuffer
-from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer
+from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, ReplaySampler
 from rapidrl.buffers.rollout import RolloutBatch, RolloutBuffer, RolloutStorage, gae_torch
 
 __all__ = [
     "PrioritizedReplayBuffer",
     "ReplayBatch",
     "ReplayBuffer",
+    "ReplaySampler",
     "RolloutBatch",
     "RolloutBuffer",
     "RolloutStorage",

@@ -20,20 +20,11 @@ import numba
 import numpy as np
 import torch
 
-from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, _weighted_gather_table_core
+from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, _stratify, _weighted_gather_table_core
 from rapidrl.kernels import SumMinTree
 from rapidrl.kernels.validation import check_array, check_int, check_scalar
 
 __all__ = ["PrioritizedReplayBuffer"]
-
-
-@numba.njit(cache=True, nogil=True)
-def _stratify(u):
-    """u[k] <- (k + u[k]) / B, kept strictly below 1 (u[k] in [0, 1) on entry)."""
-    B = u.shape[0]
-    for k in range(B):
-        v = (k + u[k]) / B
-        u[k] = v if v < 1.0 else np.nextafter(1.0, 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -157,7 +148,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         q = arrays["priorities"]
         if q.shape != (self._size,):
             raise ValueError(f"priorities.npy has shape {q.shape}, expected ({self._size},)")
-        self._tree = SumMinTree(self.capacity)
+        self._tree.clear()  # in place: a ReplaySampler holds the tree's addresses
         self._q[:] = 0.0
         self._q[: self._size] = q
         if self._size:

@@ -51,9 +51,14 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 from numba.np import numpy_support
 
+from rapidrl.kernels import rng as _rng_module
+from rapidrl.kernels import sumtree as _sumtree_module
+from rapidrl.kernels.cache import invalidate_stale_cache
+from rapidrl.kernels.rng import derive_keys, uniform
+from rapidrl.kernels.sumtree import _sample_core
 from rapidrl.kernels.validation import check_array, check_int, check_scalar
 
-__all__ = ["ReplayBatch", "ReplayBuffer"]
+__all__ = ["ReplayBatch", "ReplayBuffer", "ReplaySampler"]
 
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
@@ -372,6 +377,94 @@ def _weighted_gather_table_core(q, q_min, beta, w_o, size, idx, table_addr, obs_
                           rew_o, nobs_o, term_o, trunc_o, disc_o, n_step, gamma, num_envs, oldest_slot)
 
 
+# The bound sampler (``ReplayBuffer.sampler``). Its state is one int64 array: the stream key and draw counter,
+# the batch size, the addresses of the outputs whose dtype is fixed and of the scratch arrays, float64
+# parameters (as bits) and, for prioritized replay, the sum/min tree. The storage is read through the table,
+# and obs/actions outputs give the typing of obs/next_obs/actions, so a call unboxes only three arrays.
+_S_KEY, _S_COUNTER, _S_B, _S_NSTEP, _S_ENVS = range(5)
+_S_REW, _S_NOBS, _S_TERM, _S_TRUNC, _S_DISC, _S_WEIGHTS, _S_IDX, _S_U, _S_MASS = range(5, 14)
+_S_GAMMA, _S_BETA = 14, 15  # float64 values stored as their bits
+_S_SUM, _S_MIN = 16, 17  # prioritized only: tree arrays (float64[2P]) and P
+_S_TREE_P = 18
+_S_LEN = 19
+_SAMPLE_BUSY, _SAMPLE_EMPTY, _SAMPLE_TOO_FEW, _SAMPLE_NO_MASS = -1, -2, -3, -4
+
+
+@numba.njit(cache=True, inline="always")
+def _sampler_body(table_addr, state, obs_o, act_o, locked, prioritized):
+    """One ``ReplaySampler`` call: draw B counter-based uniforms (draws counter .. counter + B - 1 of the
+    stream), pick rows (uniform: floor(u * size); prioritized: stratified u, then the sum-tree search and
+    weights (q_i / q_min)^-beta), gather with n-step targets. Returns 0, or a negative code and writes nothing
+    (busy when not ``locked``, empty buffer, batch larger than the stored rows, no priority mass)."""
+    tab = numba.carray(_address(table_addr), _T_LEN, np.int64)
+    if not locked and tab[_T_BUSY]:
+        return _SAMPLE_BUSY
+    size, C, pos = tab[_T_SIZE], tab[_T_CAP], tab[_T_POS]
+    B = state[_S_B]
+    if size == 0:
+        return _SAMPLE_EMPTY
+    if B > size:
+        return _SAMPLE_TOO_FEW
+    par = numba.carray(_address(state.ctypes.data), _S_LEN, np.float64)
+    f32 = np.float32
+    rew_o = numba.carray(_address(state[_S_REW]), B, f32)
+    nobs_o = numba.carray(_address(state[_S_NOBS]), (B, obs_o.shape[1]), obs_o.dtype)
+    term_o = numba.carray(_address(state[_S_TERM]), B, np.bool_)
+    trunc_o = numba.carray(_address(state[_S_TRUNC]), B, np.bool_)
+    disc_o = numba.carray(_address(state[_S_DISC]), B, f32)
+    w_o = numba.carray(_address(state[_S_WEIGHTS]), B, f32)
+    idx = numba.carray(_address(state[_S_IDX]), B, np.int64)
+    u = numba.carray(_address(state[_S_U]), B, np.float64)
+    if prioritized:
+        P = state[_S_TREE_P]
+        sum_tree = numba.carray(_address(state[_S_SUM]), 2 * P, np.float64)
+        min_tree = numba.carray(_address(state[_S_MIN]), 2 * P, np.float64)
+        total = sum_tree[1]
+        if not (total > 0.0 and total < np.inf):
+            return _SAMPLE_NO_MASS
+    key = np.uint64(state[_S_KEY])
+    counter = np.uint64(state[_S_COUNTER])
+    for k in range(B):
+        u[k] = uniform(key, counter + np.uint64(k))
+    state[_S_COUNTER] = np.int64(counter + np.uint64(B))
+    obs_s, act_s, rew_s, nobs_s, term_s, trunc_s = _table_store(table_addr, obs_o, act_o, rew_o, nobs_o, term_o,
+                                                                trunc_o)
+    E = state[_S_ENVS]
+    oldest = pos // E if size == C else 0
+    if prioritized:
+        _stratify(u)
+        _sample_core(sum_tree, u, idx, numba.carray(_address(state[_S_MASS]), B, np.float64))
+        q_min = min_tree[1]
+        beta = par[_S_BETA]
+        for k in range(B):
+            w_o[k] = (sum_tree[P + idx[k]] / q_min) ** -beta  # the leaf the search just read
+    _gather_core(u, not prioritized, size, idx, obs_s, act_s, rew_s, nobs_s, term_s, trunc_s, obs_o, act_o, rew_o,
+                 nobs_o, term_o, trunc_o, disc_o, state[_S_NSTEP], par[_S_GAMMA], E, oldest)
+    return 0
+
+
+@numba.njit(cache=True)  # holds the GIL: atomic with respect to other Python threads (like _add_fast_core)
+def _sampler_fast_core(table_addr, state, obs_o, act_o, prioritized):
+    """``_sampler_body`` for small batches, declining (``_SAMPLE_BUSY``) while a locked section runs."""
+    return _sampler_body(table_addr, state, obs_o, act_o, False, prioritized)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sampler_locked_core(table_addr, state, obs_o, act_o, prioritized):
+    """``_sampler_body`` for a caller holding the buffer's lock (releases the GIL)."""
+    return _sampler_body(table_addr, state, obs_o, act_o, True, prioritized)
+
+
+@numba.njit(cache=True, nogil=True)
+def _stratify(u):
+    """u[k] <- (k + u[k]) / B, kept strictly below 1 (u[k] in [0, 1) on entry): the k-th of B draws lies in
+    [k/B, (k+1)/B) (prioritized replay's stratified sampling)."""
+    B = u.shape[0]
+    for k in range(B):
+        v = (k + u[k]) / B
+        u[k] = v if v < 1.0 else np.nextafter(1.0, 0.0)
+
+
 # ------------------------------------------------------------------------------------------ helpers
 
 
@@ -687,6 +780,10 @@ class ReplayBuffer:
         finally:
             self._table[_T_BUSY] = 0
             lock.release()
+        return self._deliver(slot, as_torch)
+
+    def _deliver(self, slot: _BatchSlot, as_torch: bool) -> ReplayBatch:
+        """The sampled arrays of ``slot``, or its tensors on ``device`` (copied there unless on the CPU)."""
         if not as_torch:
             return slot.arrays
         if self.device.type != "cpu":
@@ -696,6 +793,11 @@ class ReplayBuffer:
                 slot.event = torch.cuda.Event()
                 slot.event.record()
         return slot.tensors
+
+    def sampler(self, batch_size: int, *, seed: int | None = None) -> ReplaySampler:
+        """A bound fast path of ``sample(batch_size)``: see ``ReplaySampler``. ``seed`` (default: the
+        buffer's ``seed``; fresh entropy when both are None) seeds the sampler's own random stream."""
+        return ReplaySampler(self, batch_size, seed=self.seed if seed is None else seed)
 
     def sample_into(self, batch_size: int, out: ReplayBatch) -> ReplayBatch:
         """``sample`` writing into caller-owned NumPy arrays ``out`` (C-contiguous, the shapes and
@@ -814,3 +916,106 @@ class ReplayBuffer:
                 dst[:size] = src
             buf._set_state(state, arrays)
         return buf
+
+
+class ReplaySampler:
+    """``buffer.sample(batch_size)`` bound once: the checks and allocations happen at construction, and each
+    call is one compiled call with four arguments (the draws, the row choice and the gather all compiled).
+
+    Made by ``ReplayBuffer.sampler(batch_size, seed=...)`` (``PrioritizedReplayBuffer.sampler`` for
+    prioritized replay). ``sampler()`` returns a ``ReplayBatch`` with the fields, shapes, dtypes and
+    n-step targets of ``sample`` (prioritized: stratified proportional draws, importance weights, beta annealed
+    per call as ``sample`` does); ``sampler(as_torch=True)`` returns the same batch as tensors on the buffer's
+    device. The arrays belong to the sampler and are overwritten by its next call.
+
+    Random numbers come from a counter-based stream (``rapidrl.kernels.rng``): call ``c`` of a sampler with
+    batch size B uses draws ``c*B .. c*B + B - 1`` of the stream of its ``seed``, so the rows drawn are a pure
+    function of (seed, call number, buffer contents), independent of ``sample``'s NumPy generator (whose
+    draws the sampler neither uses nor advances). ``draws`` is the number of uniforms used so far; it can be
+    set to resume a stream. Thread safety is ``sample``'s: small batches run holding the GIL while no locked
+    section runs, larger ones take the buffer's lock and release the GIL.
+    """
+
+    __slots__ = (
+        "_act",
+        "_arrays",
+        "_fast",
+        "_mass",
+        "_obs",
+        "_per",
+        "_slot",
+        "_state",
+        "_table_addr",
+        "batch_size",
+        "buffer",
+        "seed",
+    )
+
+    def __init__(self, buffer: ReplayBuffer, batch_size: int, *, seed: int | None = None):
+        if not isinstance(buffer, ReplayBuffer):
+            raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
+        B = self.batch_size = check_int("batch_size", batch_size, low=1)
+        if B > buffer.capacity:
+            raise ValueError(f"batch_size={B} is larger than the buffer's capacity={buffer.capacity}")
+        self.buffer = buffer
+        self.seed = seed
+        self._slot = slot = _BatchSlot(buffer, B)
+        self._mass = np.empty(B, dtype=np.float64)  # the sum-tree search's scratch
+        self._obs, act, rew, nobs, term, trunc, disc = slot.flat
+        self._act = act
+        state = self._state = np.zeros(_S_LEN, dtype=np.int64)
+        state[_S_KEY] = derive_keys(seed, 1)[0].astype(np.int64)
+        state[_S_B], state[_S_NSTEP], state[_S_ENVS] = B, buffer.n_step, buffer._stream_envs
+        for k, arr in ((_S_REW, rew), (_S_NOBS, nobs), (_S_TERM, term), (_S_TRUNC, trunc), (_S_DISC, disc),
+                       (_S_WEIGHTS, slot.arrays.weights), (_S_IDX, slot.arrays.indices), (_S_U, slot.u),
+                       (_S_MASS, self._mass)):
+            state[k] = arr.ctypes.data
+        params = state.view(np.float64)
+        params[_S_GAMMA] = buffer.gamma
+        tree = getattr(buffer, "_tree", None)
+        self._per = tree is not None
+        if self._per:
+            state[_S_SUM], state[_S_MIN] = tree._sum.ctypes.data, tree._min.ctypes.data
+            state[_S_TREE_P] = tree._sum.shape[0] // 2
+            self._arrays = (tree._sum, tree._min)  # the tree is reset in place on load, never replaced
+        else:
+            self._arrays = ()
+        self._table_addr = buffer._table_addr
+        row_bytes = sum(a[:1].nbytes for a in slot.arrays)
+        self._fast = B * row_bytes <= _FAST_MAX_BYTES
+
+    @property
+    def draws(self) -> int:
+        """Uniforms drawn from the stream so far (``batch_size`` per call)."""
+        return int(self._state[_S_COUNTER])
+
+    @draws.setter
+    def draws(self, value: int) -> None:
+        self._state[_S_COUNTER] = check_int("draws", value, low=0)
+
+    def __call__(self, *, as_torch: bool = False) -> ReplayBatch:
+        buf, slot = self.buffer, self._slot
+        if slot.event is not None:  # a previous asynchronous copy must finish reading the host arrays
+            slot.event.synchronize()
+        per = self._per
+        if per:
+            self._state.view(np.float64)[_S_BETA] = buf.beta
+        code = _sampler_fast_core(self._table_addr, self._state, self._obs, self._act, per) if self._fast else (
+            _SAMPLE_BUSY)
+        if code:
+            with buf._lock:
+                code = _sampler_locked_core(self._table_addr, self._state, self._obs, self._act, per)
+                if code == _SAMPLE_NO_MASS:
+                    raise ValueError(f"cannot sample: total priority is {buf._tree.total()} (must be finite and > 0)")
+                if code:
+                    buf._check_can_sample(self.batch_size)  # raises the empty / too-few message
+        if per:
+            buf._samples += 1
+        return buf._deliver(slot, as_torch)
+
+    def __repr__(self) -> str:
+        return f"ReplaySampler(batch_size={self.batch_size}, seed={self.seed}, draws={self.draws})"
+
+
+# The sampler cores call the counter-based RNG and the sum-tree search of other modules.
+invalidate_stale_cache(_sampler_fast_core, [m.__file__ for m in (_rng_module, _sumtree_module)])

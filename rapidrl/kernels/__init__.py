@@ -7,6 +7,7 @@ is cached on disk). Layout is time-major ``[T, N]``; see ``advantages`` for the 
 from __future__ import annotations
 
 from rapidrl.kernels.advantages import (
+    GAEPlan,
     discounted_returns,
     gae,
     gae_into,
@@ -19,6 +20,7 @@ from rapidrl.kernels.llm_ops import group_advantages, rloo_advantages, sequence_
 from rapidrl.kernels.sumtree import SumMinTree
 
 __all__ = [
+    "GAEPlan",
     "SumMinTree",
     "discounted_returns",
     "gae",

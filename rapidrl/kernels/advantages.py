@@ -38,6 +38,7 @@ from rapidrl.kernels.validation import (
 )
 
 __all__ = [
+    "GAEPlan",
     "discounted_returns",
     "gae",
     "gae_into",
@@ -111,6 +112,53 @@ def _gae_core_parallel(rewards, values, last_values, terminated, truncated, fina
         count += _gae_block(rewards, values, last_values, terminated, truncated, final_values, gamma,
                             lam, adv, ret, i0, min(N, i0 + chunk))
     return count
+
+
+@numba.njit(cache=True, inline="always")
+def _overlap(a, b):
+    """True if the memory of arrays a and b intersects (compiled code only)."""
+    a0 = a.ctypes.data
+    b0 = b.ctypes.data
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+
+
+def _gae_plan_core(rewards, values, last_values, terminated, truncated, final_values, adv, ret, gamma, lam,
+                   compute):
+    """``GAEPlan``'s checked call: dtypes and C-contiguity are fixed by the signatures (``_gae_plan_dispatcher``),
+    shapes and overlaps are checked here against adv's [T, N]. Returns -1 when an argument is bad (nothing
+    written), 0 when ``compute`` is False, else GAE's #truncated-not-terminated count (as ``_gae_core``)."""
+    T, N = adv.shape
+    if (rewards.shape != (T, N) or values.shape != (T, N) or last_values.shape[0] != N
+            or terminated.shape != (T, N) or truncated.shape != (T, N) or final_values.shape != (T, N)
+            or ret.shape != (T, N)):
+        return -1
+    if _overlap(adv, ret):
+        return -1
+    for out in (adv, ret):
+        if (_overlap(out, rewards) or _overlap(out, values) or _overlap(out, last_values)
+                or _overlap(out, final_values)):
+            return -1
+    if not compute:
+        return 0
+    return _gae_block(rewards, values, last_values, terminated, truncated, final_values, gamma, lam, adv, ret,
+                      0, N)
+
+
+_GAE_PLAN_DISPATCHER = None
+
+
+def _gae_plan_dispatcher():
+    """``_gae_plan_core`` compiled for exactly two signatures (float32 and float64 rollouts: C-contiguous,
+    writable arrays, bool flags); created on the first ``GAEPlan``. Any other argument type makes the call
+    raise TypeError instead of compiling a new specialization, so the plan's fast path takes no Python checks."""
+    global _GAE_PLAN_DISPATCHER
+    if _GAE_PLAN_DISPATCHER is None:
+        sigs = []
+        for f in (numba.float32, numba.float64):
+            m, v, b = f[:, ::1], f[::1], numba.boolean[:, ::1]
+            sigs.append(numba.int64(m, m, v, b, b, m, m, m, f, f, numba.boolean))
+        _GAE_PLAN_DISPATCHER = numba.njit(sigs, cache=True, nogil=True)(_gae_plan_core)
+    return _GAE_PLAN_DISPATCHER
 
 
 @numba.njit(cache=True, nogil=True)
@@ -343,6 +391,90 @@ def gae_into(rewards, values, last_values, terminated, truncated, *, gamma, lam,
                 raise ValueError(f"{name} must not overlap the inputs or the other output")
     _raise_if_missing_final(final_values, _run_gae(r, v, lv, term, trunc, fv, g, lm, adv, ret))
     return adv, ret
+
+
+class GAEPlan:
+    """``gae`` for one rollout size, dtype, gamma and lam, validated once and then cheap to call.
+
+    At RL sizes (64 envs x 128 steps) the fixed cost of a call (argument checks, two output allocations, a
+    compiled call with ten arguments) is a large part of the time. A plan checks ``num_steps``/``num_envs``/
+    ``dtype``/``gamma``/``lam`` at construction and owns its outputs; each call hands the arrays to a compiled
+    function whose signatures admit only C-contiguous, writable arrays of the plan's dtype (bool flags), which
+    checks shapes and overlaps itself. Anything else (uint8 flags, read-only or strided arrays, wrong shapes or
+    dtypes) goes through the detailed checks of ``gae_into``: it raises the same clear errors, or computes
+    through the general path when the input is valid. Results are bitwise those of ``gae``.
+
+    Args:
+        num_steps (T), num_envs (N): rollout size (>= 1).
+        gamma, lam: discount and GAE lambda in [0, 1] (rounded to ``dtype`` as in ``gae``).
+        dtype: float32 or float64, of every float array.
+
+    Call ``plan(rewards, values, last_values, terminated, truncated, final_values=None, out=None)`` with the
+    arguments of ``gae``: rewards/values/final_values [T, N], last_values [N], terminated/truncated [T, N]
+    bool. Returns (advantages [T, N], returns [T, N]): ``plan.advantages``/``plan.returns``, overwritten by
+    the next call, or ``out = (advantages, returns)`` when given (C-contiguous, not overlapping the inputs).
+    """
+
+    __slots__ = ("_core", "_serial", "advantages", "dtype", "gamma", "lam", "num_envs", "num_steps", "returns")
+
+    def __init__(self, num_steps: int, num_envs: int, *, gamma: float, lam: float, dtype=np.float32):
+        self.num_steps = check_int("num_steps", num_steps, low=1)
+        self.num_envs = check_int("num_envs", num_envs, low=1)
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
+        if self.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"dtype must be float32 or float64, got {self.dtype}")
+        self.gamma, self.lam = _check_gamma_lam(self.dtype, gamma, lam)
+        shape = (self.num_steps, self.num_envs)
+        self.advantages = np.empty(shape, dtype=self.dtype)  # [T, N]
+        self.returns = np.empty(shape, dtype=self.dtype)  # [T, N]
+        T, N = shape
+        self._serial = not (T * N > parallel.GAE_PARALLEL_MIN and N >= 2 * _MIN_CHUNK)
+        self._core = _gae_plan_dispatcher()
+
+    def __call__(self, rewards, values, last_values, terminated, truncated, final_values=None, *, out=None):
+        if out is None:
+            adv, ret = self.advantages, self.returns
+        else:
+            if type(out) is not tuple or len(out) != 2:
+                raise TypeError("out must be a tuple (advantages, returns) of [T, N] arrays")
+            adv, ret = out
+        fv = rewards if final_values is None else final_values
+        try:
+            count = self._core(rewards, values, last_values, terminated, truncated, fv, adv, ret, self.gamma,
+                               self.lam, self._serial)
+        except TypeError:  # no signature matches (dtype, layout, writability, not an array)
+            count = -1
+        if count < 0:
+            count = self._checked(rewards, values, last_values, terminated, truncated, final_values, adv, ret)
+        elif not self._serial:
+            count = _run_gae(rewards, values, last_values, terminated, truncated, fv, self.gamma, self.lam, adv,
+                             ret)
+        _raise_if_missing_final(final_values, count)
+        return adv, ret
+
+    def _checked(self, rewards, values, last_values, terminated, truncated, final_values, adv, ret) -> int:
+        """The detailed checks (raising ``gae_into``'s errors), then GAE through the general path."""
+        shape, dt = (self.num_steps, self.num_envs), self.dtype
+        rewards = check_like("rewards", rewards, like="the plan", dtype=dt, shape=shape)
+        r, v, lv, term, trunc, fv = _check_rollout(rewards, values, last_values, terminated, truncated,
+                                                   final_values)
+        adv = check_like("out advantages", adv, like="the plan", dtype=dt, shape=shape)
+        ret = check_like("out returns", ret, like="the plan", dtype=dt, shape=shape)
+        for name, o, others in (("out advantages", adv, (r, v, lv, fv)), ("out returns", ret, (r, v, lv, fv, adv))):
+            for other in others:
+                if np.may_share_memory(o, other):
+                    raise ValueError(f"{name} must not overlap the inputs or the other output")
+        for name, o in (("out advantages", adv), ("out returns", ret)):
+            if not o.flags.writeable:
+                raise ValueError(f"{name} must be writable")
+        return _run_gae(r, v, lv, term, trunc, fv, self.gamma, self.lam, adv, ret)
+
+    def __repr__(self) -> str:
+        return (f"GAEPlan(num_steps={self.num_steps}, num_envs={self.num_envs}, gamma={float(self.gamma)}, "
+                f"lam={float(self.lam)}, dtype={self.dtype.name})")
 
 
 def gae_trajectory(rewards, values, last_value, terminated, truncated, *, gamma, lam, final_values=None):

@@ -45,11 +45,17 @@ def random_u64(key, counter):
 
 
 @numba.njit(cache=True)
+def uniform(key, counter):
+    """Draw ``counter`` of the stream ``key`` as a float64 in [0, 1) (key, counter: uint64)."""
+    return float(random_u64(key, counter) >> _S11) * _INV_2_53
+
+
+@numba.njit(cache=True)
 def next_uniform(key, counter, i):
     """Next float64 in [0, 1) of env ``i``; advances ``counter[i]`` by one. key, counter: uint64[N]."""
     c = counter[i]
     counter[i] = c + _ONE
-    return float(random_u64(key[i], c) >> _S11) * _INV_2_53
+    return uniform(key[i], c)
 
 
 @numba.njit(cache=True)

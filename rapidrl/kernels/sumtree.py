@@ -126,6 +126,11 @@ class SumMinTree:
         """Smallest priority set so far (+inf if none)."""
         return float(self._min[1])
 
+    def clear(self) -> None:
+        """Reset every priority to unset (sum 0, min +inf), in place: the arrays keep their addresses."""
+        self._sum.fill(0.0)
+        self._min.fill(np.inf)
+
     def set(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set priorities: indices int64 [K], values float64 [K] (finite, >= 0); last duplicate wins.
         Raises (and changes nothing) on any bad index or value."""

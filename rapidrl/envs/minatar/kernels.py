@@ -1,0 +1,134 @@
+"""The batched MinAtar kernels: one compiled loop over N envs, written once for the five games.
+
+Each game module (``breakout.py``, ...) holds only its rules, on one env's state row:
+
+    reset(state, i, ramping, rng_key, rng_counter)               # start a new episode in row i
+    act(state, i, a, ramping, rng_key, rng_counter) -> (reward, terminal)   # a = full action 0..5
+    observe(state, i, obs)                                        # obs[i] := uint8[C, 10, 10] frame
+
+and the loops here add what ``minatar.Environment`` and the vector env add: the action map of the env
+id, sticky actions, TimeLimit truncation, auto-reset and episode statistics (the bookkeeping helpers
+of ``rapidrl.envs.builtin``). The game is picked by its integer code (position in ``GAMES``) inside the
+compiled code, so one compiled loop serves every game and caches on disk.
+
+Arguments (N envs, S state columns, C channels):
+
+- ``state``: int32[N, S]; row i is env i's whole game state (fixed-capacity fields, layout documented
+  in the game module). Column 0 is the last action taken (full action index), shared by all games:
+  a sticky action repeats it. It survives auto-resets, as ``minatar.Environment.last_action`` does.
+- ``actions``: int[N] indices into ``action_map`` (int64[K]: the env id's action set -> full action).
+- ``params``: float64[3] = (max_episode_steps or inf, sticky_action_prob, difficulty_ramping 0/1).
+- ``elapsed``, ``rng_key``, ``rng_counter``, ``next_step_mode``, ``needs_reset`` and the outputs
+  (``obs``/``final_obs`` uint8[N, C, 10, 10], ``rewards`` float32[N], ``terminated``/``truncated``/
+  ``done`` bool[N], ``ep_return``/``done_return`` float32[N], ``ep_length``/``done_length`` int32[N]) mean
+  what they mean in ``rapidrl.envs.builtin`` (SAME_STEP: an ended episode is reset in the same call and
+  ``final_obs[i]`` holds its last frame; NEXT_STEP: the next call resets it and ignores its action).
+
+Random draws per env and step, in this order (``draws.py``): the sticky-action uniform, the game's
+draws, then the reset's draws if the episode ended. Only env i's own stream is used for env i, so
+results do not depend on threads.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import prange
+
+from rapidrl.envs import builtin
+from rapidrl.envs.builtin import clear_counters, finish_step, first_bad_discrete, skip_step
+from rapidrl.envs.minatar import breakout, draws
+from rapidrl.envs.minatar.draws import rand
+from rapidrl.kernels import rng
+from rapidrl.kernels.cache import invalidate_stale_cache
+
+GAMES = ("breakout",)  # game codes: position in this tuple
+BREAKOUT = 0
+_GAME_MODULES = (breakout,)
+LAST_ACTION = 0  # state column shared by all games
+
+
+@numba.njit(cache=True, inline="always")
+def _reset_game(code, state, i, ramping, rng_key, rng_counter):
+    breakout.reset(state, i, ramping, rng_key, rng_counter)
+
+
+@numba.njit(cache=True, inline="always")
+def _act(code, state, i, a, ramping, rng_key, rng_counter):
+    return breakout.act(state, i, a, ramping, rng_key, rng_counter)
+
+
+@numba.njit(cache=True, inline="always")
+def _observe(code, state, i, obs):
+    breakout.observe(state, i, obs)
+
+
+@numba.njit(cache=True, inline="always")
+def _step_env(code, i, state, actions, action_map, params, elapsed, rng_key, rng_counter, next_step_mode,
+              needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
+              done_length, done):
+    """Env i: a NEXT_STEP reset, or sticky action + the game's step + bookkeeping (+ a SAME_STEP reset)."""
+    ramping = params[2] != 0.0
+    redraw = needs_reset[i]
+    if redraw:
+        skip_step(i, elapsed, needs_reset, rewards, terminated, truncated, ep_return, ep_length, done)
+    else:
+        a = action_map[actions[i]]
+        if rand(rng_key, rng_counter, i) < params[1]:
+            a = state[i, LAST_ACTION]
+        state[i, LAST_ACTION] = a
+        reward, term = _act(code, state, i, a, ramping, rng_key, rng_counter)
+        if finish_step(i, np.float32(reward), term, params, elapsed, next_step_mode, needs_reset, rewards,
+                       terminated, truncated, ep_return, ep_length, done_return, done_length, done):
+            _observe(code, state, i, final_obs)
+            redraw = True
+    if redraw:
+        _reset_game(code, state, i, ramping, rng_key, rng_counter)
+    _observe(code, state, i, obs)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def step(code, state, actions, action_map, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+         obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done):
+    """Validate ``actions`` (in [0, K), shape [N]), then step every env serially.
+
+    Returns -1, or (nothing stepped) -2 for a wrong shape, else the index of the first invalid action.
+    """
+    bad = first_bad_discrete(actions, state.shape[0], action_map.shape[0])
+    if bad != -1:
+        return bad
+    for i in range(state.shape[0]):
+        _step_env(code, i, state, actions, action_map, params, elapsed, rng_key, rng_counter, next_step_mode,
+                  needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
+                  done_length, done)
+    return -1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, _nrt=False)
+def step_parallel(code, state, actions, action_map, params, elapsed, rng_key, rng_counter, next_step_mode,
+                  needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
+                  done_length, done):
+    """``step`` with the envs split over threads (identical results: envs and their streams are independent)."""
+    bad = first_bad_discrete(actions, state.shape[0], action_map.shape[0])
+    if bad != -1:
+        return bad
+    for i in prange(state.shape[0]):
+        _step_env(code, i, state, actions, action_map, params, elapsed, rng_key, rng_counter, next_step_mode,
+                  needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return,
+                  done_length, done)
+    return -1
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def reset(code, state, mask, params, rng_key, rng_counter, obs, elapsed, needs_reset, ep_return, ep_length):
+    """Start a new episode in every env where ``mask`` (bool[N]) is True and write its observation."""
+    ramping = params[2] != 0.0
+    for i in range(state.shape[0]):
+        if mask[i]:
+            _reset_game(code, state, i, ramping, rng_key, rng_counter)
+            _observe(code, state, i, obs)
+            clear_counters(i, elapsed, needs_reset, ep_return, ep_length)
+
+
+# The loops above inline every game's rules: recompile them when a game's source changes.
+invalidate_stale_cache(step, [m.__file__ for m in (*_GAME_MODULES, draws, builtin, rng)])

@@ -1,0 +1,258 @@
+"""MinAtar built in: every frame, reward and termination equal the ``minatar`` package's (1.0.15).
+
+How the randomness is made comparable: rapidrl's env i draws float64 uniforms from its counter-based
+stream (key ``env._rng_key[i]``), in a documented order (``rapidrl/envs/minatar/draws.py``). The test
+replaces the package's ``numpy.random.RandomState`` (``Environment.random``, used for sticky actions, and
+the game's ``env.random``) by ``ReplayRandomState``, which answers ``rand``/``randint`` from the same
+stream with the same mapping (``randint(lo, hi) = lo + int(u * (hi - lo))``). Both sides then take the
+same decisions; after every step the test also checks that both consumed exactly as many draws, so a
+draw made in a different place or order fails at once.
+
+The package is driven as its Gymnasium registration drives it (``MinAtar/<Game>-v1``: minimal action
+set; v0: all 6 actions), with sticky actions (0.1) and difficulty ramping on, and ``reset()`` called
+after each terminal step, which is what rapidrl's SAME_STEP auto-reset does. Random play covers most
+rules; targeted scenarios (state written into both sides) cover the rare ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from minatar import Environment
+
+import rapidrl as rr
+from rapidrl.envs.minatar import MINATAR_IDS, MinAtarVecEnv, list_minatar_envs
+from rapidrl.envs.minatar import breakout as rb
+from rapidrl.kernels.rng import uniform_reference
+
+
+class ReplayRandomState:
+    """Stands in for ``numpy.random.RandomState``: answers from rapidrl's stream ``key`` (see module doc)."""
+
+    def __init__(self, key: int):
+        self.key = int(key)
+        self.counter = 0
+
+    def _u(self) -> float:
+        u = uniform_reference(self.key, self.counter)
+        self.counter += 1
+        return u
+
+    def rand(self, *size):
+        if not size:
+            return self._u()
+        return np.array([self._u() for _ in range(int(np.prod(size)))]).reshape(size)
+
+    def randint(self, low, high=None, size=None):
+        if high is None:
+            low, high = 0, low
+        if size is None:
+            return low + int(self._u() * (high - low))
+        return np.array([low + int(self._u() * (high - low)) for _ in range(size)], dtype=np.int64)
+
+
+def frame(pkg: Environment) -> np.ndarray:
+    """The package's state() as rapidrl's observation: uint8[C, 10, 10]."""
+    return pkg.state().transpose(2, 0, 1).astype(np.uint8)
+
+
+def make_pair(env_id: str, n: int, seed: int, sticky: float = 0.1):
+    """rapidrl's env (reset) and n package Environments replaying its streams (reset, frames checked)."""
+    env = MinAtarVecEnv(env_id, n, seed=seed, sticky_action_prob=sticky)
+    obs, _ = env.reset()
+    game = MINATAR_IDS[env_id][0]
+    pkgs = []
+    for i in range(n):
+        pkg = Environment(game, sticky_action_prob=sticky, difficulty_ramping=True)
+        pkg.random = pkg.env.random = ReplayRandomState(env._rng_key[i])
+        pkg.reset()
+        np.testing.assert_array_equal(obs[i], frame(pkg))
+        pkgs.append(pkg)
+    return env, pkgs
+
+
+def step_both(env, pkgs, actions, where=""):
+    """One step of both sides with ``actions`` [N]; asserts equal frames, rewards, flags and draw counts.
+
+    Returns (rewards [N], terminated [N]) of the step.
+    """
+    action_set = MINATAR_IDS[env.env_id][2]
+    obs, rewards, terminated, truncated, info = env.step(actions)
+    assert not truncated.any()
+    for i, pkg in enumerate(pkgs):
+        r, done = pkg.act(action_set[actions[i]])
+        msg = f"{where} env {i}"
+        assert rewards[i] == r, msg
+        assert terminated[i] == done and info["_final_obs"][i] == done, msg
+        if done:
+            np.testing.assert_array_equal(info["final_obs"][i], frame(pkg), err_msg=msg)
+            pkg.reset()
+        np.testing.assert_array_equal(obs[i], frame(pkg), err_msg=msg)
+        assert pkg.random.counter == env._rng_counter[i], msg
+    return rewards.copy(), terminated.copy()
+
+
+def play(env, pkgs, steps: int, policy, seed: int):
+    """``steps`` steps of both sides, actions from ``policy(env, pkgs, gen)``; returns stats of the run."""
+    gen = np.random.default_rng(seed)
+    total_reward, episodes, max_reward = 0.0, 0, 0.0
+    for t in range(steps):
+        actions = policy(env, pkgs, gen)
+        rewards, terminated = step_both(env, pkgs, actions, where=f"step {t}")
+        total_reward += rewards.sum()
+        max_reward = max(max_reward, rewards.max())
+        episodes += int(terminated.sum())
+    return {"reward": total_reward, "episodes": episodes, "max_reward": max_reward}
+
+
+def uniform_policy(env, pkgs, gen):
+    return gen.integers(0, env.single_action_space.n, env.num_envs)
+
+
+# -- Breakout ------------------------------------------------------------------------------------------
+
+def breakout_landing(g) -> int:
+    """x where the ball of package game ``g`` next reaches row 8 moving down (walls and bricks, no strikes)."""
+    x, y, d = g.ball_x, g.ball_y, g.ball_dir
+    bricks = g.brick_map.copy()
+    for _ in range(40):
+        if y == 8 and d >= 2:
+            return x
+        nx, ny = x + (1 if d in (1, 2) else -1), y + (1 if d >= 2 else -1)
+        if not 0 <= nx <= 9:
+            nx, d = min(max(nx, 0), 9), [1, 0, 3, 2][d]
+        if ny < 0:
+            ny, d = 0, [3, 2, 1, 0][d]
+        elif ny <= 9 and bricks[ny, nx]:
+            bricks[ny, nx], ny, d = 0, y, [3, 2, 1, 0][d]
+        x, y = nx, min(ny, 8)
+    return x
+
+
+def breakout_tracker(env, pkgs, gen):
+    """v1 actions (n, l, r) that mostly move the paddle to where the ball lands: long episodes."""
+    out = gen.integers(0, 3, env.num_envs)
+    for i, pkg in enumerate(pkgs):
+        g = pkg.env
+        if gen.random() < 0.97:
+            x = breakout_landing(g)
+            out[i] = 0 if x == g.pos else (1 if x < g.pos else 2)
+    return out
+
+
+def load_breakout(pkg, state, i):
+    """Write the package game's state into rapidrl's row i (layout of rapidrl.envs.minatar.breakout)."""
+    g = pkg.env
+    state[i, 0] = pkg.last_action
+    state[i, rb.BALL_X], state[i, rb.BALL_Y], state[i, rb.BALL_DIR] = g.ball_x, g.ball_y, g.ball_dir
+    state[i, rb.POS], state[i, rb.STRIKE] = g.pos, int(g.strike)
+    state[i, rb.LAST_X], state[i, rb.LAST_Y] = g.last_x, g.last_y
+    state[i, rb.BRICKS:rb.BRICKS + 100] = g.brick_map.reshape(100)
+    state[i, rb.BRICK_COUNT] = np.count_nonzero(g.brick_map)
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Breakout-v1", "MinAtar/Breakout-v0"])
+def test_breakout_random_play_matches_package(env_id):
+    env, pkgs = make_pair(env_id, 8, seed=1)
+    stats = play(env, pkgs, 1500, uniform_policy, seed=2)
+    assert stats["episodes"] >= 100 and stats["reward"] > 0
+
+
+def test_breakout_long_play_clears_walls():
+    """A tracking policy keeps the ball alive: walls are cleared and refilled, strikes chain."""
+    env, pkgs = make_pair("MinAtar/Breakout-v1", 4, seed=3)
+    refills = 0
+    gen = np.random.default_rng(4)
+    for t in range(3000):
+        before = [np.count_nonzero(p.env.brick_map) for p in pkgs]
+        step_both(env, pkgs, breakout_tracker(env, pkgs, gen), where=f"step {t}")
+        refills += sum(b == 0 and np.count_nonzero(p.env.brick_map) == 30 for b, p in zip(before, pkgs))
+    assert refills >= 1
+
+
+def test_breakout_scenarios():
+    """Rare rules from written states: last brick then refill at the paddle, corner bounces, brick chains."""
+    env, pkgs = make_pair("MinAtar/Breakout-v1", 3, seed=5)
+    g0, g1, g2 = (p.env for p in pkgs)
+    g0.brick_map[:] = 0
+    g0.brick_map[1, 3] = 1  # one brick left; ball below it moving up-left
+    g0.ball_x, g0.ball_y, g0.ball_dir, g0.pos = 4, 3, 0, 4
+    g1.ball_x, g1.ball_y, g1.ball_dir = 9, 0, 1  # top-right corner, moving up-right
+    g2.brick_map[4:6, :] = 1  # bricks directly under a striking ball: strike flag suppresses the second
+    g2.ball_x, g2.ball_y, g2.ball_dir, g2.strike = 4, 6, 0, True
+    for i, p in enumerate(pkgs):
+        load_breakout(p, env._state, i)
+    gen = np.random.default_rng(6)
+    for t in range(200):
+        step_both(env, pkgs, breakout_tracker(env, pkgs, gen), where=f"step {t}")
+
+
+# -- the vector env's contract ---------------------------------------------------------------------------
+
+def test_make_vec_and_spaces():
+    env = rr.make_vec("MinAtar/Breakout-v1", 5, seed=0)
+    assert isinstance(env, MinAtarVecEnv)
+    assert env.single_action_space == rr.make_vec("MinAtar/Breakout-v0", 1).single_action_space.__class__(3)
+    assert env.single_observation_space.shape == (4, 10, 10) and env.single_observation_space.dtype == np.uint8
+    obs, _ = env.reset()
+    assert obs.shape == (5, 4, 10, 10) and obs.dtype == np.uint8 and obs.max() == 1
+    assert set(list_minatar_envs()) <= set(rr.envs.list_builtin_envs())
+    with pytest.raises(ValueError, match="actions"):
+        env.step(np.array([0, 1, 2, 3, 0]))
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(4, dtype=np.int64))
+    with pytest.raises(TypeError, match="integer"):
+        env.step(np.zeros(5, dtype=np.float32))
+    with pytest.raises(ValueError, match="sticky_action_prob"):
+        MinAtarVecEnv("MinAtar/Breakout-v1", 2, sticky_action_prob=1.5)
+    with pytest.raises(ValueError, match="vectorization"):
+        rr.make_vec("MinAtar/Breakout-v1", 2, vectorization="torch")
+
+
+def test_determinism_threads_and_episode_stats():
+    """Same seed -> same run, serial or threaded kernel; episode stats add up; max_episode_steps truncates."""
+    outs = []
+    for kernel in ("step", "step_parallel"):
+        env = MinAtarVecEnv("MinAtar/Breakout-v1", 37, seed=9, max_episode_steps=50)
+        from rapidrl.envs.minatar import kernels
+
+        env._step_kernel = getattr(kernels, kernel)
+        env.reset()
+        gen = np.random.default_rng(0)
+        running = np.zeros(37)
+        frames, ended = [], 0
+        for _ in range(300):
+            obs, r, term, trunc, info = env.step(gen.integers(0, 3, 37))
+            running += r
+            done = term | trunc
+            assert np.array_equal(info["_episode"], done)
+            np.testing.assert_allclose(info["episode"]["r"][done], running[done])
+            running[done] = 0
+            ended += done.sum()
+            assert (trunc <= (env._elapsed == 0)).all()
+            frames.append(obs.copy())
+        outs.append(np.stack(frames))
+        assert ended > 37
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_next_step_autoreset():
+    """NEXT_STEP shows the final frame, then resets on the next call (action ignored, reward 0): the same
+    episodes as SAME_STEP with the same seed and actions."""
+    nxt = MinAtarVecEnv("MinAtar/Breakout-v1", 1, seed=1, autoreset_mode="next_step")
+    same = MinAtarVecEnv("MinAtar/Breakout-v1", 1, seed=1)
+    np.testing.assert_array_equal(nxt.reset()[0], same.reset()[0])
+    gen = np.random.default_rng(0)
+    episodes = 0
+    for _ in range(300):
+        a = gen.integers(0, 3, 1)
+        obs_s, r_s, term_s, _, info_s = same.step(a)
+        obs_n, r_n, term_n, _, _ = nxt.step(a)
+        assert r_s[0] == r_n[0] and term_s[0] == term_n[0]
+        if term_s[0]:
+            episodes += 1
+            np.testing.assert_array_equal(obs_n, info_s["final_obs"])
+            obs_n, r_n, term_n, trunc_n, info_n = nxt.step(np.array([2]))
+            assert r_n[0] == 0 and not term_n[0] and not trunc_n[0] and not info_n["_episode"][0]
+        np.testing.assert_array_equal(obs_n, obs_s)
+    assert episodes >= 5

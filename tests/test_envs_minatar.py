@@ -22,7 +22,9 @@ from minatar import Environment
 
 import rapidrl as rr
 from rapidrl.envs.minatar import MINATAR_IDS, MinAtarVecEnv, list_minatar_envs
+from rapidrl.envs.minatar import asterix as ra
 from rapidrl.envs.minatar import breakout as rb
+from rapidrl.envs.minatar import space_invaders as rs
 from rapidrl.kernels.rng import uniform_reference
 
 
@@ -185,6 +187,173 @@ def test_breakout_scenarios():
     gen = np.random.default_rng(6)
     for t in range(200):
         step_both(env, pkgs, breakout_tracker(env, pkgs, gen), where=f"step {t}")
+
+
+# -- SpaceInvaders -------------------------------------------------------------------------------------
+
+def masks(grid) -> np.ndarray:
+    """Row bit masks (bit x = column x) of a 10x10 0/1 grid."""
+    return (np.asarray(grid) != 0).astype(np.int64) @ (1 << np.arange(10))
+
+
+def load_space_invaders(pkg, state, i):
+    g = pkg.env
+    state[i, 0] = pkg.last_action
+    state[i, rs.POS], state[i, rs.ALIEN_DIR] = g.pos, g.alien_dir
+    state[i, rs.MOVE_INTERVAL], state[i, rs.MOVE_TIMER] = g.enemy_move_interval, g.alien_move_timer
+    state[i, rs.ALIEN_SHOT_TIMER], state[i, rs.RAMP_INDEX] = g.alien_shot_timer, g.ramp_index
+    state[i, rs.SHOT_TIMER] = g.shot_timer
+    state[i, rs.F_BULLETS:rs.F_BULLETS + 10] = masks(g.f_bullet_map)
+    state[i, rs.E_BULLETS:rs.E_BULLETS + 10] = masks(g.e_bullet_map)
+    state[i, rs.ALIENS:rs.ALIENS + 10] = masks(g.alien_map)
+
+
+def invaders_shooter(env, pkgs, gen):
+    """v1 actions (n, l, r, f): dodge enemy bullets about to land, else go under an alien column and fire."""
+    out = gen.integers(0, 4, env.num_envs)
+    for i, pkg in enumerate(pkgs):
+        g = pkg.env
+        if gen.random() >= 0.95:
+            continue
+        danger = g.e_bullet_map[5:9].any(axis=0)  # [10] columns with a bullet about to land
+        if danger[g.pos]:
+            safe = [x for x in (g.pos - 1, g.pos + 1) if 0 <= x <= 9 and not danger[x]]
+            out[i] = (1 if safe[0] < g.pos else 2) if safe else 0
+            continue
+        cols = np.flatnonzero(g.alien_map.any(axis=0))
+        if len(cols):
+            target = cols[np.argmin(np.abs(cols - g.pos))]
+            step = 0 if target == g.pos else (-1 if target < g.pos else 1)
+            if step and danger[g.pos + step]:
+                out[i] = 3
+            else:
+                out[i] = 3 if step == 0 else (1 if step < 0 else 2)
+    return out
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/SpaceInvaders-v1", "MinAtar/SpaceInvaders-v0"])
+def test_space_invaders_random_play_matches_package(env_id):
+    env, pkgs = make_pair(env_id, 6, seed=11)
+    stats = play(env, pkgs, 1200, uniform_policy, seed=12)
+    assert stats["episodes"] >= 6 and stats["reward"] > 0
+
+
+def test_space_invaders_shooter_clears_waves():
+    """Aimed fire clears whole waves: refills and the ramp of the move interval (12 -> 6) are compared."""
+    env, pkgs = make_pair("MinAtar/SpaceInvaders-v1", 4, seed=13)
+    gen = np.random.default_rng(14)
+    ramps = 0
+    for t in range(2500):
+        before = [p.env.ramp_index for p in pkgs]
+        step_both(env, pkgs, invaders_shooter(env, pkgs, gen), where=f"step {t}")
+        ramps += sum(p.env.ramp_index > b for b, p in zip(before, pkgs))
+    assert ramps >= 1
+
+
+def test_space_invaders_scenarios():
+    """Aliens stepping down off the bottom row (np.roll wraps them to row 0), at the cannon, moving right;
+    the last alien shot (refill with and without the ramp, whose floor is interval 6)."""
+    env, pkgs = make_pair("MinAtar/SpaceInvaders-v1", 5, seed=15)
+    g0, g1, g2, g3, g4 = (p.env for p in pkgs)
+    g0.alien_map[:] = 0
+    g0.alien_map[9, 0] = g0.alien_map[8, 3] = 1  # at the left wall moving left: steps down from row 9
+    g0.alien_move_timer, g0.pos = 0, 7
+    g1.alien_map[:] = 0
+    g1.alien_map[8, 2:5] = 1
+    g1.alien_dir, g1.alien_move_timer, g1.pos = 1, 1, 4
+    g2.alien_map[:] = 0
+    g2.alien_map[5, 9] = 1  # one alien at the right wall moving right: it steps down
+    g2.alien_dir, g2.alien_move_timer = 1, 0
+    for g, interval in ((g3, 9), (g4, 6)):  # the last alien, a bullet just below it
+        g.alien_map[:] = 0
+        g.alien_map[5, 5] = g.f_bullet_map[6, 5] = 1
+        g.alien_move_timer, g.enemy_move_interval = 5, interval
+    for i, p in enumerate(pkgs):
+        load_space_invaders(p, env._state, i)
+    step_both(env, pkgs, np.zeros(5, dtype=np.int64))
+    assert (g3.ramp_index, g3.enemy_move_interval, g4.ramp_index, g4.enemy_move_interval) == (1, 8, 0, 6)
+    assert g3.alien_map.sum() == g4.alien_map.sum() == 24
+    play(env, pkgs, 300, invaders_shooter, seed=16)
+
+
+# -- Freeway -------------------------------------------------------------------------------------------
+
+def freeway_climber(env, pkgs, gen):
+    """v1 actions (n, u, d): mostly up, so the chicken scores and the cars are re-drawn."""
+    return np.where(gen.random(env.num_envs) < 0.8, 1, gen.integers(0, 3, env.num_envs))
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Freeway-v1", "MinAtar/Freeway-v0"])
+def test_freeway_matches_package_through_the_time_limit(env_id):
+    """Whole 2501-step episodes (the package's own time limit terminates them)."""
+    env, pkgs = make_pair(env_id, 3, seed=21)
+    policy = freeway_climber if env_id.endswith("v1") else uniform_policy
+    stats = play(env, pkgs, 2600, policy, seed=22)
+    assert stats["episodes"] == 3
+    if env_id.endswith("v1"):
+        assert stats["reward"] >= 30
+
+
+# -- Asterix -------------------------------------------------------------------------------------------
+
+def load_asterix(pkg, state, i):
+    g = pkg.env
+    state[i, 0] = pkg.last_action
+    state[i, ra.PLAYER_X], state[i, ra.PLAYER_Y] = g.player_x, g.player_y
+    state[i, ra.SPAWN_SPEED], state[i, ra.SPAWN_TIMER] = g.spawn_speed, g.spawn_timer
+    state[i, ra.MOVE_SPEED], state[i, ra.MOVE_TIMER] = g.move_speed, g.move_timer
+    state[i, ra.RAMP_TIMER], state[i, ra.RAMP_INDEX] = g.ramp_timer, g.ramp_index
+    for k, e in enumerate(g.entities):
+        state[i, ra.ENTITIES + 4 * k:ra.ENTITIES + 4 * k + 4] = (0, 0, 0, 0) if e is None else (1, e[0], e[2], e[3])
+
+
+def asterix_dodger(env, pkgs, gen):
+    """v1 actions (n, l, u, r, d): the first move (in a random order) to a cell no enemy reaches soon."""
+    out = gen.integers(0, 5, env.num_envs)
+    moves = {0: (0, 0), 1: (-1, 0), 2: (0, -1), 3: (1, 0), 4: (0, 1)}
+    for i, pkg in enumerate(pkgs):
+        g = pkg.env
+        if gen.random() >= 0.95:
+            continue
+        enemies = [(e[0], e[1], 1 if e[2] else -1) for e in g.entities if e is not None and not e[3]]
+        for a in gen.permutation(5):
+            x = min(max(g.player_x + moves[a][0], 0), 9)
+            y = min(max(g.player_y + moves[a][1], 1), 8)
+            if not any(ey == y and x in (ex, ex + d, ex + 2 * d) for ex, ey, d in enemies):
+                out[i] = a
+                break
+    return out
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Asterix-v1", "MinAtar/Asterix-v0"])
+def test_asterix_random_play_matches_package(env_id):
+    env, pkgs = make_pair(env_id, 6, seed=31)
+    stats = play(env, pkgs, 1500, uniform_policy, seed=32)
+    assert stats["episodes"] >= 10 and stats["reward"] > 0
+
+
+def test_asterix_long_play_ramps():
+    """A dodging policy survives the ramp intervals: faster spawns and moves are compared too."""
+    env, pkgs = make_pair("MinAtar/Asterix-v1", 4, seed=33)
+    gen = np.random.default_rng(34)
+    ramps = 0
+    for t in range(3000):
+        before = [p.env.ramp_index for p in pkgs]
+        step_both(env, pkgs, asterix_dodger(env, pkgs, gen), where=f"step {t}")
+        ramps += sum(p.env.ramp_index > b for b, p in zip(before, pkgs))
+    assert ramps >= 3
+
+
+def test_asterix_scenarios():
+    """Every row taken when a spawn is due (no slot: nothing spawns, 2 draws only); top ramp speeds."""
+    env, pkgs = make_pair("MinAtar/Asterix-v1", 2, seed=35)
+    g0, g1 = (p.env for p in pkgs)
+    g0.entities = [[9 - k, k + 1, False, k % 2 == 0] for k in range(8)]
+    g0.spawn_timer, g0.player_x, g0.player_y = 0, 0, 1
+    g1.spawn_speed, g1.move_speed, g1.ramp_timer, g1.ramp_index = 2, 2, 0, 7
+    for i, p in enumerate(pkgs):
+        load_asterix(p, env._state, i)
+    play(env, pkgs, 400, asterix_dodger, seed=36)
 
 
 # -- the vector env's contract ---------------------------------------------------------------------------

@@ -37,30 +37,52 @@ from numba import prange
 
 from rapidrl.envs import builtin
 from rapidrl.envs.builtin import clear_counters, finish_step, first_bad_discrete, skip_step
-from rapidrl.envs.minatar import breakout, draws
+from rapidrl.envs.minatar import asterix, breakout, draws, freeway, ids, space_invaders
 from rapidrl.envs.minatar.draws import rand
+from rapidrl.envs.minatar.ids import GAME_NAMES
 from rapidrl.kernels import rng
 from rapidrl.kernels.cache import invalidate_stale_cache
 
-GAMES = ("breakout",)  # game codes: position in this tuple
-BREAKOUT = 0
-_GAME_MODULES = (breakout,)
+GAMES = tuple(GAME_NAMES)  # game codes: position in this tuple
+BREAKOUT, SPACE_INVADERS, FREEWAY, ASTERIX = range(4)
+_GAME_MODULES = (breakout, space_invaders, freeway, asterix)
+assert tuple(m.__name__.rsplit(".", 1)[1] for m in _GAME_MODULES) == GAMES
 LAST_ACTION = 0  # state column shared by all games
 
 
 @numba.njit(cache=True, inline="always")
 def _reset_game(code, state, i, ramping, rng_key, rng_counter):
-    breakout.reset(state, i, ramping, rng_key, rng_counter)
+    if code == BREAKOUT:
+        breakout.reset(state, i, ramping, rng_key, rng_counter)
+    elif code == SPACE_INVADERS:
+        space_invaders.reset(state, i, ramping, rng_key, rng_counter)
+    elif code == FREEWAY:
+        freeway.reset(state, i, ramping, rng_key, rng_counter)
+    else:
+        asterix.reset(state, i, ramping, rng_key, rng_counter)
 
 
 @numba.njit(cache=True, inline="always")
 def _act(code, state, i, a, ramping, rng_key, rng_counter):
-    return breakout.act(state, i, a, ramping, rng_key, rng_counter)
+    if code == BREAKOUT:
+        return breakout.act(state, i, a, ramping, rng_key, rng_counter)
+    if code == SPACE_INVADERS:
+        return space_invaders.act(state, i, a, ramping, rng_key, rng_counter)
+    if code == FREEWAY:
+        return freeway.act(state, i, a, ramping, rng_key, rng_counter)
+    return asterix.act(state, i, a, ramping, rng_key, rng_counter)
 
 
 @numba.njit(cache=True, inline="always")
 def _observe(code, state, i, obs):
-    breakout.observe(state, i, obs)
+    if code == BREAKOUT:
+        breakout.observe(state, i, obs)
+    elif code == SPACE_INVADERS:
+        space_invaders.observe(state, i, obs)
+    elif code == FREEWAY:
+        freeway.observe(state, i, obs)
+    else:
+        asterix.observe(state, i, obs)
 
 
 @numba.njit(cache=True, inline="always")
@@ -131,4 +153,4 @@ def reset(code, state, mask, params, rng_key, rng_counter, obs, elapsed, needs_r
 
 
 # The loops above inline every game's rules: recompile them when a game's source changes.
-invalidate_stale_cache(step, [m.__file__ for m in (*_GAME_MODULES, draws, builtin, rng)])
+invalidate_stale_cache(step, [m.__file__ for m in (*_GAME_MODULES, draws, builtin, rng, ids)])

@@ -24,6 +24,7 @@ import rapidrl as rr
 from rapidrl.envs.minatar import MINATAR_IDS, MinAtarVecEnv, list_minatar_envs
 from rapidrl.envs.minatar import asterix as ra
 from rapidrl.envs.minatar import breakout as rb
+from rapidrl.envs.minatar import seaquest as rq
 from rapidrl.envs.minatar import space_invaders as rs
 from rapidrl.kernels.rng import uniform_reference
 
@@ -356,7 +357,107 @@ def test_asterix_scenarios():
     play(env, pkgs, 400, asterix_dodger, seed=36)
 
 
+# -- Seaquest ------------------------------------------------------------------------------------------
+
+def load_seaquest(pkg, state, i):
+    """Write the package game's state (scalars and the five lists, in order) into rapidrl's row i."""
+    g = pkg.env
+    state[i, :] = 0
+    state[i, 0] = pkg.last_action
+    for col, value in ((rq.OXYGEN, g.oxygen), (rq.DIVER_COUNT, g.diver_count), (rq.SUB_X, g.sub_x),
+                       (rq.SUB_Y, g.sub_y), (rq.SUB_OR, g.sub_or), (rq.E_SPAWN_SPEED, g.e_spawn_speed),
+                       (rq.E_SPAWN_TIMER, g.e_spawn_timer), (rq.D_SPAWN_TIMER, g.d_spawn_timer),
+                       (rq.MOVE_SPEED, g.move_speed), (rq.RAMP_INDEX, g.ramp_index),
+                       (rq.SHOT_TIMER, g.shot_timer), (rq.SURFACE, g.surface)):
+        state[i, col] = value
+    for items, base, nf, n_col in ((g.f_bullets, rq.FB, 3, rq.N_FB), (g.e_bullets, rq.EB, 3, rq.N_EB),
+                                   (g.e_fish, rq.FISH, 4, rq.N_FISH), (g.e_subs, rq.SUBS, 5, rq.N_SUBS),
+                                   (g.divers, rq.DIVERS, 4, rq.N_DIVERS)):
+        state[i, n_col] = len(items)
+        for k, item in enumerate(items):
+            state[i, base + nf * k:base + nf * (k + 1)] = item
+
+
+def seaquest_diver(env, pkgs, gen):
+    """Actions (n, l, u, r, d, f): stay below, shoot, drift, surface when oxygen is low or 6 divers aboard."""
+    out = gen.integers(0, 6, env.num_envs)
+    for i, pkg in enumerate(pkgs):
+        g = pkg.env
+        u = gen.random()
+        if (g.oxygen < 25 and g.diver_count > 0) or g.diver_count >= 6:
+            out[i] = 2 if u < 0.9 else out[i]
+        elif g.sub_y == 0:
+            out[i] = 4
+        elif u < 0.4:
+            out[i] = 5
+        elif u < 0.9:
+            out[i] = gen.choice([1, 3, 2, 4, 0])
+    return out
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Seaquest-v1", "MinAtar/Seaquest-v0"])
+def test_seaquest_random_play_matches_package(env_id):
+    env, pkgs = make_pair(env_id, 6, seed=41)
+    stats = play(env, pkgs, 1200, uniform_policy, seed=42)
+    assert stats["episodes"] >= 10
+
+
+def test_seaquest_long_play():
+    """Longer dives: divers collected, surfacing refills oxygen and ramps the enemies, many shots."""
+    env, pkgs = make_pair("MinAtar/Seaquest-v1", 6, seed=43)
+    gen = np.random.default_rng(44)
+    surfaced, rewards = 0, 0.0
+    for t in range(3000):
+        before = [p.env.ramp_index for p in pkgs]
+        r, _ = step_both(env, pkgs, seaquest_diver(env, pkgs, gen), where=f"step {t}")
+        rewards += r.sum()
+        surfaced += sum(p.env.ramp_index > b for b, p in zip(before, pkgs))
+    assert surfaced >= 3 and rewards >= 50
+
+
+def test_seaquest_scenarios():
+    """Rare rules from written states (no sticky actions, so the first steps do what they say), then play on."""
+    env, pkgs = make_pair("MinAtar/Seaquest-v1", 7, seed=45, sticky=0.0)
+    g = [p.env for p in pkgs]
+    g[0].diver_count, g[0].sub_y, g[0].surface, g[0].oxygen = 6, 1, False, 150  # surfacing with 6 divers
+    g[1].sub_y, g[1].surface, g[1].oxygen = 4, False, 1  # oxygen runs out
+    g[2].sub_y, g[2].surface = 1, False  # surfacing without a diver
+    g[3].e_subs = [[9, 5, True, 0, 0], [0, 6, False, 0, 0]]  # subs leave the screen with their shot due
+    g[4].e_subs = [[3, 4, True, 0, 5], [3, 4, True, 0, 5]]  # equal twins: list.remove takes the first
+    g[4].f_bullets = [[2, 4, True]]
+    g[4].e_fish = [[6, 3, False, 0], [6, 3, False, 0], [7, 3, False, 2]]
+    g[4].f_bullets += [[5, 3, True], [8, 3, False]]
+    g[5].e_spawn_speed, g[5].move_speed, g[5].ramp_index = 1, 2, 31  # fastest ramp level, surfacing
+    g[5].diver_count, g[5].sub_y, g[5].surface, g[5].e_spawn_timer = 2, 1, False, 0
+    g[6].divers = [[4, 3, True, 0], [6, 3, False, 0]]  # divers swimming into the sub; a full diver count
+    g[6].sub_x, g[6].sub_y, g[6].surface, g[6].diver_count = 5, 3, False, 5
+    for i, p in enumerate(pkgs):
+        load_seaquest(p, env._state, i)
+    actions = np.array([2, 0, 2, 0, 0, 2, 0])
+    r, term = step_both(env, pkgs, actions)
+    assert r[0] == 150 * 10 // 200 and not term[0] and pkgs[0].env.diver_count == -1
+    assert not term[1] and term[2] and r[4] >= 2
+    r, term = step_both(env, pkgs, actions)
+    assert term[1]
+    play(env, pkgs, 400, seaquest_diver, seed=46)
+
+
 # -- the vector env's contract ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env_id", list_minatar_envs())
+def test_ids_spaces_and_action_sets_are_the_packages(env_id):
+    """Each id's action set and frame shape are those of the package's Gymnasium registration."""
+    from minatar.gym import BaseEnv
+
+    game, _, action_set = MINATAR_IDS[env_id]
+    ref = BaseEnv(game, use_minimal_action_set=env_id.endswith("-v1"))
+    env = MinAtarVecEnv(env_id, 1)
+    assert list(action_set) == list(ref.action_set)
+    assert env.single_action_space == ref.action_space
+    c = ref.observation_space.shape[2]
+    assert env.single_observation_space.shape == (c, 10, 10) and ref.observation_space.shape == (10, 10, c)
+    assert env.max_episode_steps is None
+
 
 def test_make_vec_and_spaces():
     env = rr.make_vec("MinAtar/Breakout-v1", 5, seed=0)

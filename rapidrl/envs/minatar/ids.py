@@ -5,6 +5,7 @@ The ids and action sets are the ``minatar`` package's Gymnasium registration (``
 """
 
 # game module name -> the name in the env id; the order gives the game codes of ``kernels.py``
-GAME_NAMES = {"breakout": "Breakout", "space_invaders": "SpaceInvaders", "freeway": "Freeway", "asterix": "Asterix"}
+GAME_NAMES = {"breakout": "Breakout", "space_invaders": "SpaceInvaders", "freeway": "Freeway", "asterix": "Asterix",
+              "seaquest": "Seaquest"}
 
 MINATAR_ENVS = tuple(f"MinAtar/{name}-{v}" for name in GAME_NAMES.values() for v in ("v0", "v1"))

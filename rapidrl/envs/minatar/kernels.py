@@ -37,15 +37,15 @@ from numba import prange
 
 from rapidrl.envs import builtin
 from rapidrl.envs.builtin import clear_counters, finish_step, first_bad_discrete, skip_step
-from rapidrl.envs.minatar import asterix, breakout, draws, freeway, ids, space_invaders
+from rapidrl.envs.minatar import asterix, breakout, draws, freeway, ids, seaquest, space_invaders
 from rapidrl.envs.minatar.draws import rand
 from rapidrl.envs.minatar.ids import GAME_NAMES
 from rapidrl.kernels import rng
 from rapidrl.kernels.cache import invalidate_stale_cache
 
 GAMES = tuple(GAME_NAMES)  # game codes: position in this tuple
-BREAKOUT, SPACE_INVADERS, FREEWAY, ASTERIX = range(4)
-_GAME_MODULES = (breakout, space_invaders, freeway, asterix)
+BREAKOUT, SPACE_INVADERS, FREEWAY, ASTERIX, SEAQUEST = range(5)
+_GAME_MODULES = (breakout, space_invaders, freeway, asterix, seaquest)
 assert tuple(m.__name__.rsplit(".", 1)[1] for m in _GAME_MODULES) == GAMES
 LAST_ACTION = 0  # state column shared by all games
 
@@ -58,8 +58,10 @@ def _reset_game(code, state, i, ramping, rng_key, rng_counter):
         space_invaders.reset(state, i, ramping, rng_key, rng_counter)
     elif code == FREEWAY:
         freeway.reset(state, i, ramping, rng_key, rng_counter)
-    else:
+    elif code == ASTERIX:
         asterix.reset(state, i, ramping, rng_key, rng_counter)
+    else:
+        seaquest.reset(state, i, ramping, rng_key, rng_counter)
 
 
 @numba.njit(cache=True, inline="always")
@@ -70,7 +72,9 @@ def _act(code, state, i, a, ramping, rng_key, rng_counter):
         return space_invaders.act(state, i, a, ramping, rng_key, rng_counter)
     if code == FREEWAY:
         return freeway.act(state, i, a, ramping, rng_key, rng_counter)
-    return asterix.act(state, i, a, ramping, rng_key, rng_counter)
+    if code == ASTERIX:
+        return asterix.act(state, i, a, ramping, rng_key, rng_counter)
+    return seaquest.act(state, i, a, ramping, rng_key, rng_counter)
 
 
 @numba.njit(cache=True, inline="always")
@@ -81,8 +85,10 @@ def _observe(code, state, i, obs):
         space_invaders.observe(state, i, obs)
     elif code == FREEWAY:
         freeway.observe(state, i, obs)
-    else:
+    elif code == ASTERIX:
         asterix.observe(state, i, obs)
+    else:
+        seaquest.observe(state, i, obs)
 
 
 @numba.njit(cache=True, inline="always")

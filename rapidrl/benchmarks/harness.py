@@ -51,10 +51,11 @@ PEER_MODULES = {
     "gymnasium": "gymnasium",
     "torch": "torch",
     "numpy": "numpy",
+    "minatar": "minatar",
 }
 PEER_ALIASES = {"stable-baselines3": "sb3", "stable_baselines3": "sb3", "gym": "gymnasium"}
 # distributions whose versions go into the machine record
-VERSIONED = ["rapidrl", "numpy", "numba", "torch", "gymnasium", "rlox", "stable-baselines3", "torchrl"]
+VERSIONED = ["rapidrl", "numpy", "numba", "torch", "gymnasium", "rlox", "stable-baselines3", "torchrl", "minatar"]
 
 
 @dataclass

@@ -111,8 +111,8 @@ def act(state, i, a, ramping, rng_key, rng_counter):
 def observe(state, i, obs):
     """obs[i] (uint8[4, 10, 10]) := the package's ``state()`` of row i, channels first."""
     o = obs[i]
-    o[:3] = 0
-    for y in range(10):
+    o[:] = 0
+    for y in range(1, 4):  # bricks only ever exist on rows 1-3 (measured: 2x faster than all 100 cells)
         for x in range(10):
             o[3, y, x] = state[i, BRICKS + y * 10 + x]
     o[1, state[i, BALL_Y], state[i, BALL_X]] = 1

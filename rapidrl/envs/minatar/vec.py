@@ -86,7 +86,8 @@ class MinAtarVecEnv(VecEnvBase):
         self._running_length = np.zeros(n, dtype=np.int32)
         self._next_step = self.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP
         self._all = np.ones(n, dtype=np.bool_)
-        self._step_kernel = kernels.step_parallel if n >= PARALLEL_MIN else kernels.step
+        step, step_parallel, self._reset_kernel = kernels.KERNELS[code]
+        self._step_kernel = step_parallel if n >= PARALLEL_MIN else step
         self._ready = False
         self._views = (self._obs, self._rewards, self._terminated, self._truncated, self._info)
         self._seed(seed)
@@ -107,7 +108,7 @@ class MinAtarVecEnv(VecEnvBase):
         if seed is not None:
             self._seed(seed)
         self._state[:, kernels.LAST_ACTION] = 0
-        kernels.reset(self._code, self._state, self._all, self._params, self._rng_key, self._rng_counter,
+        self._reset_kernel(self._state, self._all, self._params, self._rng_key, self._rng_counter,
                       self._obs, self._elapsed, self._needs_reset, self._running_return, self._running_length)
         self._ready = True
         return self._reset_result()
@@ -120,7 +121,7 @@ class MinAtarVecEnv(VecEnvBase):
             if not self._ready:
                 raise RuntimeError("call reset() before step()")
             check_actions(a, self.single_action_space, self.num_envs)
-        bad = self._step_kernel(self._code, self._state, a, self._action_map, self._params, self._elapsed,
+        bad = self._step_kernel(self._state, a, self._action_map, self._params, self._elapsed,
                                 self._rng_key, self._rng_counter, self._next_step, self._needs_reset, self._obs,
                                 self._rewards, self._terminated, self._truncated, self._final_obs,
                                 self._running_return, self._running_length, self._episode_return,

@@ -485,28 +485,32 @@ def test_make_vec_and_spaces():
 def test_determinism_threads_and_episode_stats():
     """Same seed -> same run, serial or threaded kernel; episode stats add up; max_episode_steps truncates."""
     outs = []
-    from rapidrl.envs.minatar import kernels
-
-    for kernel in kernels.KERNELS[kernels.BREAKOUT][:2]:  # serial, threaded
-        env = MinAtarVecEnv("MinAtar/Breakout-v1", 37, seed=9, max_episode_steps=50)
-        env._step_kernel = kernel
+    for threads in (False, True):
+        env = MinAtarVecEnv("MinAtar/Breakout-v1", 37, seed=9, max_episode_steps=30, threads=threads)
+        assert env.threads is threads
         env.reset()
         gen = np.random.default_rng(0)
-        running = np.zeros(37)
-        frames, ended = [], 0
+        running, length = np.zeros(37), np.zeros(37, dtype=int)
+        frames, ended, truncations = [], 0, 0
         for _ in range(300):
             obs, r, term, trunc, info = env.step(gen.integers(0, 3, 37))
             running += r
+            length += 1
             done = term | trunc
             assert np.array_equal(info["_episode"], done)
             np.testing.assert_allclose(info["episode"]["r"][done], running[done])
-            running[done] = 0
+            np.testing.assert_array_equal(info["episode"]["l"][done], length[done])
+            assert (length[trunc] == 30).all() and (length[term & ~trunc] < 30).all()
+            running[done], length[done] = 0, 0
             ended += done.sum()
-            assert (trunc <= (env._elapsed == 0)).all()
+            truncations += trunc.sum()
             frames.append(obs.copy())
         outs.append(np.stack(frames))
-        assert ended > 37
+        assert ended > 37 and truncations > 0
     np.testing.assert_array_equal(outs[0], outs[1])
+    other = MinAtarVecEnv("MinAtar/Breakout-v1", 37, seed=10)
+    assert not np.array_equal(other.reset()[0], outs[0][0]) or not np.array_equal(
+        other.step(np.zeros(37, dtype=np.int64))[0], outs[0][1])
 
 
 def test_next_step_autoreset():

@@ -1,11 +1,13 @@
 """MinAtar suite: steps/s of rapidrl's built-in MinAtar kernels against the ``minatar`` package.
 
 Contenders: ``rapidrl`` (``rapidrl.make_vec("MinAtar/<Game>-v1", n)``: one Numba call per batch step,
-threads from 256 envs) and ``minatar`` (n ``minatar.Environment`` objects stepped in a Python loop, the
-way a Python vector env would: ``act``, ``reset`` when done, ``state()`` written into a batch array).
-Both use sticky actions (0.1) and difficulty ramping, the package's defaults. Each call is one batch step
-with a fixed random action array; env steps = batch steps * n. Episodes end and reset inside the timed
-steps, as in training. Breakout at 8, 64 and 512 envs (the issue's targets), the other games at 512.
+one thread at these sizes), ``rapidrl/threads`` (the same with ``threads=True``: envs split over
+Numba's threads; it wins on a quiet machine and loses badly on a busy one) and ``minatar`` (n
+``minatar.Environment`` objects stepped in a Python loop, the way a Python vector env would: ``act``,
+``reset`` when done, ``state()`` written into a batch array). Both use sticky actions (0.1) and
+difficulty ramping, the package's defaults. Each call is one batch step with a fixed random action
+array; env steps = batch steps * n. Episodes end and reset inside the timed steps, as in training.
+Breakout at 8, 64 and 512 envs (the issue's targets), the other games at 512.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ def _case(ctx: Context, game: str, n: int) -> Case:
         env.reset(seed=0)
         case.contenders["rapidrl"] = lambda: env.step(actions)
         case.teardown.append(env.close)
+        if n >= 64:  # the same kernel on Numba's threads (the default only above PARALLEL_MIN envs)
+            tenv = make_vec(env_id, n, seed=0, threads=True)
+            tenv.reset(seed=0)
+            case.contenders["rapidrl/threads"] = lambda: tenv.step(actions)
+            case.teardown.append(tenv.close)
     minatar = ctx.peer("minatar")
     if minatar is not None:
         from rapidrl.envs.minatar import MINATAR_IDS

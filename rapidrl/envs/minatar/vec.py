@@ -8,14 +8,17 @@ import gymnasium as gym
 import numpy as np
 
 from rapidrl.envs.base import VecEnvBase, as_numpy_actions, check_actions
+from rapidrl.envs.builtin import BuiltinVecEnv
 from rapidrl.envs.minatar import kernels
 from rapidrl.envs.minatar.ids import GAME_NAMES, MINATAR_ENVS
-from rapidrl.kernels import rng
+from rapidrl.kernels import parallel, rng
 from rapidrl.kernels.validation import check_int
 
-# Above this many envs the step kernel splits envs over threads. Measured on the shared 2-core machine
-# (Breakout, see docs/minatar.md): below it the thread pool's wake-up costs more than the work.
-PARALLEL_MIN = 256
+# Above this many envs the step kernel splits envs over threads: the classic built-ins' threshold. Measured
+# on the shared 2-core machine (Breakout, docs/minatar.md): threads gave 1.7x at 512 envs when the machine
+# was quiet (21 vs 12.6 M steps/s) but 0.4x at 512 and 0.03x at 4096 envs while other jobs ran (a thread
+# waiting for a busy core stalls the whole step), so the serial kernel is the default.
+PARALLEL_MIN = parallel.ENV_STEP_PARALLEL_MIN
 
 def _ids() -> dict[str, tuple[str, int, tuple[int, ...]]]:
     """env id -> (game, game code, action set as full action indices)."""
@@ -43,13 +46,15 @@ class MinAtarVecEnv(VecEnvBase):
     its transpose as 0/1). Actions: Discrete, the action set of the package's Gymnasium id (v0: 6 actions,
     v1: the game's minimal set). ``sticky_action_prob`` (default 0.1) and ``difficulty_ramping`` (default
     True) are the package's ``Environment`` arguments. No TimeLimit unless ``max_episode_steps`` is given
-    (the package registers none). ``step``/``reset`` return views of preallocated arrays (``copy=True``
+    (the package registers none). ``threads``: step the envs on Numba's threads (True), in one thread
+    (False), or threads only above ``PARALLEL_MIN`` envs (None); results are identical either way.
+    ``step``/``reset`` return views of preallocated arrays (``copy=True``
     for copies); ``info`` has ``final_obs`` (SAME_STEP) and ``episode`` statistics (see ``base.py``).
     """
 
     def __init__(self, env_id: str, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step",
                  copy: bool = False, render_mode: str | None = None, max_episode_steps: int | None = None,
-                 sticky_action_prob: float = 0.1, difficulty_ramping: bool = True):
+                 sticky_action_prob: float = 0.1, difficulty_ramping: bool = True, threads: bool | None = None):
         if env_id not in MINATAR_IDS:
             raise ValueError(f"unknown MinAtar id {env_id!r}; known: {', '.join(MINATAR_IDS)}")
         if render_mode not in (None, "rgb_array"):
@@ -61,6 +66,8 @@ class MinAtarVecEnv(VecEnvBase):
         if isinstance(sticky_action_prob, bool) or not isinstance(sticky_action_prob, (int, float, np.number)) \
                 or not 0.0 <= float(sticky_action_prob) <= 1.0:
             raise ValueError(f"sticky_action_prob must be a number in [0, 1], got {sticky_action_prob!r}")
+        if threads not in (None, True, False):
+            raise TypeError(f"threads must be None, True or False, got {threads!r}")
         if not isinstance(difficulty_ramping, (bool, np.bool_)):
             raise TypeError(f"difficulty_ramping must be a bool, got {difficulty_ramping!r}")
         obs_space = gym.spaces.Box(0, 1, shape=(module.CHANNELS, 10, 10), dtype=np.uint8)
@@ -74,23 +81,27 @@ class MinAtarVecEnv(VecEnvBase):
         self.metadata["render_fps"] = 15
         n = self.num_envs
         self._code = code
-        self._state = np.zeros((n, module.STATE_SIZE), dtype=np.int32)
-        self._action_map = np.array(action_set, dtype=np.int64)
-        self._params = np.array([math.inf if max_episode_steps is None else max_episode_steps,
-                                 self.sticky_action_prob, float(self.difficulty_ramping)], dtype=np.float64)
-        self._elapsed = np.zeros(n, dtype=np.int32)
-        self._rng_key = np.zeros(n, dtype=np.uint64)
-        self._rng_counter = np.zeros(n, dtype=np.uint64)
-        self._needs_reset = np.zeros(n, dtype=np.bool_)
-        self._running_return = np.zeros(n, dtype=np.float32)
-        self._running_length = np.zeros(n, dtype=np.int32)
         self._next_step = self.autoreset_mode == gym.vector.AutoresetMode.NEXT_STEP
+        # every per-env array is a view of one arena (kernels.unpack): a step is one cheap compiled call
+        self._arena = kernels.new_arena(n, module.STATE_SIZE, module.CHANNELS, len(action_set), self._next_step)
+        (self._state, self._action_map, self._params, self._elapsed, self._rng_key, self._rng_counter, _,
+         self._needs_reset, obs, rewards, terminated, truncated, final_obs, self._running_return,
+         self._running_length, done_return, done_length, done) = kernels.unpack(self._arena)
+        self._adopt({"_obs": obs, "_rewards": rewards, "_terminated": terminated, "_truncated": truncated,
+                     "_final_obs": final_obs, "_episode_return": done_return, "_episode_length": done_length,
+                     "_done": done})
+        self._action_map[:] = action_set
+        self._params[:] = (math.inf if max_episode_steps is None else max_episode_steps, self.sticky_action_prob,
+                           float(self.difficulty_ramping))
         self._all = np.ones(n, dtype=np.bool_)
-        step, step_parallel, self._reset_kernel = kernels.KERNELS[code]
-        self._step_kernel = step_parallel if n >= PARALLEL_MIN else step
+        _, _, self._reset_kernel, step_packed, step_packed_parallel = kernels.KERNELS[code]
+        self.threads = n > PARALLEL_MIN if threads is None else threads
+        self._step_kernel = step_packed_parallel if self.threads else step_packed
         self._ready = False
         self._views = (self._obs, self._rewards, self._terminated, self._truncated, self._info)
         self._seed(seed)
+
+    _adopt = BuiltinVecEnv._adopt  # swap VecEnvBase's arrays for arena views (the same as the classic built-ins)
 
     def _seed(self, seed: int | None) -> None:
         rng.derive_keys(seed, self.num_envs, out=self._rng_key)
@@ -121,11 +132,7 @@ class MinAtarVecEnv(VecEnvBase):
             if not self._ready:
                 raise RuntimeError("call reset() before step()")
             check_actions(a, self.single_action_space, self.num_envs)
-        bad = self._step_kernel(self._state, a, self._action_map, self._params, self._elapsed,
-                                self._rng_key, self._rng_counter, self._next_step, self._needs_reset, self._obs,
-                                self._rewards, self._terminated, self._truncated, self._final_obs,
-                                self._running_return, self._running_length, self._episode_return,
-                                self._episode_length, self._done)
+        bad = self._step_kernel(self._arena, a)
         if bad != -1:
             check_actions(a, self.single_action_space, self.num_envs)
             raise ValueError(f"actions[{bad}] = {a[bad]} is not in the action space {self.single_action_space}")

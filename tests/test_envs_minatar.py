@@ -480,6 +480,13 @@ def test_make_vec_and_spaces():
         MinAtarVecEnv("MinAtar/Breakout-v1", 2, sticky_action_prob=1.5)
     with pytest.raises(ValueError, match="vectorization"):
         rr.make_vec("MinAtar/Breakout-v1", 2, vectorization="torch")
+    ref = rr.make_vec("MinAtar/Breakout-v1", 2, seed=0, vectorization="sync")  # the package's own gym envs
+    assert ref.reset(seed=0)[0].shape == (2, 10, 10, 4) and ref.single_action_space.n == 3
+    shown = MinAtarVecEnv("MinAtar/Seaquest-v1", 3, render_mode="rgb_array")
+    shown.reset(seed=0)
+    frames = shown.render()
+    assert frames.shape == (3, 10, 10, 3) and frames.dtype == np.uint8
+    assert ((frames.sum(-1) > 0) == (shown._obs.max(1) > 0)).all()  # colored exactly where a channel is set
 
 
 def test_determinism_threads_and_episode_stats():

@@ -159,22 +159,28 @@ def act(state, i, a, ramping, rng_key, rng_counter):
     return reward, terminal
 
 
+@numba.njit(cache=True, inline="always")
+def _draw_mask(o, channel, y, m):
+    """Set o[channel, y, x] for every bit x of the row mask m."""
+    x = 0
+    while m:
+        if m & 1:
+            o[channel, y, x] = 1
+        m >>= 1
+        x += 1
+
+
 @numba.njit(cache=True)
 def observe(state, i, obs):
     """obs[i] (uint8[6, 10, 10]) := the package's ``state()`` of row i, channels first."""
     o = obs[i]
-    o[0] = 0
+    o[:] = 0
     moving = 2 if state[i, ALIEN_DIR] < 0 else 3
-    still = 5 - moving
     for y in range(10):
         al = state[i, ALIENS + y]
-        fb = state[i, F_BULLETS + y]
-        eb = state[i, E_BULLETS + y]
-        for x in range(10):
-            v = (al >> x) & 1
-            o[1, y, x] = v
-            o[moving, y, x] = v
-            o[still, y, x] = 0
-            o[4, y, x] = (fb >> x) & 1
-            o[5, y, x] = (eb >> x) & 1
+        if al:
+            _draw_mask(o, 1, y, al)
+            _draw_mask(o, moving, y, al)
+        _draw_mask(o, 4, y, state[i, F_BULLETS + y])
+        _draw_mask(o, 5, y, state[i, E_BULLETS + y])
     o[0, 9, state[i, POS]] = 1

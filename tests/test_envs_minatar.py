@@ -21,6 +21,7 @@ import pytest
 from minatar import Environment
 
 import rapidrl as rr
+from rapidrl.envs.base import ClosedEnvError
 from rapidrl.envs.minatar import MINATAR_IDS, MinAtarVecEnv, list_minatar_envs
 from rapidrl.envs.minatar import asterix as ra
 from rapidrl.envs.minatar import breakout as rb
@@ -476,6 +477,15 @@ def test_make_vec_and_spaces():
         env.step(np.zeros(4, dtype=np.int64))
     with pytest.raises(TypeError, match="integer"):
         env.step(np.zeros(5, dtype=np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros((5, 1), dtype=np.int64))
+    import torch
+
+    obs_t = env.step(torch.zeros(5, dtype=torch.int64))[0]  # CPU torch tensors are used without a copy
+    assert obs_t.shape == (5, 4, 10, 10)
+    env.close()
+    with pytest.raises(ClosedEnvError):
+        env.step(np.zeros(5, dtype=np.int64))
     with pytest.raises(ValueError, match="sticky_action_prob"):
         MinAtarVecEnv("MinAtar/Breakout-v1", 2, sticky_action_prob=1.5)
     with pytest.raises(ValueError, match="vectorization"):

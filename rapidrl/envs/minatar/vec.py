@@ -127,7 +127,7 @@ class MinAtarVecEnv(VecEnvBase):
     def step(self, actions):
         """Step all envs with ``actions`` (int[N] in the action space); returns views (see ``base.py``)."""
         a = actions if type(actions) is np.ndarray else as_numpy_actions(actions)
-        if a.dtype.kind not in "iu" or not self._ready:
+        if a.dtype.kind not in "iu" or a.ndim != 1 or not self._ready:
             self._check_open()
             if not self._ready:
                 raise RuntimeError("call reset() before step()")

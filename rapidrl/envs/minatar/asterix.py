@@ -66,7 +66,7 @@ def reset(state, i, ramping, rng_key, rng_counter):
     state[i, RAMP_INDEX] = 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def act(state, i, a, ramping, rng_key, rng_counter):
     """Advance row i by one step with full action ``a`` (0..5); returns (reward, terminal)."""
     reward = 0

@@ -52,7 +52,7 @@ def reset(state, i, ramping, rng_key, rng_counter):
     state[i, LAST_Y] = 3
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def act(state, i, a, ramping, rng_key, rng_counter):
     """Advance row i by one step with full action ``a`` (0..5); returns (reward, terminal)."""
     reward = 0
@@ -107,7 +107,7 @@ def act(state, i, a, ramping, rng_key, rng_counter):
     return reward, terminal
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def observe(state, i, obs):
     """obs[i] (uint8[4, 10, 10]) := the package's ``state()`` of row i, channels first."""
     o = obs[i]

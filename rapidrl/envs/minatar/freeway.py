@@ -53,7 +53,7 @@ def reset(state, i, ramping, rng_key, rng_counter):
     state[i, TERMINATE_TIMER] = TIME_LIMIT
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def act(state, i, a, ramping, rng_key, rng_counter):
     """Advance row i by one step with full action ``a`` (0..5); returns (reward, terminal)."""
     reward = 0

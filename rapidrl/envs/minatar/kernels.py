@@ -6,6 +6,12 @@ Each game module (``breakout.py``, ...) holds only its rules, on one env's state
     act(state, i, a, ramping, rng_key, rng_counter) -> (reward, terminal)   # a = full action 0..5
     observe(state, i, obs)                                        # obs[i] := uint8[C, 10, 10] frame
 
+The game is chosen while compiling (``game_kernels``), and a game module may mark its ``act`` and
+``observe`` ``inline="always"`` to have them compiled into the loop: measured on Breakout (512 envs,
+CPU time), 44 ns per env step with both inline, 59 with neither. Breakout, SpaceInvaders, Freeway and
+Asterix inline ``act``; only Breakout inlines ``observe`` (Numba's inliner warns on the others' loops);
+Seaquest inlines neither (its ``act`` alone doubled the compile time).
+
 and the loops here add what ``minatar.Environment`` and the vector env add: the action map of the env
 id, sticky actions, TimeLimit truncation, auto-reset and episode statistics (the bookkeeping helpers
 of ``rapidrl.envs.builtin``). The game is picked by its integer code (position in ``GAMES``) inside the
@@ -33,7 +39,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
 from rapidrl.envs import builtin
 from rapidrl.envs.builtin import clear_counters, finish_step, first_bad_discrete, skip_step
@@ -50,45 +57,44 @@ assert tuple(m.__name__.rsplit(".", 1)[1] for m in _GAME_MODULES) == GAMES
 LAST_ACTION = 0  # state column shared by all games
 
 
-@numba.njit(cache=True, inline="always")
+# The game's functions, chosen while compiling: ``code`` is a closure constant of the kernels built by
+# ``game_kernels``, so Numba types it as a literal and each overload below returns that game's function
+# alone (no run-time dispatch, and only that game's code is compiled into its kernels).
+
+def _game_function(code, name: str):
+    if not isinstance(code, types.IntegerLiteral):
+        raise numba.errors.TypingError("the MinAtar game code must be a compile-time constant")
+    return getattr(_GAME_MODULES[code.literal_value], name)
+
+
 def _reset_game(code, state, i, ramping, rng_key, rng_counter):
-    if code == BREAKOUT:
-        breakout.reset(state, i, ramping, rng_key, rng_counter)
-    elif code == SPACE_INVADERS:
-        space_invaders.reset(state, i, ramping, rng_key, rng_counter)
-    elif code == FREEWAY:
-        freeway.reset(state, i, ramping, rng_key, rng_counter)
-    elif code == ASTERIX:
-        asterix.reset(state, i, ramping, rng_key, rng_counter)
-    else:
-        seaquest.reset(state, i, ramping, rng_key, rng_counter)
+    """Start a new episode of game ``code`` in row i (compiled code uses the overload)."""
 
 
-@numba.njit(cache=True, inline="always")
+@overload(_reset_game, inline="always", prefer_literal=True)
+def _reset_game_typed(code, state, i, ramping, rng_key, rng_counter):
+    f = _game_function(code, "reset")
+    return lambda code, state, i, ramping, rng_key, rng_counter: f(state, i, ramping, rng_key, rng_counter)
+
+
 def _act(code, state, i, a, ramping, rng_key, rng_counter):
-    if code == BREAKOUT:
-        return breakout.act(state, i, a, ramping, rng_key, rng_counter)
-    if code == SPACE_INVADERS:
-        return space_invaders.act(state, i, a, ramping, rng_key, rng_counter)
-    if code == FREEWAY:
-        return freeway.act(state, i, a, ramping, rng_key, rng_counter)
-    if code == ASTERIX:
-        return asterix.act(state, i, a, ramping, rng_key, rng_counter)
-    return seaquest.act(state, i, a, ramping, rng_key, rng_counter)
+    """Game ``code``'s step of row i: (reward, terminal) (compiled code uses the overload)."""
 
 
-@numba.njit(cache=True, inline="always")
+@overload(_act, inline="always", prefer_literal=True)
+def _act_typed(code, state, i, a, ramping, rng_key, rng_counter):
+    f = _game_function(code, "act")
+    return lambda code, state, i, a, ramping, rng_key, rng_counter: f(state, i, a, ramping, rng_key, rng_counter)
+
+
 def _observe(code, state, i, obs):
-    if code == BREAKOUT:
-        breakout.observe(state, i, obs)
-    elif code == SPACE_INVADERS:
-        space_invaders.observe(state, i, obs)
-    elif code == FREEWAY:
-        freeway.observe(state, i, obs)
-    elif code == ASTERIX:
-        asterix.observe(state, i, obs)
-    else:
-        seaquest.observe(state, i, obs)
+    """Write game ``code``'s frame of row i into obs[i] (compiled code uses the overload)."""
+
+
+@overload(_observe, inline="always", prefer_literal=True)
+def _observe_typed(code, state, i, obs):
+    f = _game_function(code, "observe")
+    return lambda code, state, i, obs: f(state, i, obs)
 
 
 @numba.njit(cache=True, inline="always")

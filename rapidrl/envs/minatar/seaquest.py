@@ -381,7 +381,7 @@ def act(state, i, a, ramping, rng_key, rng_counter):
     return reward, terminal
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _with_trail(o, channel, x, y, right):
     """An entity at (x, y) and the trail cell behind it (if on screen)."""
     o[channel, y, x] = 1

@@ -32,11 +32,11 @@ BLOCK = 0xFC  # columns 2..7
 
 @numba.njit(cache=True, inline="always")
 def _popcount(m):
-    c = 0
-    while m:
-        m &= m - 1
-        c += 1
-    return c
+    """Number of set bits of a 10-bit mask (branch-free SWAR sum)."""
+    m = m - ((m >> 1) & 0x155)
+    m = (m & 0x333) + ((m >> 2) & 0x333)
+    m = (m + (m >> 4)) & 0x30F
+    return (m + (m >> 8)) & 0x1F
 
 
 @numba.njit(cache=True, inline="always")
@@ -69,7 +69,7 @@ def reset(state, i, ramping, rng_key, rng_counter):
     state[i, SHOT_TIMER] = 0
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def act(state, i, a, ramping, rng_key, rng_counter):
     """Advance row i by one step with full action ``a`` (0..5); returns (reward, terminal)."""
     terminal = False
@@ -159,7 +159,7 @@ def act(state, i, a, ramping, rng_key, rng_counter):
     return reward, terminal
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _draw_mask(o, channel, y, m):
     """Set o[channel, y, x] for every bit x of the row mask m."""
     x = 0

@@ -15,9 +15,9 @@ from rapidrl.kernels import parallel, rng
 from rapidrl.kernels.validation import check_int
 
 # Above this many envs the step kernel splits envs over threads: the classic built-ins' threshold. Measured
-# on the shared 2-core machine (Breakout, docs/minatar.md): threads gave 1.7x at 512 envs when the machine
-# was quiet (21 vs 12.6 M steps/s) but 0.4x at 512 and 0.03x at 4096 envs while other jobs ran (a thread
-# waiting for a busy core stalls the whole step), so the serial kernel is the default.
+# on the shared 2-core machine (docs/minatar.md): threads gained up to 1.9x at 512 envs while both cores
+# were free, and stalled the step by 100x or more while other jobs ran (a thread waiting for a busy core
+# holds up the whole step), so the serial kernel is the default.
 PARALLEL_MIN = parallel.ENV_STEP_PARALLEL_MIN
 
 def _ids() -> dict[str, tuple[str, int, tuple[int, ...]]]:

@@ -20,6 +20,7 @@ from rapidrl.kernels.validation import check_int
 # holds up the whole step), so the serial kernel is the default.
 PARALLEL_MIN = parallel.ENV_STEP_PARALLEL_MIN
 
+
 def _ids() -> dict[str, tuple[str, int, tuple[int, ...]]]:
     """env id -> (game, game code, action set as full action indices)."""
     out = {}
@@ -48,8 +49,9 @@ class MinAtarVecEnv(VecEnvBase):
     True) are the package's ``Environment`` arguments. No TimeLimit unless ``max_episode_steps`` is given
     (the package registers none). ``threads``: step the envs on Numba's threads (True), in one thread
     (False), or threads only above ``PARALLEL_MIN`` envs (None); results are identical either way.
-    ``step``/``reset`` return views of preallocated arrays (``copy=True``
-    for copies); ``info`` has ``final_obs`` (SAME_STEP) and ``episode`` statistics (see ``base.py``).
+    ``step``/``reset`` return views of preallocated arrays (``copy=True`` for copies); ``info`` has
+    ``final_obs`` (SAME_STEP) and ``episode`` statistics (see ``base.py``). Per-env random streams derive
+    from (seed, env index): results do not depend on threads.
     """
 
     def __init__(self, env_id: str, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step",
@@ -119,8 +121,8 @@ class MinAtarVecEnv(VecEnvBase):
         if seed is not None:
             self._seed(seed)
         self._state[:, kernels.LAST_ACTION] = 0
-        self._reset_kernel(self._state, self._all, self._params, self._rng_key, self._rng_counter,
-                      self._obs, self._elapsed, self._needs_reset, self._running_return, self._running_length)
+        self._reset_kernel(self._state, self._all, self._params, self._rng_key, self._rng_counter, self._obs,
+                           self._elapsed, self._needs_reset, self._running_return, self._running_length)
         self._ready = True
         return self._reset_result()
 

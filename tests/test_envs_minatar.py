@@ -411,12 +411,17 @@ def test_seaquest_long_play():
     env, pkgs = make_pair("MinAtar/Seaquest-v1", 6, seed=43)
     gen = np.random.default_rng(44)
     surfaced, rewards = 0, 0.0
+    caps = np.array([(rq.N_FB, rq.CAP_FB), (rq.N_EB, rq.CAP_EB), (rq.N_FISH, rq.CAP_FISH),
+                     (rq.N_SUBS, rq.CAP_SUBS), (rq.N_DIVERS, rq.CAP_DIVERS)])
+    counts = np.zeros(len(caps), dtype=np.int64)  # the longest lists seen
     for t in range(3000):
         before = [p.env.ramp_index for p in pkgs]
         r, _ = step_both(env, pkgs, seaquest_diver(env, pkgs, gen), where=f"step {t}")
         rewards += r.sum()
         surfaced += sum(p.env.ramp_index > b for b, p in zip(before, pkgs))
+        counts = np.maximum(counts, env._state[:, caps[:, 0]].max(axis=0))
     assert surfaced >= 3 and rewards >= 50
+    assert (counts <= caps[:, 1] // 2).all(), counts  # the fixed capacities keep a wide margin
 
 
 def test_seaquest_scenarios():

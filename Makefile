@@ -7,10 +7,10 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray,llm,export
+	scripts/setup.sh dev,ray,llm,export,minatar
 
 setup-bench:
-	scripts/setup.sh dev,bench
+	scripts/setup.sh dev,bench,minatar
 
 train: setup
 	$(PY) -m rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0

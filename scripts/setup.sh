@@ -14,5 +14,9 @@ if [ -n "$extras" ]; then
 else
   python -m pip install --quiet -e .
 fi
+# The MinAtar reference package without its GUI/plotting dependencies (see the "minatar" extra).
+if [[ ",${extras}," == *",minatar,"* ]]; then
+  python -m pip install --quiet --no-deps "minatar==1.0.15"
+fi
 # Compile the main job's Numba kernels now, so the first run does not wait for them (cached on disk).
 python -m rapidrl.precompile

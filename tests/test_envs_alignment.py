@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_builtin_envs
+from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_classic_control_envs
 
 N = 6
 
@@ -107,7 +107,7 @@ def test_trajectories_match_gymnasium(env_id, kwargs, steps):
         assert counts["truncated"] > 0
 
 
-@pytest.mark.parametrize("env_id", list_builtin_envs())
+@pytest.mark.parametrize("env_id", list_classic_control_envs())
 def test_spaces_match_gymnasium(env_id):
     env = BuiltinVecEnv(env_id, 3, seed=0)
     ref = gym.make(env_id)
@@ -130,7 +130,7 @@ INITIAL = {
 }
 
 
-@pytest.mark.parametrize("env_id", list_builtin_envs())
+@pytest.mark.parametrize("env_id", list_classic_control_envs())
 def test_initial_state_distribution(env_id):
     n = 4000
     env = BuiltinVecEnv(env_id, n, seed=7)

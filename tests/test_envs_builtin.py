@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_builtin_envs, unpack
+from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_classic_control_envs, unpack
 from rapidrl.kernels import parallel, rng
 
-ALL = list_builtin_envs()
+ALL = list_classic_control_envs()
 
 
 def _policy(env, obs, t):

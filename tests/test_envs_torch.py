@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_builtin_envs
+from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_classic_control_envs
 from rapidrl.envs.torch_envs import TorchVecEnv
 
 N = 8
@@ -21,7 +21,7 @@ def _actions(spec, rng):
     return rng.uniform(1.5 * spec.action_low, 1.5 * spec.action_high, (N, 1)).astype(np.float32)
 
 
-@pytest.mark.parametrize("env_id", list_builtin_envs())
+@pytest.mark.parametrize("env_id", list_classic_control_envs())
 def test_same_trajectories_as_numba(env_id):
     spec = get_spec(env_id)
     limit = {"Acrobot-v1": 150, "MountainCarContinuous-v0": 300}.get(env_id)  # bound chaotic/f32 drift

@@ -18,8 +18,9 @@ def test_builtin_ids_default_to_numba_and_forward_options():
     obs, _ = env.reset()
     np.testing.assert_array_equal(obs, BuiltinVecEnv("Pendulum-v1", 3, seed=4).reset()[0])  # seed forwarded
     assert rapidrl.make_vec is make_vec
-    assert list_builtin_envs() == ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
-                                   "Pendulum-v1"]
+    assert list_builtin_envs()[:5] == ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
+                                       "Pendulum-v1"]
+    assert "MinAtar/Breakout-v1" in list_builtin_envs()  # MinAtar ids follow (tests/test_envs_minatar.py)
 
 
 def test_torch_backend_on_cpu():

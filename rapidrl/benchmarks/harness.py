@@ -52,10 +52,11 @@ PEER_MODULES = {
     "torch": "torch",
     "numpy": "numpy",
     "trl": "trl",
+    "minatar": "minatar",
 }
 PEER_ALIASES = {"stable-baselines3": "sb3", "stable_baselines3": "sb3", "gym": "gymnasium"}
 # distributions whose versions go into the machine record
-VERSIONED = ["rapidrl", "numpy", "numba", "torch", "gymnasium", "rlox", "stable-baselines3", "torchrl"]
+VERSIONED = ["rapidrl", "numpy", "numba", "torch", "gymnasium", "rlox", "stable-baselines3", "torchrl", "minatar"]
 
 
 @dataclass

@@ -34,6 +34,7 @@ SUITES = {
     "llm": "rapidrl.benchmarks.bench_llm",
     "scale": "rapidrl.benchmarks.bench_scale",
     "offpolicy": "rapidrl.benchmarks.bench_offpolicy",
+    "minatar": "rapidrl.benchmarks.bench_minatar",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

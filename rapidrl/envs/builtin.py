@@ -70,6 +70,7 @@ from numba import prange
 from numba.extending import overload
 
 from rapidrl.envs.base import VecEnvBase, as_numpy_actions, check_actions
+from rapidrl.envs.minatar.ids import MINATAR_ENVS
 from rapidrl.kernels import parallel, rng
 from rapidrl.kernels.cache import invalidate_stale_cache
 from rapidrl.kernels.validation import check_int
@@ -149,7 +150,12 @@ class BuiltinSpec:
 
 
 def list_builtin_envs() -> list[str]:
-    """Ids of the built-in batched envs."""
+    """Ids of the built-in batched envs: classic control (``BuiltinVecEnv``) and MinAtar (``MinAtarVecEnv``)."""
+    return [*_MODULES, *MINATAR_ENVS]
+
+
+def list_classic_control_envs() -> list[str]:
+    """Ids of the classic-control built-ins (``BuiltinVecEnv``: ``get_spec``, the fused collector, torch envs)."""
     return list(_MODULES)
 
 
@@ -165,6 +171,8 @@ def get_spec(env_id: str) -> BuiltinSpec:
     """The ``BuiltinSpec`` of a built-in env id (ValueError listing the built-ins otherwise)."""
     module = _MODULES.get(env_id)
     if module is None:
+        if env_id in MINATAR_ENVS:
+            raise ValueError(f"{env_id!r} is a MinAtar env (rapidrl.envs.minatar.MinAtarVecEnv); it has no BuiltinSpec")
         raise ValueError(unknown_env_message(env_id))
     return importlib.import_module(module).SPEC
 

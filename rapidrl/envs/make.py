@@ -1,6 +1,7 @@
 """``make_vec``: one entry point for every vector env rapidrl offers.
 
-- built-in ids (``list_builtin_envs()``) on the CPU -> ``BuiltinVecEnv`` (one Numba kernel);
+- built-in ids (``list_builtin_envs()``) on the CPU -> ``BuiltinVecEnv`` (one Numba kernel), or
+  ``MinAtarVecEnv`` for the MinAtar ids (``MinAtar/<Game>-v0|v1``; CPU only);
 - built-in ids on another device (or ``vectorization="torch"``) -> ``TorchVecEnv`` (PyTorch on the device);
 - any other Gymnasium id -> ``SyncVecEnv`` (in process) or ``SubprocVecEnv`` (worker processes).
 """
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs, unknown_env_message
+from rapidrl.envs.minatar.ids import MINATAR_ENVS
 
 VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray")
 
@@ -69,6 +71,9 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
     if vectorization != "torch" and device_type != "cpu":
         raise ValueError(f"vectorization={vectorization!r} runs on the CPU; device={device!r} needs "
                          "vectorization='torch' (built-in envs only)")
+    if env_id in MINATAR_ENVS:
+        return _make_minatar(env_id, num_envs, vectorization, seed=seed, autoreset_mode=autoreset_mode, copy=copy,
+                             **env_kwargs)
     if vectorization == "numba":
         return BuiltinVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
     if vectorization == "torch":
@@ -90,3 +95,31 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
     from rapidrl.envs.subproc import SubprocVecEnv
 
     return SubprocVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+
+
+def _make_minatar(env_id: str, num_envs: int, vectorization: str, **kwargs):
+    """MinAtar: the built-in kernels ("numba"), or the ``minatar`` package's Gymnasium envs ("sync", ...)."""
+    if vectorization == "torch":
+        raise ValueError(f"vectorization='torch' is not available for {env_id!r}; MinAtar runs on the CPU "
+                         "(vectorization='numba', the default)")
+    if vectorization == "numba":
+        from rapidrl.envs.minatar import MinAtarVecEnv
+
+        return MinAtarVecEnv(env_id, num_envs, **kwargs)
+    import gymnasium as gym
+
+    if env_id not in gym.registry:  # the package registers its ids only through gymnasium's entry points
+        from minatar.gym import register_envs
+
+        register_envs()
+    if vectorization == "sync":
+        from rapidrl.envs.gym_vec import SyncVecEnv
+
+        return SyncVecEnv(env_id, num_envs, **kwargs)
+    if vectorization == "ray":
+        from rapidrl.dist.ray_vec import RayVecEnv
+
+        return RayVecEnv(env_id, num_envs, **kwargs)
+    from rapidrl.envs.subproc import SubprocVecEnv
+
+    return SubprocVecEnv(env_id, num_envs, **kwargs)

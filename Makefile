@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray,llm,export,minatar
+	scripts/setup.sh dev,ray,llm,export,tune,minatar
 
 setup-bench:
 	scripts/setup.sh dev,bench,minatar

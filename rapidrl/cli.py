@@ -1,4 +1,4 @@
-"""The ``rapidrl`` command: train, eval, monitor, list, plot, export, precompile, bench.
+"""The ``rapidrl`` command: train, eval, monitor, list, plot, tune, export, precompile, bench.
 
     rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0
     rapidrl train --config my.toml --set algo.learning_rate=1e-3
@@ -7,6 +7,7 @@
     rapidrl monitor --latest
     rapidrl list presets
     rapidrl plot runs/a runs/b --out curves.png
+    rapidrl tune ppo CartPole-v1 --trials 50 --jobs 2 --storage sqlite:///t.db
     rapidrl export runs/<run> --format onnx
     rapidrl precompile
 
@@ -434,6 +435,33 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from rapidrl.tune import run_study
+
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise CLIError("rapidrl tune needs Optuna: pip install 'rapidrl[tune]'") from None
+    if not args.worker:
+        print(f"study {args.study or f'{args.algo}-{args.env}'} in {args.storage}: {args.trials} trials, "
+              f"{args.jobs} process(es); open it with: optuna-dashboard {args.storage}", flush=True)
+    result = run_study(args.algo, args.env, trials=args.trials, storage=args.storage, study_name=args.study,
+                       timesteps=args.timesteps, jobs=args.jobs, pruner=args.pruner, space_path=args.space,
+                       eval_every=args.eval_every, eval_episodes=args.eval_episodes, seed=args.seed,
+                       out_dir=args.out, worker=args.worker)
+    if args.worker:
+        return 0
+    st = result["states"]
+    print(f"trials: {st['complete']} complete, {st['pruned']} pruned, {st['fail']} failed (run dirs in "
+          f"{result['dir']})")
+    if "best_preset" in result:
+        print(f"best: {result['best_value']:.2f} with {result['best_params']}\n"
+              f"preset: {result['best_preset']}  (rapidrl train --config {result['best_preset']})")
+        return 0
+    print("rapidrl: error: no trial completed", file=sys.stderr)
+    return 1
+
+
 def cmd_precompile(args) -> int:
     from rapidrl.precompile import main as precompile_main
 
@@ -527,6 +555,26 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", default="onnx", help="onnx (needs the export extra) or torchscript (default: onnx)")
     ex.add_argument("--out", metavar="FILE", help="output file (default: RUN_DIR/policy.onnx or RUN_DIR/policy.ts)")
     ex.set_defaults(func=cmd_export)
+
+    tu = sub.add_parser("tune", help="tune hyperparameters with Optuna (parallel, resumable, with pruning)",
+                        epilog="example: rapidrl tune ppo CartPole-v1 --trials 50 --jobs 2 --storage sqlite:///t.db")
+    tu.add_argument("algo", help="algorithm: see `rapidrl list algos`")
+    tu.add_argument("env", help="environment id")
+    tu.add_argument("--trials", type=int, default=50, help="trials in the study, all processes together (default 50)")
+    tu.add_argument("--jobs", type=int, default=1, help="worker processes on this machine (default 1)")
+    tu.add_argument("--storage", default="sqlite:///tune.db",
+                    help="Optuna storage URL shared by all workers (default sqlite:///tune.db)")
+    tu.add_argument("--study", help="study name (default ALGO-ENV); the same name resumes or joins a study")
+    tu.add_argument("--timesteps", type=int, default=50_000, help="env steps per trial (default 50000)")
+    tu.add_argument("--pruner", default="median", help="median, halving or none (default median)")
+    tu.add_argument("--space", metavar="FILE.toml", help="search space (default rapidrl/configs/spaces/ALGO.toml)")
+    tu.add_argument("--eval-every", type=int, help="env steps between evaluations reported to the pruner "
+                    "(default timesteps/5)")
+    tu.add_argument("--eval-episodes", type=int, default=5, help="episodes per evaluation (default 5)")
+    tu.add_argument("--seed", type=int, default=0, help="seed of the trials and of the sampler (default 0)")
+    tu.add_argument("--out", metavar="DIR", help="study directory: trial run dirs, best.toml (default tune/STUDY)")
+    tu.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    tu.set_defaults(func=cmd_tune)
 
     pc = sub.add_parser("precompile", help="compile the Numba kernels ahead of the first run (cached on disk)")
     pc.add_argument("--all", action="store_true", help="every built-in env, not only the main job's kernels")

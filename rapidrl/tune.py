@@ -130,6 +130,7 @@ def _objective(algo: str, env: str, timesteps: int, space: dict, study_dir: Path
                                      "algo": params})])
         config.write(run_dir / "config.toml")
         trial.set_user_attr("run_dir", str(run_dir))
+        trial.set_user_attr("pid", os.getpid())
         model = config.algo_class(env, config.algo_config, env_kwargs=config.env_kwargs)
         cb = PruningEval(trial)
         result = {"params": params}
@@ -153,10 +154,15 @@ def _objective(algo: str, env: str, timesteps: int, space: dict, study_dir: Path
     return objective
 
 
+def decoded(params: dict) -> dict:
+    """Trial parameters as the config takes them (categorical choices are stored as JSON strings)."""
+    return {k: json.loads(v) if isinstance(v, str) else v for k, v in params.items()}
+
+
 def write_best(study, algo: str, env: str, timesteps: int, path: Path) -> Path:
     """The best trial's hyperparameters as a preset TOML for ``rapidrl train --config``."""
     best = study.best_trial
-    params = {k: json.loads(v) if isinstance(v, str) else v for k, v in best.params.items()}
+    params = decoded(best.params)
     doc = {"run": {"algo": algo, "env": env, "timesteps": timesteps}, "algo": params}
     header = (f"# Best trial {best.number} of study {study.study_name!r}: score {best.value:.4g}\n"
               f"# written by rapidrl tune; train it with: rapidrl train --config {path}\n")
@@ -173,9 +179,13 @@ def run_study(algo: str, env: str, *, trials: int, storage: str, study_name: str
     With ``jobs > 1`` this process starts ``jobs - 1`` worker processes on the same storage and works too.
     Returns {"study", "best_value", "best_params", "best_preset", "states"}.
     """
+    import warnings
+
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat
 
     if trials < 1 or jobs < 1 or timesteps < 1 or eval_episodes < 1:
         raise ConfigError("--trials, --jobs, --timesteps and --eval-episodes must be >= 1")
@@ -209,7 +219,7 @@ def run_study(algo: str, env: str, *, trials: int, storage: str, study_name: str
     states = {s.name.lower(): sum(t.state == s for t in study.get_trials(deepcopy=False)) for s in done_states}
     out = {"study": study_name, "states": states, "dir": str(study_dir)}
     if states["complete"]:
-        out.update(best_value=study.best_value, best_params=study.best_params,
+        out.update(best_value=study.best_value, best_params=decoded(study.best_params),
                    best_preset=str(write_best(study, algo, env, timesteps, study_dir / "best.toml")))
     return out
 

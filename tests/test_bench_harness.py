@@ -138,12 +138,15 @@ def test_failing_contender_is_dropped_and_reported():
 def test_missing_peer_is_skipped_cleanly():
     def importer(name):
         if name == "rlox":
-            raise ImportError("No module named 'rlox'")
+            raise ModuleNotFoundError("No module named 'rlox'")
+        if name == "stable_baselines3":
+            raise ImportError("cannot import name 'x' from 'torch'")  # installed, but broken
         return __import__(name)
 
     ctx = Context(importer=importer)
     assert ctx.peer("rlox") is None
-    assert "not importable" in ctx.skipped["rlox"]
+    assert ctx.skipped["rlox"] == "not installed: pip install rlox"  # says how to install it
+    assert ctx.peer("sb3") is None and "not importable (ImportError" in ctx.skipped["sb3"]
     assert ctx.peer("numpy") is np
     filtered = Context(against={"sb3"})
     assert filtered.peer("rlox") is None and filtered.skipped["rlox"] == "not in --against"

@@ -54,6 +54,9 @@ PEER_MODULES = {
     "trl": "trl",
     "minatar": "minatar",
 }
+# how to install each peer (shown when a peer is skipped); `pip install 'rapidrl[bench]'` installs them all
+PEER_PIP = {"rlox": "rlox", "sb3": "stable-baselines3", "torchrl": "torchrl", "trl": "trl",
+            "minatar": "minatar==1.0.15 --no-deps"}
 PEER_ALIASES = {"stable-baselines3": "sb3", "stable_baselines3": "sb3", "gym": "gymnasium"}
 # distributions whose versions go into the machine record
 VERSIONED = ["rapidrl", "numpy", "numba", "torch", "gymnasium", "rlox", "stable-baselines3", "torchrl", "minatar"]
@@ -319,7 +322,10 @@ class Context:
         module = PEER_MODULES.get(name, name)
         try:
             mod = self._importer(module)
-        except Exception as exc:  # ImportError, or a peer that fails on import
+        except ModuleNotFoundError:
+            self.skipped[name] = f"not installed: pip install {PEER_PIP.get(name, name)}"
+            mod = None
+        except Exception as exc:  # a peer that fails on import
             self.skipped[name] = f"not importable ({type(exc).__name__}: {exc})"
             mod = None
         self._modules[name] = mod

@@ -1,0 +1,60 @@
+"""rapidrl as a real package: the wheel carries the presets, search spaces and the benchmark suite, and a clean
+virtual environment with only the wheel installed runs `rapidrl list`, `train`, `eval` and `bench` from a
+directory outside the repository."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(cmd, cwd, timeout=900, env=None):
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_wheel_installs_in_a_clean_venv_and_runs_outside_the_repository(tmp_path):
+    dist = tmp_path / "dist"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT), "-w",
+          str(dist)], cwd=tmp_path)
+    (wheel,) = dist.glob("rapidrl-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in ("rapidrl/configs/ppo_cartpole.toml", "rapidrl/configs/spaces/ppo.toml",
+                     "rapidrl/configs/variants/ppo_cartpole_throughput.toml", "rapidrl/benchmarks/run.py",
+                     "rapidrl/benchmarks/README.md", "rapidrl/precompile.py"):
+        assert expected in names, expected
+    assert not any(n.startswith("tests/") for n in names)
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    py = venv / "bin" / "python"
+    _run([py, "-m", "pip", "install", "-q", "torch==2.13.0"], cwd=tmp_path)  # before anything that needs torch
+    _run([py, "-m", "pip", "install", "-q", str(wheel)], cwd=tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba_cache")
+    rapidrl = str(venv / "bin" / "rapidrl")
+    where = _run([py, "-c", "import rapidrl; print(rapidrl.__file__)"], cwd=work, env=env)
+    assert str(venv) in where  # the installed package, not the repository's
+    listed = _run([rapidrl, "list"], cwd=work, env=env)
+    assert "ppo_cartpole" in listed and "CartPole-v1" in listed and "MinAtar/Breakout-v1" in listed
+    trained = _run([rapidrl, "train", "ppo", "CartPole-v1", "--timesteps", "4096", "--eval-episodes", "2",
+                              "--run-dir", "run", "--headless"], cwd=work, env=env)
+    assert "preset: ppo_cartpole.toml" in trained and "eval return" in trained
+    assert (work / "run" / "model.pt").is_file()
+    evaluated = _run([rapidrl, "eval", "run", "--episodes", "2"], cwd=work, env=env)
+    assert "eval return" in evaluated
+    bench = _run([rapidrl, "bench", "kernels", "--quick", "--filter", "gae/float32/64x128", "--out", "bench"],
+                 cwd=work, env=env)
+    assert "gae/float32/64x128" in bench and (work / "bench" / "BENCHMARKS.md").is_file()
+    assert "not installed: pip install rlox" in bench  # peers missing from the clean venv are named, not fatal

@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray,llm,export,tune,minatar
+	scripts/setup.sh dev,ray,llm,export,tune,track,minatar
 
 setup-bench:
 	scripts/setup.sh dev,bench,minatar

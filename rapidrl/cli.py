@@ -239,7 +239,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
     from rapidrl.monitor.publisher import MonitorPublisher
     from rapidrl.train.algorithm import NonFiniteError
     from rapidrl.train.checkpoint import Checkpointer
-    from rapidrl.train.loggers import CSVLogger, TensorBoardLogger, TextLogger, WandbLogger
+    from rapidrl.train.loggers import CSVLogger, MLflowLogger, TensorBoardLogger, TextLogger, WandbLogger
 
     if prebuilt is None:
         config = load_run_config(run_dir)
@@ -258,6 +258,8 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
                    TensorBoardLogger(run_dir, resume_step=start_step), publisher]
         if run.wandb:
             loggers.append(WandbLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
+        if run.mlflow:
+            loggers.append(MLflowLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
         if not progress:
             loggers.append(TextLogger(run.timesteps))
     model.loggers.extend(loggers)

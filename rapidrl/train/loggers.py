@@ -127,6 +127,42 @@ class WandbLogger:
         self.run.finish()
 
 
+class MLflowLogger:
+    """MLflow tracking into a sqlite store inside the run directory (``mlflow ui --backend-store-uri
+    sqlite:///RUN_DIR/mlflow.db`` shows it; MLflow 3 no longer writes plain file stores); set
+    ``MLFLOW_TRACKING_URI`` to log to a server instead. Needs ``pip install mlflow-skinny sqlalchemy alembic``
+    (the ``track`` extra) or ``mlflow``. The run's config is logged as parameters."""
+
+    def __init__(self, run_dir: str | os.PathLike, name: str, config: dict, resume: bool = False):
+        from mlflow.tracking import MlflowClient
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+        self.client = MlflowClient(tracking_uri=uri)
+        exp = self.client.get_experiment_by_name("rapidrl")
+        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment("rapidrl")
+        found = self.client.search_runs([exp_id], f"tags.`mlflow.runName` = '{name}'") if resume else []
+        if found:
+            self.run_id = found[0].info.run_id
+        else:
+            self.run_id = self.client.create_run(exp_id, run_name=name).info.run_id
+            params = {f"{section}.{k}": str(v)[:500] for section, values in config.items()
+                      for k, v in (values.items() if isinstance(values, dict) else [("value", values)])}
+            for key, value in params.items():
+                self.client.log_param(self.run_id, key, value)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, int(step)) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and math.isfinite(v)]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
 class TextLogger:
     """One progress line every ``every_s`` seconds (headless runs: train.log)."""
 

@@ -63,6 +63,8 @@ class RunSettings:
     """Periodic checkpoints kept (the newest); the final one is always kept."""
     wandb: bool = False
     """Also log to Weights & Biases in offline mode (needs ``pip install wandb``)."""
+    mlflow: bool = False
+    """Also log to MLflow, in RUN_DIR/mlflow.db unless MLFLOW_TRACKING_URI is set (needs the ``track`` extra)."""
 
 
 def _algorithms() -> dict:
@@ -240,6 +242,11 @@ def resolve(layers: list[tuple[str, dict]]) -> RunConfig:
 
         if not wandb_available():
             raise ConfigError("run.wandb = true needs the wandb package (pip install wandb)")
+    if run.mlflow:
+        import importlib.util
+
+        if importlib.util.find_spec("mlflow") is None:
+            raise ConfigError("run.mlflow = true needs MLflow (pip install 'rapidrl[track]')")
     check_env_kwargs(env_id, merged["env"])
     cls = algorithms[algo].config_class
     algo_values = coerce_section("algo", cls, merged["algo"])

@@ -388,7 +388,7 @@ def cmd_list(args) -> int:
         for env_id in list_builtin_envs():
             print(f"  {env_id}")
     if "presets" in what:
-        print("presets (configs/, applied automatically for their algo and env):")
+        print("presets (rapidrl/configs/, applied automatically for their algo and env):")
         for p in list_presets():
             run = read_toml(p).get("run", {})
             print(f"  {p.stem:16s} {run.get('algo', '?')} {run.get('env', '?')}, {run.get('timesteps', '?'):,} steps")

@@ -71,3 +71,17 @@ def test_seeds_run_in_one_experiment_then_plot(tmp_path, capsys):
     assert "final eval IQM" in capsys.readouterr().out
     assert cli.main(["train", "ppo", "CartPole-v1", "--seeds", "0-1", "--seed", "3"]) == 2
     assert cli.main(["train", "ppo", "CartPole-v1", "--seeds", "2-1"]) == 2
+
+
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """The Python examples of docs/experiments.md run as written."""
+    import re
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    text = (Path(__file__).parents[1] / "docs" / "experiments.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    for code in blocks:
+        exec(compile(code, "docs/experiments.md", "exec"), {})
+    assert (tmp_path / "policy.onnx").is_file()

@@ -48,7 +48,8 @@ class PPOConfig(OnPolicyConfig):
     at the start of each update: advantages = V-trace policy-gradient advantages, returns = V-trace targets.
     Corrects the policy lag of ``async_collect`` in the advantages too. CPU storage only."""
     fused_update: bool = True
-    """On CPU with separate float32 MLPs (closed-form gradients, no distributed learners, "clip" squash), run each
+    """On CPU with separate float32 MLPs (closed-form gradients, no distributed learners, "clip" squash, host-side
+    collection), run each
     epoch's minibatch updates (forward, loss gradients, backward, clipping, Adam) in one compiled call
     (``rapidrl.kernels.ppo_update``); the same mathematics as the PyTorch path, which tests compare it with."""
     bf16_update: bool = False
@@ -168,8 +169,10 @@ class PPO(OnPolicyAlgorithm):
         """The parameters in the compiled epoch's order (actor layers, critic layers, [log_std]), or None when the
         compiled epoch does not apply to this policy, optimizer and device."""
         c, p = self.config, self.policy
+        # not with the device-resident collector: that path is the GPU's, run on the CPU device in tests, and
+        # stays free of host round trips (tests/test_device.py counts them)
         if not (c.fused_update and self._closed_form and self.dist is None and self.device.type == "cpu"
-                and c.squash == "clip" and p.activation in ("tanh", "relu")):
+                and self.device_collector is None and c.squash == "clip" and p.activation in ("tanh", "relu")):
             return None
         params = [t for layer in self._actor_layers + self._critic_layers for t in (layer.weight, layer.bias)]
         if not p.discrete:

@@ -49,9 +49,9 @@ class PPOConfig(OnPolicyConfig):
     Corrects the policy lag of ``async_collect`` in the advantages too. CPU storage only."""
     fused_update: bool = True
     """On CPU with separate float32 MLPs (closed-form gradients, no distributed learners, "clip" squash, host-side
-    collection), run each
-    epoch's minibatch updates (forward, loss gradients, backward, clipping, Adam) in one compiled call
-    (``rapidrl.kernels.ppo_update``); the same mathematics as the PyTorch path, which tests compare it with."""
+    collection), run each epoch's minibatch updates (forward, loss gradients, backward, clipping, Adam) in one
+    compiled call (``rapidrl.kernels.ppo_update``); the same mathematics as the PyTorch path, which tests compare
+    it with."""
     bf16_update: bool = False
     """Run the update's forward pass and loss under bfloat16 autocast (with autograd: closed-form gradients
     are then off). Parameters, optimizer state and rollout storage stay float32."""

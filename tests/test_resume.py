@@ -20,7 +20,7 @@ from rapidrl import cli
 from rapidrl.train.algorithm import NonFiniteError, load_checkpoint
 from rapidrl.train.callbacks import Callback
 from rapidrl.train.checkpoint import Checkpointer, latest_checkpoint, list_checkpoints
-from rapidrl.train.loggers import read_csv_metrics
+from rapidrl.train.loggers import CSVLogger, read_csv_metrics
 from rapidrl.train.rundir import read_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +150,7 @@ def test_non_finite_loss_from_the_cli_names_the_step(tmp_path, capsys):
 
 
 class _Poison(Callback):
-    """Makes the update that reaches ``at`` steps report a NaN loss (runs before the checkpointer)."""
+    """Makes the update that reaches ``at`` steps report a NaN loss."""
 
     def __init__(self, at: int):
         self.at = at
@@ -166,8 +166,9 @@ def test_non_finite_training_keeps_the_last_good_checkpoint(tmp_path):
     ckpt = Checkpointer(tmp_path, every=256, keep=2)
     with pytest.raises(NonFiniteError, match="losses/value_loss is nan at step 768"):
         model.learn(4096, callback=[_Poison(768), ckpt], progress_bar=False)
-    assert ckpt.skipped_non_finite == 768
     assert [s for s, _ in list_checkpoints(tmp_path)] == [256, 512]  # 768 was poisoned: never written
+    assert ckpt.save(model) is None and ckpt.skipped_non_finite == 768  # nor is it when asked directly
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [256, 512]
     assert ckpt.last_good == latest_checkpoint(tmp_path)
     resumed = rr.PPO.load(ckpt.last_good)
     assert resumed.num_timesteps == 512 and _finite(load_checkpoint(ckpt.last_good)["state"])
@@ -187,3 +188,26 @@ def _finite(obj) -> bool:
     if isinstance(obj, dict):
         return all(_finite(v) for v in obj.values())
     return all(_finite(v) for v in obj) if isinstance(obj, (list, tuple)) else True
+
+
+class _RowsAtSave(Checkpointer):
+    """Records, at every save, the last global_step the CSV logger had written to disk."""
+
+    def __init__(self, directory, csv_path, **kw):
+        super().__init__(directory, **kw)
+        self.csv_path, self.seen = csv_path, []
+
+    def save(self, algo):
+        self.seen.append((algo.num_timesteps, read_csv_metrics(self.csv_path)["global_step"][-1]))
+        return super().save(algo)
+
+
+def test_checkpoints_are_written_after_the_metrics_row_of_their_step(tmp_path):
+    """A run killed right after a checkpoint must find that step's metrics row on disk (CI caught the old
+    order: checkpoint first, row second, so a resume skipped one row)."""
+    model = rr.PPO("CartPole-v1", num_envs=4, num_steps=64, minibatch_size=128, update_epochs=1, seed=0)
+    model.report_steps = 256
+    model.loggers.append(CSVLogger(tmp_path / "metrics.csv"))
+    ckpt = _RowsAtSave(tmp_path / "ckpt", tmp_path / "metrics.csv", every=512, keep=2)
+    model.learn(256 * 6, callback=ckpt, progress_bar=False)
+    assert ckpt.seen == [(512, 512.0), (1024, 1024.0), (1536, 1536.0)]

@@ -234,13 +234,13 @@ class Algorithm:
                 if report:
                     self._check_finite()
                 keep_going = cb.on_rollout_end(self) and cb.on_update_end(self)
-                if keep_going and not report:
-                    continue
-                report_at = self._next_report()
-                self._flush_metrics()
-                recent = self.recent_returns(20)
-                progress.update(self.num_timesteps, self.metrics["charts/SPS"],
-                                float(np.mean(recent)) if recent else None)
+                if report or not keep_going:
+                    report_at = self._next_report()
+                    self._flush_metrics()
+                    recent = self.recent_returns(20)
+                    progress.update(self.num_timesteps, self.metrics["charts/SPS"],
+                                    float(np.mean(recent)) if recent else None)
+                cb.on_update_logged(self)  # checkpoints come after the logs they resume
                 if not keep_going:
                     break
         cb.on_training_end(self)

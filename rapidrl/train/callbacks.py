@@ -26,6 +26,9 @@ class Callback:
     def on_update_end(self, algo) -> bool:
         return True
 
+    def on_update_logged(self, algo) -> None:
+        """After the update's metrics reached the loggers (if it was a report step): run files agree here."""
+
     def on_training_end(self, algo) -> None:
         pass
 
@@ -54,6 +57,10 @@ class CallbackList(Callback):
 
     def on_update_end(self, algo) -> bool:
         return all([c.on_update_end(algo) for c in self.callbacks])
+
+    def on_update_logged(self, algo) -> None:
+        for c in self.callbacks:
+            c.on_update_logged(algo)
 
     def on_training_end(self, algo) -> None:
         for c in self.callbacks:

@@ -88,11 +88,11 @@ class Checkpointer(Callback):
         self.directory.mkdir(parents=True, exist_ok=True)
         self._next = (algo.num_timesteps // self.every + 1) * self.every
 
-    def on_update_end(self, algo) -> bool:
+    def on_update_logged(self, algo) -> None:
+        # After the loggers: a run killed right after this save has every metrics row up to its step.
         if algo.num_timesteps >= self._next:
             self._next = (algo.num_timesteps // self.every + 1) * self.every
             self.save(algo)
-        return True
 
     def on_training_end(self, algo) -> None:
         if self.last_good is None or not self.last_good.name.endswith(f"{algo.num_timesteps:012d}.pt"):

@@ -77,6 +77,7 @@ def test_actor_critic_with_a_cnn_trunk():
     actions, logp, values = policy.act(obs)
     assert actions.shape == logp.shape == values.shape == (6,)
     new_logp, entropy, new_values = policy.evaluate(obs, actions)
+    assert entropy.shape == (6,) and bool((entropy > 0).all())
     torch.testing.assert_close(new_logp, logp)
     torch.testing.assert_close(new_values, values)
     torch.testing.assert_close(policy.value(obs), values)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
-from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
@@ -63,6 +63,10 @@ class DQNConfig(OffPolicyConfig):
     """Added to |TD error| (by the buffer) so every transition keeps a non-zero priority."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip (0 disables clipping)."""
+    frame_replay: bool = True
+    """Store the observations of a frame-stacking env (``env.frame_stack > 1``: Atari) in ``FrameReplayBuffer``,
+    each frame once (~7 KB per 84x84 transition instead of 56 KB); not with prioritized replay or n_step > 1,
+    which keep whole uint8 observations in their buffers."""
     encoder: str = "auto"
     """Observation encoder: "auto" (the Nature CNN for uint8 image observations of 36 pixels or more a side, the
     MinAtar CNN for smaller ones, else an MLP), "mlp", "nature" or "minatar" (``rapidrl.nn.encoders``)."""
@@ -148,8 +152,12 @@ class DQN(OffPolicyAlgorithm):
         image = self._encoder_kind() != "mlp" and self.observation_space.dtype == np.uint8
         return np.dtype(np.uint8) if image else np.dtype(np.float32)
 
-    def _make_buffer(self) -> ReplayBuffer:
+    def _make_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
         c = self.config
+        if (c.frame_replay and not c.prioritized and c.n_step == 1 and getattr(self.env, "frame_stack", 1) > 1
+                and self._obs_dtype == np.uint8):
+            return FrameReplayBuffer(c.buffer_size, self.observation_space.shape, num_envs=c.num_envs, gamma=c.gamma,
+                                     seed=c.seed, device=c.device)
         if not c.prioritized:
             return super()._make_buffer()
         return PrioritizedReplayBuffer(c.buffer_size, self.observation_space.shape, alpha=c.per_alpha,

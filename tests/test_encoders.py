@@ -67,6 +67,7 @@ def test_channels_last_and_contiguous_compute_the_same(cls, shape):
     b(x).sum().backward()
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-4, atol=1e-5)
+        assert pa.grad.is_contiguous()  # rapidrl.nn.optim's Adam step reads flat gradient views
 
 
 def test_actor_critic_with_a_cnn_trunk():

@@ -158,3 +158,17 @@ def test_dqn_smoke_on_breakout_uses_frame_replay_save_load_predict(tmp_path):
     obs, _ = rr.make_vec(ENV, 2, seed=5, training=False).reset()
     loaded = rr.DQN.load(model.save(tmp_path / "dqn.pt"))
     np.testing.assert_array_equal(model.predict(obs, deterministic=True), loaded.predict(obs, deterministic=True))
+
+
+def test_docs_examples_run():
+    """Every python block of docs/atari.md runs, in order, in one namespace."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "atari.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) >= 3
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/atari.md", "exec"), ns)
+    assert ns["batch"].obs.shape == (8, 4, 84, 84) and ns["model"].policy.encoder_kind == "minatar"

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
-from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
+from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
@@ -62,9 +63,17 @@ class DQNConfig(OffPolicyConfig):
     """Added to |TD error| (by the buffer) so every transition keeps a non-zero priority."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip (0 disables clipping)."""
+    frame_replay: bool = True
+    """Store the observations of a frame-stacking env (``env.frame_stack > 1``: Atari) in ``FrameReplayBuffer``,
+    each frame once (~7 KB per 84x84 transition instead of 56 KB); not with prioritized replay or n_step > 1,
+    which keep whole uint8 observations in their buffers."""
+    encoder: str = "auto"
+    """Observation encoder: "auto" (the Nature CNN for uint8 image observations of 36 pixels or more a side, the
+    MinAtar CNN for smaller ones, else an MLP), "mlp", "nature" or "minatar" (``rapidrl.nn.encoders``)."""
 
     def validate(self) -> None:
         super().validate()
+        require(self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         check_positive(self, "target_update_interval", "per_eps")
         check_positive(self, "max_grad_norm", "per_alpha", allow_zero=True)
         check_unit_interval(self, "exploration_fraction", "exploration_initial_eps", "exploration_final_eps",
@@ -117,24 +126,38 @@ class DQN(OffPolicyAlgorithm):
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {self.action_space}")
         c = self.config
-        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling).to(self.device)
+        encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
+        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling,
+                              encoder=encoder).to(self.device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), c.learning_rate)
         self._params = list(self.q_net.parameters())
-        # closed-form gradients (no autograd graph) for the plain MLP; dueling heads and torch.compile (which
-        # cannot trace the in-place gradient writes) use autograd
-        closed_form = not (c.dueling or c.compile)
+        # closed-form gradients (no autograd graph) for the plain MLP; dueling heads, CNN encoders and
+        # torch.compile (which cannot trace the in-place gradient writes) use autograd
+        closed_form = not (c.dueling or c.compile or encoder is not None)
         self._layers = linear_layers(self.q_net.net) if closed_form else None
         self._target_layers = linear_layers(self.q_target.net) if closed_form else None
         self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch loss head (dqn_output_grads)
         self._acting_forward = None  # compiled forward for acting on a few observations (plain MLP on CPU)
-        if not c.dueling and self.device.type == "cpu":
+        if closed_form and self.device.type == "cpu":
             self._acting_forward = MLPForward(self.q_net.net, "relu")
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0
 
-    def _make_buffer(self) -> ReplayBuffer:
+    def _encoder_kind(self) -> str:
+        return encoder_for(self.observation_space, self.config.encoder)
+
+    def _obs_storage_dtype(self) -> np.dtype:
+        """uint8 for a CNN on uint8 images (the network scales them), else float32."""
+        image = self._encoder_kind() != "mlp" and self.observation_space.dtype == np.uint8
+        return np.dtype(np.uint8) if image else np.dtype(np.float32)
+
+    def _make_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
         c = self.config
+        if (c.frame_replay and not c.prioritized and c.n_step == 1 and getattr(self.env, "frame_stack", 1) > 1
+                and self._obs_dtype == np.uint8):
+            return FrameReplayBuffer(c.buffer_size, self.observation_space.shape, num_envs=c.num_envs, gamma=c.gamma,
+                                     seed=c.seed, device=c.device)
         if not c.prioritized:
             return super()._make_buffer()
         return PrioritizedReplayBuffer(c.buffer_size, self.observation_space.shape, alpha=c.per_alpha,
@@ -226,6 +249,9 @@ class DQN(OffPolicyAlgorithm):
         if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
             return self._acting_forward(obs.reshape(obs.shape[0], -1)).argmax(1)
         with torch.no_grad():
+            if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
+                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
+                return self.q_net(x).argmax(1).cpu().numpy()
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()
 

@@ -132,8 +132,9 @@ class OffPolicyAlgorithm(Algorithm):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self.obs_dim = int(np.prod(self.observation_space.shape))
+        self._obs_dtype = self._obs_storage_dtype()
         self.buffer = self._make_buffer()
-        self._obs = np.zeros((c.num_envs, *self.observation_space.shape), np.float32)
+        self._obs = np.zeros((c.num_envs, *self.observation_space.shape), self._obs_dtype)
         self._next_obs = np.zeros_like(self._obs)  # next_obs as stored: final obs where an episode ended
         self._needs_reset = True
         self._build_networks()
@@ -142,9 +143,13 @@ class OffPolicyAlgorithm(Algorithm):
         self._stat_count = 0
         self.num_gradient_steps = 0
 
+    def _obs_storage_dtype(self) -> np.dtype:
+        """dtype of stored and acted-on observations (float32; DQN stores uint8 images for its CNNs)."""
+        return np.dtype(np.float32)
+
     def _buffer_kwargs(self) -> dict[str, Any]:
         c = self.config
-        return dict(obs_dtype=np.float32, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
+        return dict(obs_dtype=self._obs_dtype, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
                     n_step=c.n_step, gamma=c.gamma, num_envs=c.num_envs, device=c.device)
 
     def _make_buffer(self) -> ReplayBuffer:

@@ -23,8 +23,9 @@ import torch
 
 from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
+from rapidrl.nn.encoders import ENCODERS
 from rapidrl.train.algorithm import Algorithm
-from rapidrl.train.async_collect import AsyncCollector, StepCollector
+from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 
 
@@ -62,6 +63,10 @@ class OnPolicyConfig(RuntimeConfig):
     """Normalize observations with running mean/std (saved with the model)."""
     normalize_reward: bool = False
     """Scale rewards by the running std of the discounted return."""
+    encoder: str = "auto"
+    """Observation encoder: "auto" (the Nature CNN for uint8 image observations of 36 pixels or more a side, the
+    MinAtar CNN for smaller ones, else MLPs), "mlp", "nature" or "minatar" (``rapidrl.nn.encoders``). A CNN is a
+    trunk shared by linear actor and critic heads, trained with autograd on the per-step collection path."""
     fused_rollout: str = "auto"
     """"auto" (fused compiled collection when the env is built-in and the policy an MLP), "always", "never"."""
     log_every: int = 1
@@ -78,6 +83,7 @@ class OnPolicyConfig(RuntimeConfig):
         check_hidden(self.hidden)
         require(self.activation in ("tanh", "relu"), f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         require(self.squash in ("clip", "tanh"), f"squash must be 'clip' or 'tanh', got {self.squash!r}")
+        require(self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         require(self.fused_rollout in ("auto", "always", "never"),
                 f"fused_rollout must be 'auto', 'always' or 'never', got {self.fused_rollout!r}")
 
@@ -111,15 +117,19 @@ class OnPolicyAlgorithm(Algorithm):
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
         self.policy = ActorCritic(self.observation_space, self.action_space, c.hidden, shared=c.shared,
-                                  activation=c.activation, log_std_init=c.log_std_init, squash=c.squash
-                                  ).to(self.device)
+                                  activation=c.activation, log_std_init=c.log_std_init, squash=c.squash,
+                                  encoder=c.encoder).to(self.device)
+        # observations are kept, stored and fed in the policy's input dtype: uint8 frames for a CNN on images
+        self._obs_dtype = self.policy.input_dtype
+        require(not (c.normalize_obs and self._obs_dtype == np.uint8),
+                "normalize_obs does not apply to uint8 image observations (the CNN scales them itself)")
         self.optimizer = self._make_optimizer()
         obs_shape = self.observation_space.shape
         self.buffer = self._make_buffer()
         self.obs_normalizer = ObsNormalizer(obs_shape) if c.normalize_obs else None
         self.reward_scaler = RewardScaler(c.num_envs, c.gamma) if c.normalize_reward else None
-        self._raw_obs = np.zeros((c.num_steps, c.num_envs, *obs_shape), np.float32)
-        self._obs = np.zeros((c.num_envs, *obs_shape), np.float32)
+        self._raw_obs = np.zeros((c.num_steps, c.num_envs, *obs_shape), self._obs_dtype)
+        self._obs = np.zeros((c.num_envs, *obs_shape), self._obs_dtype)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)
         from rapidrl.envs.torch_envs import TorchVecEnv
@@ -154,7 +164,7 @@ class OnPolicyAlgorithm(Algorithm):
         c = self.config
         discrete = isinstance(self.action_space, gym.spaces.Discrete)
         return RolloutBuffer(c.num_steps, c.num_envs, self.observation_space.shape,
-                             () if discrete else self.action_space.shape,
+                             () if discrete else self.action_space.shape, obs_dtype=self._obs_dtype,
                              action_dtype=np.int64 if discrete else np.float32, device=c.device)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -165,9 +175,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     # -- acting ----------------------------------------------------------------------------------
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
-        if self.obs_normalizer is None:
-            return obs.astype(np.float32, copy=False)
-        return self.obs_normalizer(obs)
+        return normalized(self.obs_normalizer, obs, self._obs_dtype)
 
     def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         with torch.no_grad():

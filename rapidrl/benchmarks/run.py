@@ -35,6 +35,7 @@ SUITES = {
     "scale": "rapidrl.benchmarks.bench_scale",
     "offpolicy": "rapidrl.benchmarks.bench_offpolicy",
     "minatar": "rapidrl.benchmarks.bench_minatar",
+    "pixels": "rapidrl.benchmarks.bench_pixels",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

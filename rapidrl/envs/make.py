@@ -3,6 +3,8 @@
 - built-in ids (``list_builtin_envs()``) on the CPU -> ``BuiltinVecEnv`` (one Numba kernel), or
   ``MinAtarVecEnv`` for the MinAtar ids (``MinAtar/<Game>-v0|v1``; CPU only);
 - built-in ids on another device (or ``vectorization="torch"``) -> ``TorchVecEnv`` (PyTorch on the device);
+- Atari ids (``ALE/<Game>-v5``, ...) -> ``AtariVecEnv`` (ale-py's C++ vector env with the standard
+  preprocessing, ``rapidrl.envs.atari``; the "atari" extra);
 - any other Gymnasium id -> ``SyncVecEnv`` (in process) or ``SubprocVecEnv`` (worker processes).
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs, unknown_env_message
 from rapidrl.envs.minatar.ids import MINATAR_ENVS
 
-VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray")
+VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray", "ale")
 
 
 def _device_type(device) -> str:
@@ -45,6 +47,8 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
             another device and "sync" otherwise; or explicitly "numba", "torch" (built-ins, any device),
             "sync", "subprocess" or "ray" (any Gymnasium id, built-ins included; "ray" runs the envs in Ray
             actors, see ``rapidrl.dist.ray_vec.RayVecEnv`` for num_workers/max_restarts/actor_options).
+            Atari ids default to "ale": ``rapidrl.envs.atari.AtariVecEnv``, preprocessed (its keyword arguments
+            go in ``env_kwargs``); "sync"/"subprocess" give the raw Gymnasium env.
         autoreset_mode: "same_step" (default; final observation in ``info["final_obs"]``) or "next_step".
         copy: return copies instead of views of the env's preallocated outputs.
         **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
@@ -57,6 +61,15 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
     if vectorization is not None and vectorization not in VECTORIZATIONS:
         raise ValueError(f"vectorization must be None or one of {VECTORIZATIONS}, got {vectorization!r}")
     device_type = _device_type(device)
+    if vectorization in (None, "ale") and device_type == "cpu":
+        from rapidrl.envs.atari import is_atari_id
+
+        if is_atari_id(env_id):
+            from rapidrl.envs.atari import AtariVecEnv
+
+            return AtariVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+        if vectorization == "ale":
+            raise ValueError(f"vectorization='ale' needs an Atari id such as 'ALE/Breakout-v5', got {env_id!r}")
     builtin = env_id in list_builtin_envs()
     if vectorization is None:
         if builtin:

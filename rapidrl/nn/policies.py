@@ -3,6 +3,8 @@
 One call gives everything a rollout needs: ``ActorCritic.act(obs) -> (actions, log_probs, values)``; one
 call gives everything a PPO/A2C update needs: ``evaluate(obs, actions) -> (log_probs, entropy, values)``.
 Layer layout is plain ``nn.Linear`` stacks, so the fused rollout collector can read the weights zero-copy.
+With an image encoder (``rapidrl.nn.encoders``: the Nature or MinAtar CNN) the policy is a shared CNN trunk with
+linear actor and critic heads, and takes uint8 observations (``input_dtype``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+from rapidrl.nn.encoders import encoder_for, make_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 LOG_2PI = math.log(2.0 * math.pi)
@@ -49,7 +53,7 @@ def flat_obs_dim(space: gym.Space) -> int:
 
 
 class ActorCritic(nn.Module):
-    """MLP actor-critic for Discrete (categorical) and Box (diagonal Gaussian) action spaces.
+    """Actor-critic for Discrete (categorical) and Box (diagonal Gaussian) action spaces: MLPs, or a CNN trunk.
 
     Args:
         observation_space: a single env's Box observation space.
@@ -60,12 +64,17 @@ class ActorCritic(nn.Module):
         log_std_init: initial state-independent log standard deviation (Box only).
         squash: "clip" (sample unbounded Gaussian, clip to bounds in the env; log-prob of the raw sample)
             or "tanh" (tanh-squashed Gaussian scaled to the bounds, log-prob with the Jacobian term).
+        encoder: "auto" (a CNN for uint8 [C, H, W] observations, else MLPs), "mlp", "nature" or "minatar"
+            (``rapidrl.nn.encoders.encoder_for``). With a CNN the trunk is the CNN, shared by a linear actor head
+            (gain 0.01) and a linear critic head (gain 1) as in CleanRL's ppo_atari; ``hidden``, ``shared`` and
+            ``activation`` then do not apply, and observations go in as stored (uint8 [B, C, H, W]).
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
                  *, shared: bool = False, activation: str = "tanh", log_std_init: float = 0.0,
-                 squash: str = "clip"):
+                 squash: str = "clip", encoder: str = "auto"):
         super().__init__()
+        self.encoder_kind = encoder_for(observation_space, encoder)
         obs_dim = flat_obs_dim(observation_space)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
@@ -80,7 +89,16 @@ class ActorCritic(nn.Module):
             raise ValueError("hidden must name at least one layer size")
         self.obs_dim, self.action_dim, self.shared, self.squash = obs_dim, out_dim, shared, squash
         self.hidden, self.activation = tuple(int(h) for h in hidden), activation
-        if shared:
+        self.input_dtype = np.dtype(np.float32)
+        """dtype the policy takes observations in (uint8 for a CNN on a uint8 space; float32 otherwise)."""
+        if self.encoder_kind != "mlp":
+            self.shared = True
+            self.trunk = make_encoder(observation_space, self.encoder_kind)
+            self.actor = orthogonal_init(nn.Linear(self.trunk.out_dim, out_dim), 0.01)
+            self.critic = orthogonal_init(nn.Linear(self.trunk.out_dim, 1), 1.0)
+            if observation_space.dtype == np.uint8:
+                self.input_dtype = np.dtype(np.uint8)
+        elif shared:
             self.trunk = mlp(obs_dim, hidden, None, activation)
             self.actor = orthogonal_init(nn.Linear(hidden[-1], out_dim), 0.01)
             self.critic = orthogonal_init(nn.Linear(hidden[-1], 1), 1.0)

@@ -18,16 +18,28 @@ from rapidrl.nn.policies import LOG_2PI, mlp, orthogonal_init
 
 
 class QNetwork(nn.Module):
-    """Q values of every discrete action: obs [B, O] -> [B, A].
+    """Q values of every discrete action: obs [B, O] -> [B, A] (or obs [B, C, H, W] with a CNN ``encoder``).
 
     dueling: Q(s, a) = V(s) + A(s, a) - mean_a A(s, a) with separate value and advantage heads on a
     shared trunk (Wang et al. 2016); else one MLP.
+    encoder: a CNN encoder (``rapidrl.nn.encoders``, features [B, F]); the heads are then linear layers on its
+    features (plain: one [F, A] layer as in Mnih et al. 2015; dueling: a [F, 1] value and a [F, A] advantage
+    layer) and ``obs_dim``/``hidden`` are not used.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, dueling: bool = False):
+    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, dueling: bool = False,
+                 encoder: nn.Module | None = None):
         super().__init__()
         self.dueling = dueling
-        if dueling:
+        self.has_encoder = encoder is not None
+        if encoder is not None:
+            if dueling:
+                self.trunk = encoder
+                self.value = orthogonal_init(nn.Linear(encoder.out_dim, 1), 1.0)
+                self.advantage = orthogonal_init(nn.Linear(encoder.out_dim, num_actions), 1.0)
+            else:
+                self.net = nn.Sequential(encoder, orthogonal_init(nn.Linear(encoder.out_dim, num_actions), 1.0))
+        elif dueling:
             self.trunk = mlp(obs_dim, hidden[:-1], None, "relu")
             width = hidden[-2] if len(hidden) > 1 else obs_dim
             self.value = mlp(width, hidden[-1:], 1, "relu")

@@ -278,7 +278,9 @@ class Algorithm:
             return self._eval_env
         if self.env_id is None:
             raise ValueError("evaluate() needs eval_env=... when the model was built from an env without an id")
-        self._eval_env = _make_env(self.env_id, n, self.seed + 10_000, "cpu", self.env_kwargs)
+        # an env class may name the settings of its evaluation env (Atari: no episodic life, unclipped rewards)
+        kwargs = {**self.env_kwargs, **getattr(self.env, "eval_overrides", {})}
+        self._eval_env = _make_env(self.env_id, n, self.seed + 10_000, "cpu", kwargs)
         return self._eval_env
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> tuple[float, float]:

@@ -38,12 +38,14 @@ import torch
 from rapidrl.buffers import RolloutBuffer
 from rapidrl.train.timing import PhaseTimer
 
-__all__ = ["AsyncCollector", "Rollout", "StepCollector", "WeightMailbox"]
+__all__ = ["AsyncCollector", "Rollout", "StepCollector", "WeightMailbox", "normalized"]
 
 
-def _normalized(normalizer, obs: np.ndarray) -> np.ndarray:
-    """Observations as the policy sees them: normalized with ``normalizer`` (if any), float32."""
-    return obs.astype(np.float32, copy=False) if normalizer is None else normalizer(obs)
+def normalized(normalizer, obs: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """Observations as the policy sees them: normalized with ``normalizer`` (if any, float32), else in the
+    policy's input ``dtype`` (``ActorCritic.input_dtype``: float32, or uint8 frames for a CNN, passed through
+    without a copy)."""
+    return obs.astype(dtype, copy=False) if normalizer is None else normalizer(obs)
 
 
 class StepCollector:
@@ -57,22 +59,26 @@ class StepCollector:
         self.env, self.policy, self.num_steps, self.device = env, policy, num_steps, device
         self.timer = timer if timer is not None else PhaseTimer()
         self.final_values = np.zeros(env.num_envs, np.float32)
+        self.input_dtype = getattr(policy, "input_dtype", np.float32)
 
     def collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int | None
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Fill ``buffer`` with ``num_steps`` steps from ``obs`` [N, O] (updated in place to the last obs).
+        """Fill ``buffer`` with ``num_steps`` steps from ``obs`` [N, *obs_shape] (updated in place to the last obs).
+
+        Per step: one batched policy forward on ``torch.from_numpy`` of the observations (uint8 frames for a CNN
+        policy: no conversion, no copy before the network), one env step, one buffer write; no per-env Python.
 
         seed: reseeds torch's global generator (the policy samples from it) first; None leaves it.
         Returns (returns, lengths) of the episodes that ended.
         """
         if seed is not None:
             torch.manual_seed(seed)
-        timer, policy, final_values = self.timer, self.policy, self.final_values
+        timer, policy, final_values, dtype = self.timer, self.policy, self.final_values, self.input_dtype
         ended_r, ended_l = [], []
         buffer.reset()
         for t in range(self.num_steps):
             with timer.phase("policy"):
-                obs_n = _normalized(obs_normalizer, obs)
+                obs_n = normalized(obs_normalizer, obs, dtype)
                 with torch.no_grad():
                     raw, logp, values = policy.act(torch.from_numpy(obs_n).to(self.device))
                     env_actions = policy.to_env_action(raw).cpu().numpy()
@@ -82,7 +88,7 @@ class StepCollector:
                 final_values.fill(0.0)
                 bootstrap = truncated & ~terminated
                 if bootstrap.any():
-                    final = _normalized(obs_normalizer, info["final_obs"][bootstrap])
+                    final = normalized(obs_normalizer, info["final_obs"][bootstrap], dtype)
                     with torch.no_grad():
                         final_values[bootstrap] = policy.value(torch.from_numpy(final).to(self.device)).cpu().numpy()
                 buffer.add(obs_n, raw, logp, values, rewards, terminated, truncated, final_values)
@@ -183,8 +189,8 @@ class AsyncCollector:
         self.slots = []
         for _ in range(2):
             buf = make_buffer()
-            self.slots.append(Rollout(buf, np.zeros((buf.num_steps, *obs.shape), np.float32),
-                                      np.zeros(obs.shape, np.float32), np.zeros(n, np.float32)))
+            self.slots.append(Rollout(buf, np.zeros((buf.num_steps, *obs.shape), obs.dtype),
+                                      np.zeros(obs.shape, obs.dtype), np.zeros(n, np.float32)))
         self._next_slot = 0
         self._jobs: queue.Queue = queue.Queue()
         self._done: queue.Queue = queue.Queue()
@@ -255,7 +261,7 @@ class AsyncCollector:
         norm = self.behaviour_normalizer
         slot.ep_returns, slot.ep_lengths = self.collector.collect(slot.buffer, self.obs, slot.raw_obs, norm, seed)
         slot.ep_returns, slot.ep_lengths = slot.ep_returns.copy(), slot.ep_lengths.copy()  # fused: reused arrays
-        np.copyto(slot.last_obs, _normalized(norm, self.obs))
+        np.copyto(slot.last_obs, normalized(norm, self.obs, self.obs.dtype))
         with torch.no_grad():
             last = torch.from_numpy(slot.last_obs).to(slot.buffer.device)
             slot.last_values[:] = self.behaviour.value(last).cpu().numpy()

@@ -78,8 +78,24 @@ def env_slug(env_id: str) -> str:
     return re.sub(r"[^a-z0-9]", "", re.sub(r"-v\d+$", "", env_id.lower()))
 
 
+def env_family(env_id: str) -> str | None:
+    """"atari" for ALE ids (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``), "minatar" for ``MinAtar/<Game>-v*``,
+    else None: a family preset (``<algo>_atari.toml``) applies to every game of the family."""
+    if env_id.startswith("ALE/") or env_id.endswith(("NoFrameskip-v4", "NoFrameskip-v0")):
+        return "atari"
+    if env_id.startswith("MinAtar/"):
+        return "minatar"
+    return None
+
+
 def preset_path(algo: str, env_id: str) -> Path:
-    return PRESETS_DIR / f"{algo}_{env_slug(env_id)}.toml"
+    """``configs/<algo>_<env slug>.toml``; when that file does not exist and the env belongs to a family
+    (``env_family``), ``configs/<algo>_<family>.toml``."""
+    path = PRESETS_DIR / f"{algo}_{env_slug(env_id)}.toml"
+    family = env_family(env_id)
+    if family is not None and not path.is_file():
+        return PRESETS_DIR / f"{algo}_{family}.toml"
+    return path
 
 
 def list_presets() -> list[Path]:
@@ -268,6 +284,18 @@ def check_env_id(env_id: str) -> None:
     builtin = list_builtin_envs()
     if env_id in builtin or env_id in gym.registry:
         return
+    if env_family(env_id) == "atari":  # ale-py registers its ids on import
+        from rapidrl.envs.atari import is_atari_id
+
+        if is_atari_id(env_id):
+            try:
+                import ale_py
+
+                gym.register_envs(ale_py)
+            except ImportError:
+                raise ConfigError(f"{env_id!r} needs the Atari extra: pip install 'rapidrl[atari]'") from None
+            if env_id in gym.registry:
+                return
     close = difflib.get_close_matches(env_id, [*builtin, *gym.registry], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(f"unknown env {env_id!r}; {hint}built-in envs: {', '.join(builtin)} (or any Gymnasium id)")

@@ -1,0 +1,176 @@
+"""Pixels suite: Atari frames/s by vectorization engine, and PPO on Atari end to end against Stable-Baselines3.
+
+Env cases (``atari_step/Breakout/<n>``, n = 8, 16, 32): one call is one agent step of all n games with the
+standard preprocessing (frame skip 4 with max-pool, 84x84 gray, 4-frame stack, 30 no-op resets, sticky actions
+0.25 as ``ALE/Breakout-v5``), a fixed random action array; frames/s counts emulator frames (4 per agent step).
+Contenders, each at its own best thread setting (the C++ pools at one thread per core):
+
+- ``rapidrl``: ``rapidrl.make_vec("ALE/Breakout-v5", n)``, the default (``AtariVecEnv`` on ale-py's vector env,
+  episodic life and reward clipping done in NumPy to keep the real scores);
+- ``ale_py``: ``ale_py.vector_env.AtariVectorEnv`` alone (the engine underneath: the limit);
+- ``envpool``: ``envpool.make("Breakout-v5", env_type="gymnasium", ...)`` with the same settings;
+- ``gymnasium``: ``gymnasium.vector.AsyncVectorEnv`` of n processes running ``AtariPreprocessing`` +
+  ``FrameStackObservation`` (what a Gymnasium user writes).
+
+End to end (``extras``): PPO at CleanRL's ppo_atari setting (8 envs x 128 steps, 4 epochs of 4 minibatches,
+Nature CNN) on Breakout, rapidrl (``configs/ppo_atari.toml``) against SB3's ``PPO("CnnPolicy")`` on
+``make_atari_env`` + ``VecFrameStack(4)`` (its standard Atari pipeline), each run in its own process at 1 torch
+thread and at all cores, warm-up apart; SPS = agent steps per second of the measured ``learn`` call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from rapidrl.benchmarks.harness import Case, Context
+
+REPEATS = {"quick": 5, "full": 15}
+SIZES = (8, 16, 32)
+GAME, ENV_ID, ENVPOOL_ID = "breakout", "ALE/Breakout-v5", "Breakout-v5"
+FRAME_SKIP = 4
+
+
+def _gymnasium_async(n: int):
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+
+    def make():
+        import ale_py
+        import gymnasium as gym
+
+        gym.register_envs(ale_py)
+        env = gym.make(ENV_ID, frameskip=1, repeat_action_probability=0.25)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=FRAME_SKIP, screen_size=84,
+                                              terminal_on_life_loss=False, grayscale_obs=True)
+        return gym.wrappers.FrameStackObservation(env, 4)
+
+    return gym.vector.AsyncVectorEnv([make] * n)
+
+
+def _case(ctx: Context, n: int) -> Case:
+    case = Case(f"atari_step/Breakout/{n}", {}, params={"env": ENV_ID, "num_envs": n}, items_per_call=n * FRAME_SKIP,
+                item_unit="frames")
+    actions = np.random.default_rng(0).integers(0, 4, n)  # [n] int64, Breakout's minimal action set
+    make_vec = ctx.rapidrl("make_vec")
+    if make_vec is not None:
+        env = make_vec(ENV_ID, n, seed=0)
+        env.reset(seed=0)
+        case.contenders["rapidrl"] = lambda: env.step(actions)
+        case.teardown.append(env.close)
+    ale_py = ctx.peer("ale_py")
+    if ale_py is not None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        raw = AtariVectorEnv(GAME, n, repeat_action_probability=0.25, autoreset_mode="SameStep", episodic_life=True,
+                             reward_clipping=True)
+        raw.reset(seed=0)
+        case.contenders["ale_py"] = lambda: raw.step(actions)
+        case.teardown.append(raw.close)
+    envpool = ctx.peer("envpool")
+    if envpool is not None:
+        pool = envpool.make(ENVPOOL_ID, env_type="gymnasium", num_envs=n, seed=0, repeat_action_probability=0.25,
+                            episodic_life=True, reward_clip=True)
+        pool.reset()
+        actions32 = actions.astype(np.int32)
+        case.contenders["envpool"] = lambda: pool.step(actions32)
+        case.teardown.append(pool.close)
+    if ctx.peer("gymnasium") is not None:
+        vec = _gymnasium_async(n)
+        vec.reset(seed=0)
+        case.contenders["gymnasium/async"] = lambda: vec.step(actions)
+        case.teardown.append(vec.close)
+    return case
+
+
+def cases(ctx: Context) -> Iterator[Case]:
+    for n in SIZES:
+        yield _case(ctx, n)
+
+
+# -- end to end -------------------------------------------------------------------------------------
+CLEANRL = dict(num_envs=8, num_steps=128, update_epochs=4, minibatch_size=256, learning_rate=2.5e-4, clip_coef=0.1,
+               ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95)
+
+
+def _rapidrl_ppo(steps: int, seed: int, threads: int):
+    import rapidrl as rr
+
+    model = rr.PPO(ENV_ID, seed=seed, torch_threads=threads, **CLEANRL)
+    t0 = time.perf_counter()
+    model.learn(steps, progress_bar=False)
+    wall = time.perf_counter() - t0
+    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    model.env.close()
+    return wall, phases
+
+
+def _sb3_ppo(steps: int, seed: int):
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    c = CLEANRL
+    env = VecFrameStack(make_atari_env(ENV_ID, n_envs=c["num_envs"], seed=seed, env_kwargs={"frameskip": 1}), 4)
+    model = PPO("CnnPolicy", env, n_steps=c["num_steps"], batch_size=c["minibatch_size"], n_epochs=c["update_epochs"],
+                learning_rate=c["learning_rate"], clip_range=c["clip_coef"], ent_coef=c["ent_coef"],
+                vf_coef=c["vf_coef"], max_grad_norm=c["max_grad_norm"], gamma=c["gamma"], gae_lambda=c["gae_lambda"],
+                seed=seed, device="cpu", verbose=0)
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    env.close()
+    return wall, {}
+
+
+def job_ppo_atari(lib: str, steps: int, seed: int) -> dict:
+    """One contender's run in its own process (``isolated.run_isolated``): a one-rollout warm-up (timed apart),
+    then ``steps`` agent steps. Returns {"sps", "wall_s", "warmup_s", "phases"}."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if lib == "rapidrl":
+        def run(n, s):
+            return _rapidrl_ppo(n, s, threads)
+    elif lib == "sb3":
+        run = _sb3_ppo
+    else:
+        raise ValueError(f"unknown contender {lib!r}")
+    t0 = time.perf_counter()
+    run(CLEANRL["num_envs"] * CLEANRL["num_steps"], 99)
+    warmup = time.perf_counter() - t0
+    wall, phases = run(steps, seed)
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": phases}
+
+
+def extras(ctx: Context):
+    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated, thread_counts
+
+    rollout = CLEANRL["num_envs"] * CLEANRL["num_steps"]
+    steps = 2 * rollout if ctx.quick else 12 * rollout  # 12 rollouts = 12,288 agent steps = 49,152 frames
+    libs = ["rapidrl"] + (["sb3"] if ctx.peer("sb3") is not None else [])
+    target = f"{__name__}:job_ppo_atari"
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
+                                                         torch_threads=t)) for lib in libs}
+    results = interleaved(jobs, [0], thread_counts())
+    _, base = best_by_threads(results["rapidrl"])
+    case = f"PPO ALE/Breakout-v5 {steps} agent steps ({4 * steps} frames; 8 envs x 128, 4 epochs, mb 256)"
+    rows = []
+    for lib, by_threads in results.items():
+        best_t, best = best_by_threads(by_threads)
+        for t, runs in sorted(by_threads.items()):
+            rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
+                         "SPS (median)": f"{statistics.median(r['sps'] for r in runs):,.0f}",
+                         "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
+                         "rapidrl speedup (best vs best)": (f"{base / best:.2f}x" if lib != "rapidrl" else "1.00x")
+                         if t == best_t else "",
+                         "phases": str(runs[0]["phases"]) if runs[0]["phases"] else ""})
+    return "PPO on Atari end to end (each run in its own process; threads and contenders interleaved)", rows

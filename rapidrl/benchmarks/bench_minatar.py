@@ -12,6 +12,7 @@ Breakout at 8, 64 and 512 envs (the issue's targets), the other games at 512.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -83,3 +84,90 @@ def cases(ctx: Context) -> Iterator[Case]:
         yield _case(ctx, "Breakout", n)
     for game in OTHER_GAMES:
         yield _case(ctx, game, OTHER_SIZE)
+
+
+# -- end to end -------------------------------------------------------------------------------------
+E2E_ENV = "MinAtar/Breakout-v1"
+
+
+def _preset() -> dict:
+    from rapidrl.train.rundir import preset_path, read_toml
+
+    return read_toml(preset_path("ppo", E2E_ENV))["algo"]
+
+
+def _rapidrl_ppo(steps: int, seed: int):
+    import torch
+
+    import rapidrl as rr
+
+    model = rr.PPO(E2E_ENV, seed=seed, torch_threads=torch.get_num_threads(), **_preset())
+    t0 = time.perf_counter()
+    model.learn(steps, progress_bar=False)
+    wall = time.perf_counter() - t0
+    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    return wall, phases
+
+
+def _sb3_ppo(steps: int, seed: int):
+    """SB3's PPO with the same hyperparameters and the same network (the MinAtar CNN as a features extractor:
+    SB3's NatureCNN needs images of at least 36 pixels), on the ``minatar`` package's Gymnasium envs."""
+    import gymnasium as gym
+    import minatar.gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class MinAtarCNN(BaseFeaturesExtractor):
+        def __init__(self, space: gym.spaces.Box):
+            super().__init__(space, features_dim=128)
+            c = space.shape[2]  # the package's frames are [10, 10, C]
+            self.net = torch.nn.Sequential(torch.nn.Conv2d(c, 16, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                           torch.nn.Linear(16 * 8 * 8, 128), torch.nn.ReLU())
+
+        def forward(self, obs):
+            return self.net(obs.permute(0, 3, 1, 2).float())
+
+    minatar.gym.register_envs()  # MinAtar/<Game>-v1 in Gymnasium's registry
+    p = _preset()
+    env = make_vec_env(E2E_ENV, n_envs=p["num_envs"], seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=p["num_steps"], batch_size=p["minibatch_size"], n_epochs=p["update_epochs"],
+                learning_rate=p["learning_rate"], clip_range=p["clip_coef"], ent_coef=p["ent_coef"],
+                gamma=p["gamma"], gae_lambda=p["gae_lambda"], seed=seed, device="cpu", verbose=0,
+                policy_kwargs={"features_extractor_class": MinAtarCNN, "net_arch": {"pi": [], "vf": []}})
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    env.close()
+    return wall, {}
+
+
+def job_ppo_minatar(lib: str, steps: int, seed: int) -> dict:
+    """One contender's run in its own process: a one-rollout warm-up (timed apart), then ``steps`` env steps."""
+    run = {"rapidrl": _rapidrl_ppo, "sb3": _sb3_ppo}.get(lib)
+    if run is None:
+        raise ValueError(f"unknown contender {lib!r}")
+    p = _preset()
+    t0 = time.perf_counter()
+    run(p["num_envs"] * p["num_steps"], 99)
+    warmup = time.perf_counter() - t0
+    wall, phases = run(steps, seed)
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": phases}
+
+
+def extras(ctx: Context):
+    """PPO on MinAtar Breakout end to end at the preset (32 envs x 64, 4 epochs of 512), rapidrl vs SB3."""
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
+
+    p = _preset()
+    rollout = p["num_envs"] * p["num_steps"]
+    steps = 2 * rollout if ctx.quick else 25 * rollout
+    libs = ["rapidrl"] + (["sb3"] if ctx.peer("sb3") is not None and ctx.peer("minatar") is not None else [])
+    target = f"{__name__}:job_ppo_minatar"
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
+                                                         torch_threads=t)) for lib in libs}
+    results = interleaved(jobs, [0], thread_counts())
+    case = f"PPO {E2E_ENV} {steps} steps (preset: 32 envs x 64, 4 epochs, mb 512, MinAtar CNN)"
+    return "PPO on MinAtar end to end (each run in its own process; threads and contenders interleaved)", \
+        sps_rows(case, results)

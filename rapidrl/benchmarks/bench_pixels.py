@@ -20,7 +20,6 @@ thread and at all cores, warm-up apart; SPS = agent steps per second of the meas
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterator
 
@@ -152,7 +151,7 @@ def job_ppo_atari(lib: str, steps: int, seed: int) -> dict:
 
 
 def extras(ctx: Context):
-    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated, thread_counts
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
 
     rollout = CLEANRL["num_envs"] * CLEANRL["num_steps"]
     steps = 2 * rollout if ctx.quick else 12 * rollout  # 12 rollouts = 12,288 agent steps = 49,152 frames
@@ -161,16 +160,6 @@ def extras(ctx: Context):
     jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
                                                          torch_threads=t)) for lib in libs}
     results = interleaved(jobs, [0], thread_counts())
-    _, base = best_by_threads(results["rapidrl"])
     case = f"PPO ALE/Breakout-v5 {steps} agent steps ({4 * steps} frames; 8 envs x 128, 4 epochs, mb 256)"
-    rows = []
-    for lib, by_threads in results.items():
-        best_t, best = best_by_threads(by_threads)
-        for t, runs in sorted(by_threads.items()):
-            rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
-                         "SPS (median)": f"{statistics.median(r['sps'] for r in runs):,.0f}",
-                         "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
-                         "rapidrl speedup (best vs best)": (f"{base / best:.2f}x" if lib != "rapidrl" else "1.00x")
-                         if t == best_t else "",
-                         "phases": str(runs[0]["phases"]) if runs[0]["phases"] else ""})
+    rows = sps_rows(case, results)
     return "PPO on Atari end to end (each run in its own process; threads and contenders interleaved)", rows

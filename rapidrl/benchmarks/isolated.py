@@ -95,3 +95,20 @@ def _child(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _child(sys.argv[1:])
+
+
+def sps_rows(case: str, results: dict[str, dict[int, list[dict]]]) -> list[dict]:
+    """Report rows of end-to-end runs (``interleaved`` output whose results hold ``sps``, ``warmup_s`` and
+    ``phases``): one row per contender and thread count, the speedup of rapidrl's best over each peer's best."""
+    _, base = best_by_threads(results["rapidrl"])
+    rows = []
+    for lib, by_threads in results.items():
+        best_t, best = best_by_threads(by_threads)
+        for t, runs in sorted(by_threads.items()):
+            rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
+                         "SPS (median)": f"{statistics.median(r['sps'] for r in runs):,.0f}",
+                         "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
+                         "rapidrl speedup (best vs best)": (f"{base / best:.2f}x" if lib != "rapidrl" else "1.00x")
+                         if t == best_t else "",
+                         "phases": str(runs[0].get("phases") or "")})
+    return rows

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs, unknown_env_message
 from rapidrl.envs.minatar.ids import MINATAR_ENVS
 
-VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray", "ale")
+VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray", "ale", "mujoco")
 
 
 def _device_type(device) -> str:
@@ -48,7 +48,9 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
             "sync", "subprocess" or "ray" (any Gymnasium id, built-ins included; "ray" runs the envs in Ray
             actors, see ``rapidrl.dist.ray_vec.RayVecEnv`` for num_workers/max_restarts/actor_options).
             Atari ids default to "ale": ``rapidrl.envs.atari.AtariVecEnv``, preprocessed (its keyword arguments
-            go in ``env_kwargs``); "sync"/"subprocess" give the raw Gymnasium env.
+            go in ``env_kwargs``); "sync"/"subprocess" give the raw Gymnasium env. MuJoCo v5 ids default to
+            "mujoco" when the ``mujoco`` package is installed: ``rapidrl.envs.mujoco.MujocoVecEnv``, all envs
+            stepped per call, equal to Gymnasium's env step by step.
         autoreset_mode: "same_step" (default; final observation in ``info["final_obs"]``) or "next_step".
         copy: return copies instead of views of the env's preallocated outputs.
         **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
@@ -70,6 +72,16 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
             return AtariVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
         if vectorization == "ale":
             raise ValueError(f"vectorization='ale' needs an Atari id such as 'ALE/Breakout-v5', got {env_id!r}")
+    if vectorization in (None, "mujoco") and device_type == "cpu":
+        from rapidrl.envs.mujoco import is_mujoco_id, mujoco_available
+
+        if is_mujoco_id(env_id) and mujoco_available():
+            from rapidrl.envs.mujoco import MujocoVecEnv
+
+            return MujocoVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+        if vectorization == "mujoco":
+            raise ValueError(f"vectorization='mujoco' needs a MuJoCo v5 id such as 'HalfCheetah-v5' and the mujoco "
+                             f"package (pip install 'rapidrl[mujoco]'), got {env_id!r}")
     builtin = env_id in list_builtin_envs()
     if vectorization is None:
         if builtin:

@@ -86,6 +86,22 @@ def test_threads_give_the_same_result_as_one():
     a.close(), b.close()
 
 
+def test_ctypes_calls_equal_the_bindings():
+    """The GIL-free ctypes path (the default) against the ``mujoco`` bindings' calls: identical states."""
+    a = MujocoVecEnv("Humanoid-v5", 4, seed=5)
+    b = MujocoVecEnv("Humanoid-v5", 4, seed=5)
+    assert a._lib is not None
+    b._lib = None
+    a.reset(), b.reset()
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        act = _actions(a.single_action_space, rng)[:1].repeat(4, 0)
+        oa, ra, *_ = a.step(act)
+        ob, rb, *_ = b.step(act)
+        np.testing.assert_array_equal(oa, ob)
+        np.testing.assert_array_equal(ra, rb)
+
+
 def test_kwargs_are_forwarded_like_gymnasium():
     kw = dict(ctrl_cost_weight=0.5, reset_noise_scale=0.2, forward_reward_weight=2.0)
     ours = MujocoVecEnv("HalfCheetah-v5", 1, seed=1, **kw)

@@ -35,6 +35,7 @@ SUITES = {
     "scale": "rapidrl.benchmarks.bench_scale",
     "offpolicy": "rapidrl.benchmarks.bench_offpolicy",
     "minatar": "rapidrl.benchmarks.bench_minatar",
+    "mujoco": "rapidrl.benchmarks.bench_mujoco",
     "pixels": "rapidrl.benchmarks.bench_pixels",
 }
 

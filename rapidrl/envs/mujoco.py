@@ -2,9 +2,9 @@
 
 ``MujocoVecEnv("HalfCheetah-v5", N)`` steps all N simulations per call (``mj_step`` with the task's frame skip,
 then ``mj_rnePostConstraint``, exactly Gymnasium's ``MujocoEnv.do_simulation``), spread over a thread pool
-(MuJoCo releases the GIL inside ``mj_step``), and computes observations, rewards, terminations and the info
-reward terms of all envs at once in NumPy, in the order Gymnasium's ``*_v5.py`` computes them, so that they
-are equal to Gymnasium's (``tests/test_envs_mujoco.py`` compares every step of every task).
+(libmujoco called through ctypes, which releases the GIL; the ``mujoco`` bindings' ``mj_step`` holds it), and
+computes observations, rewards, terminations and the info reward terms of all envs at once in NumPy, in the
+order Gymnasium's ``*_v5.py`` computes them, so that they are equal to Gymnasium's (``tests/test_envs_mujoco.py`` compares every step of every task).
 
 Tasks: HalfCheetah, Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher,
 Swimmer, Pusher (``-v5``). Each task's v5 keyword arguments (``ctrl_cost_weight``, ``reset_noise_scale``,
@@ -24,6 +24,8 @@ envs that reset in this step). Episodes are truncated at the registered ``max_ep
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +47,27 @@ def mujoco_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+@functools.cache
+def _c_library():
+    """libmujoco through ctypes, whose calls release the GIL (the ``mujoco`` bindings' ``mj_step`` holds it:
+    two Python threads stepping MjData ran no faster than one). None where the library or the objects'
+    ``_address`` are not found; the bindings are used then."""
+    import mujoco
+
+    found = sorted(Path(mujoco.__file__).parent.glob("libmujoco.so*")) + \
+        sorted(Path(mujoco.__file__).parent.glob("libmujoco*.dylib"))
+    if not found or not hasattr(mujoco.MjData, "_address"):
+        return None
+    try:
+        lib = ctypes.CDLL(str(found[0]))
+    except OSError:
+        return None
+    for name in ("mj_step", "mj_rnePostConstraint"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        getattr(lib, name).restype = None
+    return lib
 
 
 def _assets() -> Path:
@@ -478,6 +501,9 @@ class MujocoVecEnv(VecEnvBase):
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         n = int(num_envs)
         self.datas = [mujoco.MjData(self.model) for _ in range(n)]
+        self._lib = _c_library()
+        self._model_ptr = self.model._address if self._lib is not None else None
+        self._data_ptrs = [d._address for d in self.datas] if self._lib is not None else []
         self.init_qpos = self.datas[0].qpos.ravel().copy()
         self.init_qvel = self.datas[0].qvel.ravel().copy()
         self.s = {f: np.zeros((n, *np.shape(getattr(self.datas[0], f))), np.float64) for f in self.task.fields}
@@ -512,12 +538,19 @@ class MujocoVecEnv(VecEnvBase):
             arr[i] = getattr(d, f)
 
     def _step_range(self, bounds: tuple[int, int]) -> None:
-        mj, model, ctrl, skip = self._mj, self.model, self._ctrl, self.frame_skip
+        """Step envs [lo, hi): Gymnasium's ``do_simulation`` (frame_skip x ``mj_step``, ``mj_rnePostConstraint``)."""
+        mj, model, ctrl, skip, lib = self._mj, self.model, self._ctrl, self.frame_skip, self._lib
         for i in range(*bounds):
             d = self.datas[i]
             d.ctrl[:] = ctrl[i]
-            mj.mj_step(model, d, nstep=skip)
-            mj.mj_rnePostConstraint(model, d)
+            if lib is None:
+                mj.mj_step(model, d, nstep=skip)
+                mj.mj_rnePostConstraint(model, d)
+            else:  # the same calls through ctypes, without the GIL
+                m_ptr, d_ptr = self._model_ptr, self._data_ptrs[i]
+                for _ in range(skip):
+                    lib.mj_step(m_ptr, d_ptr)
+                lib.mj_rnePostConstraint(m_ptr, d_ptr)
             self._gather(i)
 
     def _reset_env(self, i: int) -> None:

@@ -4,7 +4,8 @@
 then ``mj_rnePostConstraint``, exactly Gymnasium's ``MujocoEnv.do_simulation``), spread over a thread pool
 (libmujoco called through ctypes, which releases the GIL; the ``mujoco`` bindings' ``mj_step`` holds it), and
 computes observations, rewards, terminations and the info reward terms of all envs at once in NumPy, in the
-order Gymnasium's ``*_v5.py`` computes them, so that they are equal to Gymnasium's (``tests/test_envs_mujoco.py`` compares every step of every task).
+order Gymnasium's ``*_v5.py`` computes them, so that they are equal to Gymnasium's
+(``tests/test_envs_mujoco.py`` compares every step of every task).
 
 Tasks: HalfCheetah, Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher,
 Swimmer, Pusher (``-v5``). Each task's v5 keyword arguments (``ctrl_cost_weight``, ``reset_noise_scale``,

@@ -155,3 +155,17 @@ def test_render_gives_an_image_or_says_what_is_missing():
     else:
         assert frame.shape == (480, 480, 3) and frame.dtype == np.uint8 and frame.any()
     env.close()
+
+
+def test_docs_examples_run():
+    """Every python block of docs/mujoco.md runs, in order, in one namespace."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "mujoco.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) >= 2
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/mujoco.md", "exec"), ns)
+    assert type(ns["envs"]).__name__ == "MujocoVecEnv" and ns["sac"].num_timesteps == 512

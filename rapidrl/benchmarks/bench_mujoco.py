@@ -16,6 +16,7 @@ steps, as in training. Contenders:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -88,3 +89,61 @@ def cases(ctx: Context) -> Iterator[Case]:
     for env_id in TASKS:
         for n in SIZES:
             yield _case(ctx, env_id, n)
+
+
+# -- end to end -------------------------------------------------------------------------------------
+SAC_ENV = "HalfCheetah-v5"
+SAC_ZOO = dict(learning_rate=3e-4, batch_size=256, buffer_size=1_000_000, gamma=0.99, tau=0.005)
+"""rl-zoo3's SAC on HalfCheetah (SB3 defaults, 256x256, 1 env); learning_starts is set per run."""
+
+
+def _sac(lib: str, seed: int, learning_starts: int):
+    if lib == "rapidrl":
+        from rapidrl.algos.sac import SAC
+
+        return SAC(SAC_ENV, seed=seed, hidden=(256, 256), learning_starts=learning_starts, torch_threads=None,
+                   **SAC_ZOO)
+    if lib == "sb3":
+        from stable_baselines3 import SAC
+
+        return SAC("MlpPolicy", SAC_ENV, seed=seed, device="cpu", policy_kwargs=dict(net_arch=[256, 256]),
+                   learning_starts=learning_starts, **SAC_ZOO)
+    if lib == "rlox":
+        from rlox.algorithms.sac import SAC
+
+        return SAC(SAC_ENV, seed=seed, hidden=256, learning_starts=learning_starts, **SAC_ZOO)
+    raise ValueError(f"unknown contender {lib!r}")
+
+
+def job_sac(lib: str, learning_starts: int, steps: int, seed: int) -> dict:
+    """One library in a fresh process: a short warm-up run (compilation, first allocations; timed apart), a run
+    of ``learning_starts`` random steps alone, then a run of ``learning_starts + steps``; SPS of the learning
+    phase = steps / (difference of the two walls)."""
+    from rapidrl.benchmarks.bench_offpolicy import train
+
+    t0 = time.perf_counter()
+    train(lib, _sac(lib, seed + 99, 100), 200)
+    warmup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    train(lib, _sac(lib, seed, learning_starts), learning_starts)
+    random_wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    train(lib, _sac(lib, seed, learning_starts), learning_starts + steps)
+    wall = time.perf_counter() - t0
+    return {"sps": steps / max(wall - random_wall, 1e-9), "wall_s": wall, "warmup_s": warmup,
+            "phases": {"random_phase_s": round(random_wall, 2)}}
+
+
+def extras(ctx: Context):
+    """SAC HalfCheetah-v5 at rl-zoo3's setting: rapidrl vs SB3 vs rlox, each in its own process, best threads."""
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
+
+    starts, steps = (1_000, 1_000) if ctx.quick else (10_000, 5_000)
+    libs = ["rapidrl"] + [p for p in ("sb3", "rlox") if ctx.peer(p) is not None]
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(
+        f"{__name__}:job_sac", {"lib": lib, "learning_starts": starts, "steps": steps, "seed": seed},
+        torch_threads=t)) for lib in libs}
+    results = interleaved(jobs, [0], thread_counts())
+    case = f"SAC {SAC_ENV}: {steps} learning steps after {starts} random (batch 256, 256x256, 1 env)"
+    return ("SAC on MuJoCo end to end (SPS of the learning phase; each in its own process; threads interleaved)",
+            sps_rows(case, results))

@@ -74,8 +74,9 @@ def check_spaces(env: gym.Env, index: int, reference: gym.Env | None = None) -> 
     if not isinstance(obs_space, SUPPORTED_OBS_SPACES):
         raise TypeError(
             f"env {index}: observation space {obs_space} is not supported; rapidrl vector envs need a "
-            "fixed-shape array observation (Box, Discrete, MultiDiscrete, MultiBinary). Flatten it first, "
-            "e.g. with gymnasium.wrappers.FlattenObservation"
+            "fixed-shape array observation (Box, Discrete, MultiDiscrete, MultiBinary). Use "
+            "make_vec(..., flatten_observations=True) (the algorithms do) to encode Tuple/Dict observations as "
+            "one vector"
         )
     if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
         raise TypeError(f"env {index}: action space {act_space} is not supported (Discrete or Box only)")

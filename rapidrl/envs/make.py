@@ -35,7 +35,7 @@ def _is_gymnasium_id(env_id: str) -> bool:
 
 
 def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu", vectorization: str | None = None,
-             autoreset_mode="same_step", copy: bool = False, **env_kwargs):
+             autoreset_mode="same_step", copy: bool = False, flatten_observations: bool = False, **env_kwargs):
     """Create ``num_envs`` copies of ``env_id`` as one vector env (``gymnasium.vector.VectorEnv`` API).
 
     Args:
@@ -53,6 +53,9 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
             stepped per call, equal to Gymnasium's env step by step.
         autoreset_mode: "same_step" (default; final observation in ``info["final_obs"]``) or "next_step".
         copy: return copies instead of views of the env's preallocated outputs.
+        flatten_observations: Gymnasium envs whose observations are Discrete, MultiDiscrete, MultiBinary, Tuple
+            or Dict give one float32 vector instead (one-hot parts; ``rapidrl.envs.spaces``). The algorithms set
+            it; Box observations are unchanged.
         **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
             to ``gymnasium.make`` for wrapped envs.
     """
@@ -109,17 +112,30 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
         import gymnasium as gym
 
         raise ValueError(unknown_env_message(env_id, list(gym.registry)))
+    source, count = env_id, num_envs
+    if flatten_observations:
+        import functools
+
+        import gymnasium as gym
+
+        from rapidrl.envs.spaces import flattened
+
+        source, count = [flattened(functools.partial(gym.make, env_id, **env_kwargs))] * num_envs, None
+        env_kwargs = {}
     if vectorization == "sync":
         from rapidrl.envs.gym_vec import SyncVecEnv
 
-        return SyncVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
-    if vectorization == "ray":
+        env = SyncVecEnv(source, count, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    elif vectorization == "ray":
         from rapidrl.dist.ray_vec import RayVecEnv
 
-        return RayVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
-    from rapidrl.envs.subproc import SubprocVecEnv
+        env = RayVecEnv(source, count, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    else:
+        from rapidrl.envs.subproc import SubprocVecEnv
 
-    return SubprocVecEnv(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+        env = SubprocVecEnv(source, count, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    env.env_id = env_id
+    return env
 
 
 def _make_minatar(env_id: str, num_envs: int, vectorization: str, **kwargs):

@@ -36,7 +36,7 @@ class NonFiniteError(FloatingPointError):
 def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwargs: dict):
     from rapidrl.envs import make_vec
 
-    return make_vec(env_id, num_envs, seed=seed, device=device, **env_kwargs)
+    return make_vec(env_id, num_envs, seed=seed, device=device, flatten_observations=True, **env_kwargs)
 
 
 def non_finite_loss(metrics: dict) -> str | None:

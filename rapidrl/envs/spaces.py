@@ -1,0 +1,134 @@
+"""Structured observation spaces as one float vector: Discrete, MultiDiscrete, MultiBinary, Tuple and Dict.
+
+rapidrl's networks take a Box observation. ``FlattenStructuredObservation`` (a ``gymnasium.ObservationWrapper``)
+turns every other space SB3 users train on into one float32 vector, part by part:
+
+- ``Discrete(n, start)``: one-hot of length n;
+- ``MultiDiscrete(nvec)``: one one-hot per component, concatenated (sum(nvec) values);
+- ``MultiBinary(n)``: the bits as 0.0/1.0;
+- ``Box``: its values, flattened (bounds kept);
+- ``Tuple``/``Dict``: the parts in the space's order, concatenated (nested structures too).
+
+A one-hot part followed by a linear layer is exactly a learned embedding per category, and a linear layer on the
+concatenation equals the sum of one linear map per part: an MLP on this vector is the "one encoder per key,
+concatenated" design with MLP encoders. Image parts (uint8 Box of rank 3) inside a Tuple or Dict would need a CNN
+per key, which rapidrl does not provide yet: they are rejected with an error saying so.
+
+Algorithms apply the wrapper to Gymnasium envs whose observation space is not a Box (``make_vec(...,
+flatten_observations=True)``); ``encode_observation`` converts a raw observation the same way (used by
+``predict`` on raw observations).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["FlattenStructuredObservation", "encode_observation", "flat_box", "is_structured"]
+
+
+def is_structured(space: gym.Space) -> bool:
+    """True for the spaces this module flattens (anything but a Box)."""
+    return not isinstance(space, gym.spaces.Box)
+
+
+def _parts(space: gym.Space, path: str = "observation") -> list[tuple[str, gym.Space]]:
+    """(path, leaf space) pairs in encoding order; raises TypeError for unsupported leaves."""
+    if isinstance(space, gym.spaces.Dict):
+        return [p for key, sub in space.spaces.items() for p in _parts(sub, f"{path}[{key!r}]")]
+    if isinstance(space, gym.spaces.Tuple):
+        return [p for i, sub in enumerate(space.spaces) for p in _parts(sub, f"{path}[{i}]")]
+    if isinstance(space, gym.spaces.Box):
+        if path != "observation" and space.dtype == np.uint8 and len(space.shape) == 3:
+            raise TypeError(f"{path} is an image ({space}); images inside a Dict or Tuple need a CNN per key, "
+                            "which rapidrl does not provide yet: give the image alone as the observation, or "
+                            "flatten it yourself")
+        return [(path, space)]
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return [(path, space)]
+    raise TypeError(f"{path}: observation space {space} is not supported (Box, Discrete, MultiDiscrete, "
+                    "MultiBinary, and Tuple/Dict of them)")
+
+
+def _width(space: gym.Space) -> int:
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(space.nvec.sum())
+    return int(np.prod(space.shape))
+
+
+def flat_box(space: gym.Space) -> gym.spaces.Box:
+    """The float32 Box a structured ``space`` is encoded into (one-hot parts in [0, 1], Box parts' bounds)."""
+    lows, highs = [], []
+    for _, part in _parts(space):
+        if isinstance(part, gym.spaces.Box):
+            lows.append(part.low.astype(np.float32).ravel())
+            highs.append(part.high.astype(np.float32).ravel())
+        else:
+            lows.append(np.zeros(_width(part), np.float32))
+            highs.append(np.ones(_width(part), np.float32))
+    return gym.spaces.Box(np.concatenate(lows), np.concatenate(highs), dtype=np.float32)
+
+
+def _encode_part(space: gym.Space, x, out: np.ndarray) -> None:
+    if isinstance(space, gym.spaces.Discrete):
+        out[:] = 0.0
+        out[int(x) - int(space.start)] = 1.0
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        out[:] = 0.0
+        values = (np.asarray(x).ravel() - space.start.ravel()).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(space.nvec.ravel())[:-1]])
+        out[offsets + values] = 1.0
+    else:  # Box, MultiBinary
+        out[:] = np.asarray(x, dtype=np.float32).ravel()
+
+
+def _leaves(space: gym.Space, obs) -> list:
+    if isinstance(space, gym.spaces.Dict):
+        return [leaf for key, sub in space.spaces.items() for leaf in _leaves(sub, obs[key])]
+    if isinstance(space, gym.spaces.Tuple):
+        return [leaf for sub, x in zip(space.spaces, obs) for leaf in _leaves(sub, x)]
+    return [obs]
+
+
+def encode_observation(space: gym.Space, obs) -> np.ndarray:
+    """One raw observation of ``space`` -> float32 [flat_box(space).shape[0]]; checks it belongs to the space."""
+    if not space.contains(obs):
+        raise ValueError(f"observation {obs!r} is not in the observation space {space}")
+    parts = _parts(space)
+    out = np.empty(sum(_width(p) for _, p in parts), np.float32)
+    start = 0
+    for (_, part), x in zip(parts, _leaves(space, obs)):
+        w = _width(part)
+        _encode_part(part, x, out[start:start + w])
+        start += w
+    return out
+
+
+class FlattenStructuredObservation(gym.ObservationWrapper):
+    """A Gymnasium env whose Discrete/MultiDiscrete/MultiBinary/Tuple/Dict observations become one float32
+    vector (``encode_observation``); ``structured_observation_space`` keeps the original space."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.structured_observation_space = env.observation_space
+        self.observation_space = flat_box(env.observation_space)
+
+    def observation(self, observation):
+        return encode_observation(self.structured_observation_space, observation)
+
+
+def flattened(factory):
+    """A zero-argument env factory whose env's structured observations are flattened (picklable when
+    ``factory`` is)."""
+    return _Flattened(factory)
+
+
+class _Flattened:
+    def __init__(self, factory):
+        self.factory = factory
+
+    def __call__(self) -> gym.Env:
+        env = self.factory()
+        return FlattenStructuredObservation(env) if is_structured(env.observation_space) else env

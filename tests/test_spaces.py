@@ -152,3 +152,17 @@ def test_ppo_solves_dict_cartpole(seed):
     cb = EvalCallback(eval_freq=10_240, n_episodes=10, reward_threshold=475)
     model.learn(100_000, callback=cb, progress_bar=False)
     assert max(mean for _, mean, _, _ in cb.history) >= 475, cb.history
+
+
+def test_docs_examples_run():
+    """Every python block of docs/spaces.md runs, in order, in one namespace."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "spaces.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) >= 2
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/spaces.md", "exec"), ns)
+    np.testing.assert_array_equal(ns["x"], [1, 0, 0, 0, 1, 0])  # Dict parts in sorted-key order

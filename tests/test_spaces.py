@@ -36,6 +36,37 @@ if "DictCartPole-v1" not in gym.registry:
     gym.register("DictCartPole-v1", entry_point=_dict_cartpole)
 
 
+class Switches(gym.Env):
+    """Set each of three switches to the value the observation shows: MultiDiscrete([3, 3, 3]) observations and
+    actions, reward = fraction of switches right, 20 steps. A uniform random policy earns 20/3 per episode."""
+
+    def __init__(self, binary: bool = False):
+        self.binary = binary
+        self.observation_space = gym.spaces.MultiBinary(3) if binary else gym.spaces.MultiDiscrete([3, 3, 3])
+        self.action_space = gym.spaces.MultiBinary(3) if binary else gym.spaces.MultiDiscrete([3, 3, 3], start=[1] * 3)
+
+    def _draw(self):
+        self.target = self.np_random.integers(0, 2 if self.binary else 3, 3)
+        return self.target.astype(np.int8) if self.binary else self.target.copy()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, self.action_space.dtype)), action
+        shift = 0 if self.binary else 1  # MultiDiscrete actions start at 1
+        reward = float((np.asarray(action) - shift == self.target).sum()) / 3
+        self.t += 1
+        return self._draw(), reward, False, self.t >= 20, {}
+
+
+for _id, _kw in (("Switches-v0", {}), ("BinarySwitches-v0", {"binary": True})):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=Switches, kwargs=_kw)
+
+
 def test_encodings_by_hand():
     space = gym.spaces.Dict({"a": gym.spaces.Discrete(3, start=-1), "b": gym.spaces.MultiDiscrete([2, 3]),
                              "c": gym.spaces.MultiBinary(2),
@@ -166,3 +197,54 @@ def test_docs_examples_run():
     for block in blocks:
         exec(compile(block, "docs/spaces.md", "exec"), ns)
     np.testing.assert_array_equal(ns["x"], [1, 0, 0, 0, 1, 0])  # Dict parts in sorted-key order
+
+
+def test_multi_categorical_log_probs_and_entropy_equal_torch_distributions():
+    import torch
+
+    from rapidrl.nn.policies import ActorCritic
+
+    torch.manual_seed(0)
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.MultiDiscrete([3, 2, 4]))
+    obs = torch.randn(5, 4)
+    actions, logp, _ = policy.act(obs)
+    assert actions.shape == (5, 3) and actions.dtype == torch.int64
+    logits = policy.actor(obs)
+    dists = [torch.distributions.Categorical(logits=c) for c in torch.split(logits, [3, 2, 4], -1)]
+    ref_logp = sum(d.log_prob(actions[:, k]) for k, d in enumerate(dists))
+    ref_entropy = sum(d.entropy() for d in dists)
+    e_logp, e_entropy, _ = policy.evaluate(obs, actions)
+    torch.testing.assert_close(logp, ref_logp)
+    torch.testing.assert_close(e_logp, ref_logp)
+    torch.testing.assert_close(e_entropy, ref_entropy)
+    start = ActorCritic(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.MultiDiscrete([3, 3], start=[1, -1]))
+    assert start.to_env_action(torch.tensor([[0, 2]])).tolist() == [[1, 1]]
+
+
+@pytest.mark.parametrize("env_id", ["Switches-v0", "BinarySwitches-v0"])
+def test_multi_actions_train_save_load_and_are_checked(env_id, tmp_path):
+    model = rr.A2C(env_id, seed=0)
+    model.learn(512, progress_bar=False)
+    obs, _ = model.env.reset(seed=1)
+    actions = model.predict(obs, deterministic=True)
+    assert actions.shape == (model.config.num_envs, 3) and model.action_space.contains(actions[0])
+    loaded = rr.A2C.load(model.save(tmp_path / "m.pt"))
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True), actions)
+    with pytest.raises(ValueError, match="must lie in"):
+        model.env.step(np.full((model.config.num_envs, 3), 7))
+    with pytest.raises(TypeError, match="PPO and A2C take"):
+        rr.DQN(env_id)
+    with pytest.raises(TypeError, match="for MultiDiscrete/MultiBinary PPO or A2C"):
+        rr.SAC(env_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_learns_multidiscrete_actions(seed):
+    """Switches (MultiDiscrete([3, 3, 3]) actions starting at 1): a random policy earns 6.67 per episode, the best
+    20. Threshold 18 within 20k steps; calibration (2026-11-24, lr 1e-3, evaluations every 4,096 steps): seed 0
+    17.83, 17.87, 18.97 (12,288 steps); seed 1 18.07 (4,096); seed 2 19.63 (4,096); 1-5 s each."""
+    model = rr.PPO("Switches-v0", seed=seed, learning_rate=1e-3)
+    cb = EvalCallback(eval_freq=4096, n_episodes=10, reward_threshold=18)
+    model.learn(20_000, callback=cb, progress_bar=False)
+    assert max(mean for _, mean, _, _ in cb.history) >= 18, cb.history

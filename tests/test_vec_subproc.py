@@ -273,7 +273,7 @@ def test_bad_arguments(make):
         SubprocVecEnv("FrozenLake-v1", 2, timeout=0)
     with pytest.raises(ValueError, match="fork is unsafe"):
         SubprocVecEnv("FrozenLake-v1", 2, start_method="fork")
-    with pytest.raises(TypeError, match="FlattenObservation"):
+    with pytest.raises(TypeError, match="flatten_observations=True"):
         SubprocVecEnv("Blackjack-v1", 2)
     envs = make("FrozenLake-v1", 2, num_workers=1)
     with pytest.raises(gym.error.ResetNeeded):

@@ -151,7 +151,7 @@ def test_step_before_reset_and_after_close(taxi):
 
 
 def test_bad_construction_arguments():
-    with pytest.raises(TypeError, match="FlattenObservation"):
+    with pytest.raises(TypeError, match="flatten_observations=True"):
         SyncVecEnv("Blackjack-v1", 2)
     with pytest.raises(ValueError, match="num_envs"):
         SyncVecEnv("Taxi-v4", 0)

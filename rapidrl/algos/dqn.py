@@ -124,7 +124,8 @@ class DQN(OffPolicyAlgorithm):
 
     def _build_networks(self) -> None:
         if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise TypeError(f"DQN needs a Discrete action space, got {self.action_space}")
+            raise TypeError(f"DQN needs a Discrete action space, got {self.action_space}; PPO and A2C take "
+                            "MultiDiscrete, MultiBinary and Box actions")
         c = self.config
         encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
         self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling,

@@ -163,9 +163,11 @@ class OnPolicyAlgorithm(Algorithm):
     def _make_buffer(self) -> RolloutBuffer:
         c = self.config
         discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        return RolloutBuffer(c.num_steps, c.num_envs, self.observation_space.shape,
-                             () if discrete else self.action_space.shape, obs_dtype=self._obs_dtype,
-                             action_dtype=np.int64 if discrete else np.float32, device=c.device)
+        multi = isinstance(self.action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
+        action_shape = () if discrete else (len(self.policy.nvec),) if multi else self.action_space.shape
+        return RolloutBuffer(c.num_steps, c.num_envs, self.observation_space.shape, action_shape,
+                             obs_dtype=self._obs_dtype, action_dtype=np.int64 if discrete or multi else np.float32,
+                             device=c.device)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError

@@ -159,7 +159,8 @@ class PPO(OnPolicyAlgorithm):
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         p = self.policy
-        self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update
+        self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update \
+            and not p.multi  # the closed-form gradients cover categorical and Gaussian heads
         self._actor_layers, self._critic_layers = (linear_layers(p.actor), linear_layers(p.critic)) \
             if not p.shared else ([], [])
         self._epoch_kernel: tuple[list, PPOEpochKernel] | None = None

@@ -69,7 +69,8 @@ class TD3(OffPolicyAlgorithm):
     def _build_networks(self) -> None:
         space = self.action_space
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise TypeError(f"TD3 needs a 1-D Box action space, got {space}")
+            raise TypeError(f"TD3 needs a 1-D Box action space, got {space}; for Discrete actions use DQN, PPO or A2C, "
+                            "for MultiDiscrete/MultiBinary PPO or A2C")
         c = self.config
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden).to(self.device)

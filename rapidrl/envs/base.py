@@ -54,7 +54,8 @@ def as_numpy_actions(actions) -> np.ndarray:
 def check_actions(actions, space: gym.Space, num_envs: int) -> np.ndarray:
     """Validate a batch of actions for ``space`` and return it as a NumPy array (no copy).
 
-    Discrete: integer dtype, shape [N], values in [0, n). Box: float dtype, shape [N, *shape], no NaN
+    Discrete: integer dtype, shape [N], values in [0, n). MultiDiscrete/MultiBinary: integer dtype, shape
+    [N, *shape], values in [start, start + nvec) / {0, 1}. Box: float dtype, shape [N, *shape], no NaN
     (out-of-range values are clipped by the dynamics, as in Gymnasium).
     """
     a = as_numpy_actions(actions)
@@ -75,6 +76,20 @@ def check_actions(actions, space: gym.Space, num_envs: int) -> np.ndarray:
             raise TypeError(f"actions must have a float dtype for a Box space, got {a.dtype}")
         if not np.isfinite(a).all():
             raise ValueError("actions contain NaN or inf")
+        return a
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        want = (num_envs, *space.shape)
+        if a.shape != want:
+            raise ValueError(f"actions must have shape {want} for {space}, got {a.shape}")
+        if a.dtype.kind not in "iub":
+            raise TypeError(f"actions must have an integer dtype for {space}, got {a.dtype}")
+        if isinstance(space, gym.spaces.MultiBinary):
+            lo, hi = np.zeros(space.shape, np.int64), np.full(space.shape, 2)
+        else:
+            lo, hi = space.start, space.start + space.nvec
+        if num_envs and ((a < lo).any() or (a >= hi).any()):
+            raise ValueError(f"actions must lie in [start, start + nvec) of {space}, got values in "
+                             f"[{a.min()}, {a.max()}]")
         return a
     raise TypeError(f"unsupported action space {space}")
 

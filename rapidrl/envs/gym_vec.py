@@ -31,7 +31,7 @@ from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.kernels.validation import check_int
 
 SUPPORTED_OBS_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
-SUPPORTED_ACTION_SPACES = (gym.spaces.Box, gym.spaces.Discrete)
+SUPPORTED_ACTION_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 
 def resolve_env_fns(env_id_or_fns, num_envs, env_kwargs: dict) -> tuple[list[Callable[[], gym.Env]], str]:
@@ -79,7 +79,8 @@ def check_spaces(env: gym.Env, index: int, reference: gym.Env | None = None) -> 
             "one vector"
         )
     if not isinstance(act_space, SUPPORTED_ACTION_SPACES):
-        raise TypeError(f"env {index}: action space {act_space} is not supported (Discrete or Box only)")
+        raise TypeError(f"env {index}: action space {act_space} is not supported (Discrete, MultiDiscrete, "
+                        "MultiBinary or Box)")
     if reference is not None and (
         obs_space != reference.observation_space or act_space != reference.action_space
     ):

@@ -53,7 +53,8 @@ def flat_obs_dim(space: gym.Space) -> int:
 
 
 class ActorCritic(nn.Module):
-    """Actor-critic for Discrete (categorical) and Box (diagonal Gaussian) action spaces: MLPs, or a CNN trunk.
+    """Actor-critic for Discrete (categorical), MultiDiscrete/MultiBinary (independent categoricals) and Box
+    (diagonal Gaussian) action spaces: MLPs, or a CNN trunk.
 
     Args:
         observation_space: a single env's Box observation space.
@@ -77,12 +78,26 @@ class ActorCritic(nn.Module):
         self.encoder_kind = encoder_for(observation_space, encoder)
         obs_dim = flat_obs_dim(observation_space)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.multi = isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
+        """MultiDiscrete / MultiBinary actions: one categorical per component (MultiBinary = categoricals of 2)."""
         if self.discrete:
             out_dim = int(action_space.n)
+        elif self.multi:
+            if isinstance(action_space, gym.spaces.MultiBinary):
+                nvec, start = np.full(int(np.prod(action_space.shape)), 2), np.zeros(1, np.int64)
+            else:
+                nvec, start = action_space.nvec.ravel(), action_space.start.ravel()
+            if len(np.shape(action_space.shape)) and len(action_space.shape) != 1:
+                raise TypeError(f"ActorCritic supports 1-D MultiDiscrete/MultiBinary action spaces, got {action_space}")
+            self.nvec = [int(n) for n in nvec]
+            self.register_buffer("action_start", torch.as_tensor(np.broadcast_to(start, len(self.nvec)).copy()))
+            self.action_env_dtype = action_space.dtype
+            out_dim = int(sum(self.nvec))
         elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             out_dim = int(action_space.shape[0])
         else:
-            raise TypeError(f"ActorCritic supports Discrete and 1-D Box action spaces, got {action_space}")
+            raise TypeError(f"ActorCritic supports Discrete, MultiDiscrete, MultiBinary and 1-D Box action spaces, "
+                            f"got {action_space}")
         if squash not in ("clip", "tanh"):
             raise ValueError(f"squash must be 'clip' or 'tanh', got {squash!r}")
         if not hidden:
@@ -106,7 +121,7 @@ class ActorCritic(nn.Module):
             self.trunk = None
             self.actor = mlp(obs_dim, hidden, out_dim, activation, out_gain=0.01)
             self.critic = mlp(obs_dim, hidden, 1, activation, out_gain=1.0)
-        if not self.discrete:
+        if not self.discrete and not self.multi:
             self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init)))
             low = torch.as_tensor(action_space.low, dtype=torch.float32)
             high = torch.as_tensor(action_space.high, dtype=torch.float32)
@@ -138,10 +153,16 @@ class ActorCritic(nn.Module):
         half_range = (self.action_high - self.action_low) / 2
         return (torch.log(half_range) + 2.0 * (math.log(2.0) - raw - nn.functional.softplus(-2.0 * raw))).sum(-1)
 
+    def _multi_logp(self, out: torch.Tensor) -> list[torch.Tensor]:
+        """Per-component log-probabilities: out [B, sum(nvec)] -> [[B, n_k] for each component k]."""
+        return [torch.log_softmax(chunk, -1) for chunk in torch.split(out, self.nvec, dim=-1)]
+
     def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
-        """Map a policy sample to the env's action (clip to bounds or scaled tanh)."""
+        """Map a policy sample to the env's action (clip to bounds or scaled tanh; MultiDiscrete: + start)."""
         if self.discrete:
             return raw
+        if self.multi:
+            return raw + self.action_start
         if self.squash == "tanh":
             return self.action_low + (torch.tanh(raw) + 1.0) * (self.action_high - self.action_low) / 2
         return torch.clamp(raw, self.action_low, self.action_high)
@@ -160,6 +181,12 @@ class ActorCritic(nn.Module):
             else:
                 actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
             return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1), values
+        if self.multi:  # raw actions [B, K] int64 (component indices, before + start)
+            parts = self._multi_logp(out)
+            picks = [lp.argmax(-1) if deterministic else torch.multinomial(lp.exp(), 1).squeeze(-1) for lp in parts]
+            actions = torch.stack(picks, -1)
+            logp = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in zip(parts, picks))
+            return actions, logp, values
         raw = out if deterministic else out + torch.randn_like(out) * torch.exp(self.log_std)
         logp = self._gaussian_logp(out, raw)
         if self.squash == "tanh":
@@ -177,6 +204,12 @@ class ActorCritic(nn.Module):
             logp_all = torch.log_softmax(out, -1)
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
+            return logp, entropy, values
+        if self.multi:  # independent components: log-probs and entropies add
+            parts = self._multi_logp(out)
+            a = actions.long()
+            logp = sum(lp.gather(-1, a[:, k:k + 1]).squeeze(-1) for k, lp in enumerate(parts))
+            entropy = sum(-(lp.exp() * lp).sum(-1) for lp in parts)
             return logp, entropy, values
         logp = self._gaussian_logp(out, actions)
         if self.squash == "tanh":

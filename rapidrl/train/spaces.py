@@ -13,6 +13,11 @@ def space_to_dict(space: gym.Space) -> dict:
     if isinstance(space, gym.spaces.Box):
         low, high = torch.from_numpy(np.array(space.low)), torch.from_numpy(np.array(space.high))
         return {"type": "Box", "low": low, "high": high, "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": torch.from_numpy(np.array(space.nvec, np.int64)),
+                "start": torch.from_numpy(np.array(space.start, np.int64))}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": [int(n) for n in np.atleast_1d(space.n)]}
     raise TypeError(f"cannot save space {space}")
 
 
@@ -21,13 +26,21 @@ def space_from_dict(d: dict) -> gym.Space:
         return gym.spaces.Discrete(d["n"], start=d["start"])
     if d["type"] == "Box":
         return gym.spaces.Box(d["low"].numpy(), d["high"].numpy(), dtype=np.dtype(d["dtype"]))
+    if d["type"] == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(d["nvec"].numpy(), start=d["start"].numpy())
+    if d["type"] == "MultiBinary":
+        return gym.spaces.MultiBinary(d["n"] if len(d["n"]) > 1 else d["n"][0])
     raise ValueError(f"unknown space type {d['type']!r} in saved model")
 
 
 def spaces_equal(a: gym.Space, b: gym.Space) -> bool:
-    """Same kind, shape and bounds (Box) or size (Discrete)."""
+    """Same kind, shape and bounds (Box) or sizes (Discrete, MultiDiscrete, MultiBinary)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, gym.spaces.Discrete):
         return a.n == b.n and a.start == b.start
+    if isinstance(a, gym.spaces.MultiDiscrete):
+        return np.array_equal(a.nvec, b.nvec) and np.array_equal(a.start, b.start)
+    if isinstance(a, gym.spaces.MultiBinary):
+        return a.shape == b.shape
     return a.shape == b.shape and np.allclose(a.low, b.low) and np.allclose(a.high, b.high)

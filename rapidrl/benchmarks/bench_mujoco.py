@@ -134,8 +134,52 @@ def job_sac(lib: str, learning_starts: int, steps: int, seed: int) -> dict:
             "phases": {"random_phase_s": round(random_wall, 2)}}
 
 
+def _ppo_zoo() -> dict:
+    from rapidrl.train.rundir import preset_path, read_toml
+
+    return read_toml(preset_path("ppo", SAC_ENV))["algo"]
+
+
+def _ppo_run(lib: str, steps: int, seed: int) -> float:
+    """Wall seconds of ``steps`` env steps of PPO at rl-zoo3's HalfCheetah setting (configs/ppo_halfcheetah.toml:
+    1 env x 512, 20 epochs of 64, 256x256 ReLU, observation and reward normalization)."""
+    p = _ppo_zoo()
+    if lib == "rapidrl":
+        from rapidrl.algos.ppo import PPO
+
+        model = PPO(SAC_ENV, seed=seed, torch_threads=None, **p)
+        t0 = time.perf_counter()
+        model.learn(steps, progress_bar=False)
+        return time.perf_counter() - t0
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+    from torch import nn
+
+    env = VecNormalize(make_vec_env(SAC_ENV, n_envs=1, seed=seed), gamma=p["gamma"])
+    model = PPO("MlpPolicy", env, n_steps=p["num_steps"], batch_size=p["minibatch_size"], n_epochs=p["update_epochs"],
+                gamma=p["gamma"], gae_lambda=p["gae_lambda"], learning_rate=p["learning_rate"],
+                clip_range=p["clip_coef"], ent_coef=p["ent_coef"], vf_coef=p["vf_coef"],
+                max_grad_norm=p["max_grad_norm"], seed=seed, device="cpu", verbose=0,
+                policy_kwargs=dict(log_std_init=p["log_std_init"], ortho_init=False, activation_fn=nn.ReLU,
+                                   net_arch=dict(pi=list(p["hidden"]), vf=list(p["hidden"]))))
+    t0 = time.perf_counter()
+    model.learn(steps)
+    return time.perf_counter() - t0
+
+
+def job_ppo(lib: str, steps: int, seed: int) -> dict:
+    """One library in a fresh process: a one-rollout warm-up (timed apart), then ``steps`` env steps."""
+    if lib not in ("rapidrl", "sb3"):
+        raise ValueError(f"unknown contender {lib!r}")
+    warmup = _ppo_run(lib, 512, seed + 99)
+    wall = _ppo_run(lib, steps, seed)
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": {}}
+
+
 def extras(ctx: Context):
-    """SAC HalfCheetah-v5 at rl-zoo3's setting: rapidrl vs SB3 vs rlox, each in its own process, best threads."""
+    """SAC (vs SB3 and rlox) and PPO (vs SB3) on HalfCheetah-v5 at rl-zoo3's settings, each run in its own
+    process at its best thread count."""
     from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
 
     starts, steps = (1_000, 1_000) if ctx.quick else (10_000, 5_000)
@@ -145,5 +189,12 @@ def extras(ctx: Context):
         torch_threads=t)) for lib in libs}
     results = interleaved(jobs, [0], thread_counts())
     case = f"SAC {SAC_ENV}: {steps} learning steps after {starts} random (batch 256, 256x256, 1 env)"
-    return ("SAC on MuJoCo end to end (SPS of the learning phase; each in its own process; threads interleaved)",
-            sps_rows(case, results))
+    rows = sps_rows(case, results)
+    ppo_steps = 2 * 512 if ctx.quick else 8 * 512
+    libs = ["rapidrl"] + (["sb3"] if ctx.peer("sb3") is not None else [])
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(
+        f"{__name__}:job_ppo", {"lib": lib, "steps": ppo_steps, "seed": seed}, torch_threads=t)) for lib in libs}
+    rows += sps_rows(f"PPO {SAC_ENV}: {ppo_steps} steps at rl-zoo3's setting (1 env x 512, 20 epochs of 64)",
+                     interleaved(jobs, [0], thread_counts()))
+    return ("SAC and PPO on MuJoCo end to end (SAC: SPS of the learning phase; each run in its own process; "
+            "threads interleaved)", rows)

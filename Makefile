@@ -10,7 +10,7 @@ setup-dev:
 	scripts/setup.sh dev,ray,llm,export,tune,track,minatar,atari,mujoco
 
 setup-bench:
-	scripts/setup.sh dev,bench,minatar
+	scripts/setup.sh dev,bench,minatar,atari,mujoco
 
 train: setup
 	$(PY) -m rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0

@@ -36,6 +36,7 @@ SUITES = {
     "offpolicy": "rapidrl.benchmarks.bench_offpolicy",
     "minatar": "rapidrl.benchmarks.bench_minatar",
     "pixels": "rapidrl.benchmarks.bench_pixels",
+    "marl": "rapidrl.benchmarks.bench_marl",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

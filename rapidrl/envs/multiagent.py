@@ -56,6 +56,8 @@ class MultiAgentVecEnvBase(VecEnvBase):
         """Team returns of the episodes that ended (oldest dropped after 1000); ``pop_finished`` empties it."""
         self.finished_agent_returns: deque = deque(maxlen=1000)
         """Per-agent returns [N] (NaN for an agent that was never active) of the same episodes."""
+        self.active_log: list | None = None
+        """When a list, ``step`` appends a copy of ``active`` as it was for that step (MAPPO's loss mask)."""
         self._agent_ret_acc = np.zeros((e, self.num_agents), np.float64)
         self._agent_seen = np.zeros((e, self.num_agents), np.bool_)
 
@@ -67,6 +69,8 @@ class MultiAgentVecEnvBase(VecEnvBase):
     def _collect_team_stats(self) -> None:
         """Accumulate per-agent returns of active rows; move ended copies' returns to the ``finished_*`` queues."""
         n = self.num_agents
+        if self.active_log is not None:
+            self.active_log.append(self._active.copy())
         rew = self._rewards.reshape(self.num_copies, n)
         act = self._active.reshape(self.num_copies, n)
         self._agent_ret_acc += np.where(act, rew, 0.0)

@@ -212,3 +212,18 @@ def test_bad_arguments():
         rr.MAPPO(rr.make_vec("CartPole-v1", 2), num_envs=2)
     with pytest.raises(Exception, match="closed_form_grads"):
         rr.MAPPO("MPE/simple_spread-v3", closed_form_grads=True)
+
+
+def test_docs_examples_run():
+    """Every python block of docs/multiagent.md runs, in order, in one namespace."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "multiagent.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) >= 4
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/multiagent.md", "exec"), ns)
+    assert ns["obs"].shape == (12, 75) and ns["actions"].shape == (12,)
+    assert "charts/team_return" in ns["model"].history[-1]

@@ -21,7 +21,7 @@ class Leaving(ParallelEnv):
     Asserts that only agents still present are given actions, so the adapter sending an action for a departed
     agent fails the test."""
 
-    metadata = {"name": "leaving"}
+    metadata = {"name": "leaving"}  # noqa: RUF012 (PettingZoo declares it a plain class attribute)
 
     def __init__(self, obs_shapes=None):
         self.possible_agents = ["a0", "a1", "a2"]
@@ -69,7 +69,7 @@ def test_adapter_matches_the_reference_parallel_env():
             np.testing.assert_array_equal(rows[:, o:o + n], np.eye(n))
             np.testing.assert_array_equal(rows[:, o + n:], np.tile(r.state(), (n, 1)))
         actions = rng.integers(0, 5, 6)
-        obs, rewards, terminated, truncated, info = env.step(actions)
+        obs, rewards, _, truncated, info = env.step(actions)
         for e, r in enumerate(refs):
             ref_obs[e], rr_, _, rtr, _ = r.step({a: actions[e * n + i] for i, a in enumerate(r.possible_agents)})
             np.testing.assert_array_equal(rewards[e * n:(e + 1) * n], np.float32([rr_[a] for a in r.possible_agents]))
@@ -133,7 +133,7 @@ def test_agents_that_leave_are_masked_not_made_up():
 
 
 def test_unshared_spaces_are_a_clear_error():
-    with pytest.raises(ValueError, match="observation space.*'a1'"):
+    with pytest.raises(ValueError, match=r"observation space.*'a1'"):
         PettingZooVecEnv(lambda: Leaving({"a0": (3,), "a1": (4,), "a2": (3,)}), 1)
     with pytest.raises(TypeError, match="env_fn"):
         PettingZooVecEnv(42, 1)
@@ -227,3 +227,42 @@ def test_docs_examples_run():
         exec(compile(block, "docs/multiagent.md", "exec"), ns)
     assert ns["obs"].shape == (12, 75) and ns["actions"].shape == (12,)
     assert "charts/team_return" in ns["model"].history[-1]
+
+
+def _eval_team_return(act, seed: int) -> float:
+    """Mean team return of 128 episodes (64 copies x 2 episodes of 25 steps) under ``act(obs) -> actions``."""
+    env = SimpleSpreadVecEnv(64, seed=seed)
+    obs, _ = env.reset()
+    for _ in range(50):
+        obs, *_ = env.step(act(obs))
+    team, _ = env.pop_finished()
+    assert team.shape == (128,)
+    return float(team.mean())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0])
+def test_mappo_learns_simple_spread(seed):
+    """MAPPO on the built-in simple_spread (3 agents), 1M agent-steps (96 rows x 25 steps per rollout, 5 epochs).
+
+    Team return (sum of the 3 agents' returns per 25-step episode), evaluated with the stochastic policy on 128
+    fresh episodes. Uniform random policy: -78.75 on this evaluation (-79.5 over 320 other episodes; std of one episode 24).
+    Calibration (2026-11-24, loaded shared machine, 40-47 s per run): seed 0 -49.45, seed 1 -50.42,
+    seed 2 -51.36 (last training returns -49.6, -49.1, -49.4). Threshold -60: a third of the way from the
+    trained policies back towards random, 9 standard errors of the 128-episode mean above the random policy.
+    Hyperparameters: gamma 0.95 and no value clipping learned faster than PPO's defaults in a 500k-step sweep
+    (-52.8 vs -58.4 for gamma 0.99, -61.2 with clipped values at lr 2e-3).
+    """
+    model = rr.MAPPO("MPE/simple_spread-v3", num_envs=96, num_steps=25, minibatch_size=600, update_epochs=5,
+                     learning_rate=2e-3, gamma=0.95, anneal_lr=False, clip_vloss=False, seed=seed)
+    model.learn(1_000_000, progress_bar=False)
+    team = _eval_team_return(lambda obs: model.predict(obs, deterministic=False), seed=1000 + seed)
+    assert team > -60.0, team
+
+
+def test_random_policy_baseline_of_the_learning_test():
+    """The random policy's return on the learning test's evaluation (-78.75 with these seeds) lies far below the
+    learning threshold (-60), so passing that threshold means learning."""
+    rng = np.random.default_rng(0)
+    team = _eval_team_return(lambda obs: rng.integers(0, 5, len(obs)), seed=1000)
+    assert team < -70.0, team

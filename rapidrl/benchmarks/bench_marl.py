@@ -118,6 +118,7 @@ def extras(ctx: Context):
     for lib, runs in results.items():
         sps = statistics.median(r["sps"] for r in runs)
         rows.append({"case": case, "contender": lib if lib == "rapidrl" else "supersuit+sb3",
-                     "SPS (median)": f"{sps:,.0f}", "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
+                     "SPS (median)": f"{sps:,.0f}",
+                     "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
                      "rapidrl speedup": f"{base / sps:.2f}x"})
     return "MAPPO training on simple_spread (each run in its own process)", rows

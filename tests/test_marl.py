@@ -246,7 +246,8 @@ def test_mappo_learns_simple_spread(seed):
     """MAPPO on the built-in simple_spread (3 agents), 1M agent-steps (96 rows x 25 steps per rollout, 5 epochs).
 
     Team return (sum of the 3 agents' returns per 25-step episode), evaluated with the stochastic policy on 128
-    fresh episodes. Uniform random policy: -78.75 on this evaluation (-79.5 over 320 other episodes; std of one episode 24).
+    fresh episodes. Uniform random policy: -78.75 on this evaluation (-79.5 over 320 other episodes; std of one
+    episode 24).
     Calibration (2026-11-24, loaded shared machine, 40-47 s per run): seed 0 -49.45, seed 1 -50.42,
     seed 2 -51.36 (last training returns -49.6, -49.1, -49.4). Threshold -60: a third of the way from the
     trained policies back towards random, 9 standard errors of the 128-episode mean above the random policy.

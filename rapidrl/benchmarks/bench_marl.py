@@ -85,9 +85,11 @@ def job_train(lib: str, steps: int, seed: int) -> dict:
         def run(n, s):
             env = ss.pettingzoo_env_to_vec_env_v1(simple_spread_v3.parallel_env())
             env = ss.concat_vec_envs_v1(env, t["copies"], num_cpus=0, base_class="stable_baselines3")
+            import torch
+
+            torch.manual_seed(s)  # SuperSuit's ConcatVecEnv has no seed(), which PPO(seed=...) would call
             model = PPO("MlpPolicy", env, n_steps=t["num_steps"], batch_size=t["minibatch_size"],
-                        n_epochs=t["update_epochs"], learning_rate=t["learning_rate"], seed=s, verbose=0,
-                        device="cpu")
+                        n_epochs=t["update_epochs"], learning_rate=t["learning_rate"], verbose=0, device="cpu")
             model.learn(n)
 
     t0 = time.perf_counter()

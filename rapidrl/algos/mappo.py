@@ -116,14 +116,13 @@ class MAPPOConfig(PPOConfig):
     ent_coef: float = 0.01
     centralized_critic: bool = True
     """The critic reads the global state + agent one-hot (MAPPO); False: the agent's own observation (IPPO)."""
-    closed_form_grads: bool = False
-    """Off: the networks read column slices of the row, which the closed-form/fused gradients do not handle."""
     fused_update: bool = False
+    """Off (the compiled epoch feeds whole rows to both networks); the closed-form gradients apply (the actor and
+    critic get their column slices through ``MAPPO._actor_obs`` / ``_critic_obs``)."""
 
     def validate(self) -> None:
         super().validate()
-        require(not self.closed_form_grads and not self.fused_update,
-                "multi-agent PPO needs closed_form_grads=False and fused_update=False (autograd on column slices)")
+        require(not self.fused_update, "multi-agent PPO needs fused_update=False (the networks read column slices)")
         require(not self.async_collect and not self.vtrace_advantages and not self.shared,
                 "multi-agent PPO supports neither async_collect, vtrace_advantages nor shared=True")
 
@@ -173,6 +172,12 @@ class MAPPO(PPO):
                                          **kwargs)
 
         return build
+
+    def _actor_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs[:, :self.policy.actor_dim]
+
+    def _critic_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy.critic_input(obs)
 
     def _make_buffer(self) -> RolloutBuffer:
         c = self.config

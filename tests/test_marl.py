@@ -191,6 +191,9 @@ def test_training_logs_team_and_agent_returns_and_save_load(tmp_path):
     np.testing.assert_array_equal(model.predict(obs, deterministic=True), loaded.predict(obs, deterministic=True))
     for a, b in zip(model.policy.state_dict().values(), loaded.policy.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+    mean, std = model.evaluate(4)  # team returns of 4 episodes of 4 eval copies
+    assert np.isfinite(mean) and mean < 0 and std >= 0 and model.evaluate(4) == (mean, std)
+    assert loaded.evaluate(4) == (mean, std)
 
 
 def test_mappo_on_the_adapter_drops_departed_agents_from_the_loss():

@@ -173,6 +173,28 @@ class MAPPO(PPO):
 
         return build
 
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> tuple[float, float]:
+        """Mean and std of the team return (sum of the agents' returns) of ``n_episodes`` episodes, one per env
+        copy of a separate eval env (each copy's first episode only)."""
+        if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
+            raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
+        env = self._eval_env
+        if env is None or getattr(env, "num_copies", None) != n_episodes:
+            if self.env_id is None:
+                raise ValueError("evaluate() needs eval_env=... (a multi-agent env with n_episodes copies) when the "
+                                 "model was built from an env without an id")
+            from rapidrl.envs import make_vec
+
+            env = self._eval_env = make_vec(self.env_id, n_episodes, **self.env_kwargs)
+        obs, _ = env.reset(seed=self.seed + 10_000 + self.num_updates)
+        returns = np.zeros(n_episodes)
+        finished = np.zeros(n_episodes, dtype=bool)
+        while not finished.all():
+            obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic))
+            returns += np.where(finished, 0.0, info["team_reward"])
+            finished |= info["_team_episode"]
+        return float(returns.mean()), float(returns.std())
+
     def _actor_obs(self, obs: torch.Tensor) -> torch.Tensor:
         return obs[:, :self.policy.actor_dim]
 

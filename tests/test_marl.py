@@ -295,3 +295,19 @@ def test_random_policy_baseline_of_the_learning_test():
     rng = np.random.default_rng(0)
     team = _eval_team_return(lambda obs: rng.integers(0, 5, len(obs)), seed=1000)
     assert team < -70.0, team
+
+
+def test_cli_trains_and_logs_team_returns(tmp_path):
+    """``rapidrl train mappo MPE/simple_spread-v3``: runs, evaluates, saves; team/agent returns reach metrics.csv."""
+    import csv
+
+    from rapidrl import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "mappo", "MPE/simple_spread-v3", "--timesteps", "600", "--run-dir", str(run),
+                     "--eval-episodes", "2", "--headless", "--set", "algo.num_envs=12", "--set",
+                     "algo.minibatch_size=100"]) == 0
+    with open(run / "metrics.csv") as f:
+        header = next(csv.reader(f))
+    assert {"charts/team_return", "charts/agent_0_return", "charts/agent_1_return"} <= set(header)
+    assert rr.MAPPO.load(run / "model.pt").env.num_envs == 12

@@ -280,7 +280,6 @@ def check_env_id(env_id: str) -> None:
     import gymnasium as gym
 
     from rapidrl.envs import list_builtin_envs
-
     from rapidrl.envs.mpe import MPE_ENVS
 
     builtin = list_builtin_envs()

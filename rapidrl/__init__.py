@@ -27,6 +27,8 @@ _LAZY = {
     "DQN": "rapidrl.algos",
     "SAC": "rapidrl.algos",
     "TD3": "rapidrl.algos",
+    "MAPPO": "rapidrl.algos",
+    "IPPO": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -116,7 +116,7 @@ class OnPolicyAlgorithm(Algorithm):
         c = self.config
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
-        self.policy = ActorCritic(self.observation_space, self.action_space, c.hidden, shared=c.shared,
+        self.policy = self._policy_class()(self.observation_space, self.action_space, c.hidden, shared=c.shared,
                                   activation=c.activation, log_std_init=c.log_std_init, squash=c.squash,
                                   encoder=c.encoder).to(self.device)
         # observations are kept, stored and fed in the policy's input dtype: uint8 frames for a CNN on images
@@ -171,6 +171,10 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError
+
+    def _policy_class(self):
+        """The policy constructor ``_build`` calls with ActorCritic's arguments (multi-agent PPO returns its own)."""
+        return ActorCritic
 
     def trainable_modules(self) -> list[torch.nn.Module]:
         return [self.policy]

@@ -243,11 +243,19 @@ class PPO(OnPolicyAlgorithm):
                       vf_coef=c.vf_coef, max_grad_norm=c.max_grad_norm, lr=float(group["lr"]),
                       beta1=group["betas"][0], beta2=group["betas"][1], eps=group["eps"])
 
+    def _actor_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's input in the closed-form gradients: obs [B, O] (multi-agent PPO reads a column slice)."""
+        return obs
+
+    def _critic_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's input in the closed-form gradients (as ``_actor_obs``)."""
+        return obs
+
     def _closed_form_grads(self, mb, clip: float) -> dict[str, torch.Tensor]:
         """Set every parameter's .grad to d ppo_loss / d parameter for minibatch ``mb``; return the stats."""
         c, p = self.config, self.policy
-        head, actor_inputs = mlp_forward(mb.obs, self._actor_layers, p.activation)
-        values, critic_inputs = mlp_forward(mb.obs, self._critic_layers, p.activation)
+        head, actor_inputs = mlp_forward(self._actor_obs(mb.obs), self._actor_layers, p.activation)
+        values, critic_inputs = mlp_forward(self._critic_obs(mb.obs), self._critic_layers, p.activation)
         log_std = None if p.discrete else p.log_std.detach()
         old_log_probs = mb.log_probs
         if not p.discrete and p.squash == "tanh":

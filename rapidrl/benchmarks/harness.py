@@ -56,11 +56,13 @@ PEER_MODULES = {
     "ale_py": "ale_py",
     "envpool": "envpool",
     "mujoco": "mujoco",
+    "mpe2": "mpe2",
+    "supersuit": "supersuit",
 }
 # how to install each peer (shown when a peer is skipped); `pip install 'rapidrl[bench]'` installs them all
 PEER_PIP = {"rlox": "rlox", "sb3": "stable-baselines3", "torchrl": "torchrl", "trl": "trl",
             "minatar": "minatar==1.0.15 --no-deps", "ale_py": "ale-py", "envpool": "envpool",
-            "mujoco": "mujoco"}
+            "mujoco": "mujoco", "mpe2": "mpe2", "supersuit": "supersuit"}
 PEER_ALIASES = {"stable-baselines3": "sb3", "stable_baselines3": "sb3", "gym": "gymnasium"}
 # distributions whose versions go into the machine record
 VERSIONED = ["rapidrl", "numpy", "numba", "torch", "gymnasium", "rlox", "stable-baselines3", "torchrl", "minatar",

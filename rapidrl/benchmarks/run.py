@@ -37,6 +37,7 @@ SUITES = {
     "minatar": "rapidrl.benchmarks.bench_minatar",
     "mujoco": "rapidrl.benchmarks.bench_mujoco",
     "pixels": "rapidrl.benchmarks.bench_pixels",
+    "marl": "rapidrl.benchmarks.bench_marl",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

@@ -3,6 +3,8 @@
 - built-in ids (``list_builtin_envs()``) on the CPU -> ``BuiltinVecEnv`` (one Numba kernel), or
   ``MinAtarVecEnv`` for the MinAtar ids (``MinAtar/<Game>-v0|v1``; CPU only);
 - built-in ids on another device (or ``vectorization="torch"``) -> ``TorchVecEnv`` (PyTorch on the device);
+- multi-agent MPE ids (``MPE/simple_spread-v3``) -> ``rapidrl.envs.mpe.SimpleSpreadVecEnv`` (``num_envs`` copies,
+  ``num_envs * N`` agent rows; ``rapidrl.envs.multiagent``);
 - Atari ids (``ALE/<Game>-v5``, ...) -> ``AtariVecEnv`` (ale-py's C++ vector env with the standard
   preprocessing, ``rapidrl.envs.atari``; the "atari" extra);
 - any other Gymnasium id -> ``SyncVecEnv`` (in process) or ``SubprocVecEnv`` (worker processes).
@@ -85,6 +87,12 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
         if vectorization == "mujoco":
             raise ValueError(f"vectorization='mujoco' needs a MuJoCo v5 id such as 'HalfCheetah-v5' and the mujoco "
                              f"package (pip install 'rapidrl[mujoco]'), got {env_id!r}")
+    if env_id.startswith("MPE/"):
+        if vectorization not in (None, "numba") or device_type != "cpu":
+            raise ValueError(f"{env_id!r} is a built-in multi-agent env: CPU and vectorization='numba' only")
+        from rapidrl.envs.mpe import make_mpe
+
+        return make_mpe(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
     builtin = env_id in list_builtin_envs()
     if vectorization is None:
         if builtin:

@@ -33,6 +33,9 @@ class DeterministicPolicy(nn.Module):
         self.kind = {"ppo": "ac", "a2c": "ac", "impala": "ac", "dqn": "q", "sac": "sac", "td3": "td3"}.get(name)
         if self.kind is None:
             raise ValueError(f"exporting {name!r} models is not supported")
+        if getattr(getattr(model, "policy", None), "recurrent", False):
+            raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the "
+                             "state as an input and an output)")
         self.obs_dim = int(np.prod(model.observation_space.shape))
         normalizer = getattr(model, "obs_normalizer", None)
         self.normalize = normalizer is not None

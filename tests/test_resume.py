@@ -90,7 +90,8 @@ TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--
     ("ppo", [*SMALL, "--set", "algo.fused_rollout=always"]),
     ("ppo", [*SMALL, "--set", "algo.fused_rollout=never"]),
     ("dqn", TINY_DQN),
-], ids=["ppo-fused", "ppo-per-step", "dqn"])
+    ("ppo", [*SMALL, "--set", "algo.recurrent=lstm", "--set", "algo.recurrent_size=16"]),
+], ids=["ppo-fused", "ppo-per-step", "dqn", "ppo-lstm"])
 def test_resume_at_a_checkpoint_boundary_equals_the_uninterrupted_run(tmp_path, algo, settings):
     """Run A trains 2048 steps; run B starts from A's 1024-step checkpoint (as if killed right after it)."""
     a, b = tmp_path / "a", tmp_path / "b"

@@ -50,6 +50,7 @@ class A2C(OnPolicyAlgorithm):
 
     name = "a2c"
     config_class = A2CConfig
+    supports_recurrent = True
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
@@ -62,9 +63,17 @@ class A2C(OnPolicyAlgorithm):
         c = self.config
         batch = c.num_steps * c.num_envs
         norm = "batch" if c.normalize_advantage else None
-        (mb,) = list(self.buffer.minibatches(batch, generator=self.torch_generator, normalize_advantages=norm))
-        log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
-        loss, stats = a2c_loss(log_probs, entropy, values, mb.advantages, mb.returns, ent_coef=c.ent_coef,
+        if self.policy.recurrent:  # the whole rollout as N sequences through the recurrent layer
+            idx = torch.arange(c.num_envs, device=self.buffer.tensors.advantages.device)
+            log_probs, entropy, values = (x.reshape(-1) for x in self._score_columns(idx))
+            advantages, returns = self._columns("advantages", idx), self._columns("returns", idx)
+            if norm:
+                advantages = (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-8)
+        else:
+            (mb,) = list(self.buffer.minibatches(batch, generator=self.torch_generator, normalize_advantages=norm))
+            log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
+            advantages, returns = mb.advantages, mb.returns
+        loss, stats = a2c_loss(log_probs, entropy, values, advantages, returns, ent_coef=c.ent_coef,
                                vf_coef=c.vf_coef)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -138,6 +138,7 @@ class MAPPO(PPO):
     name = "mappo"
     config_class = MAPPOConfig
     supports_distributed = False
+    supports_recurrent = False
 
     def __init__(self, env, config=None, *, env_kwargs: dict | None = None, **hyperparameters):
         if isinstance(env, str):

@@ -7,6 +7,9 @@ Collection has two paths that produce the same data in distribution:
 Both normalise observations with the statistics frozen at the start of the rollout and update them
 with the raw observations afterwards, so the two paths agree exactly on what the learner sees.
 
+A recurrent policy (``recurrent="lstm"|"gru"``) collects on the per-step path with a collector that carries its
+state (``rapidrl.train.recurrent``); PPO and A2C then update on whole env columns (``_sequences``).
+
 Two further modes: with ``async_collect`` (PPO, IMPALA) either path runs in a collector thread with a
 behaviour copy of the policy while the learner trains (``rapidrl.train.async_collect``); with a
 ``TorchVecEnv`` the whole loop stays on the env's device (``rapidrl.train.device_collect``).
@@ -24,9 +27,11 @@ import torch
 from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.nn.encoders import ENCODERS
+from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.recurrent import RecurrentActor, RecurrentStepCollector, episode_starts
 
 
 @dataclass
@@ -74,18 +79,32 @@ class OnPolicyConfig(RuntimeConfig):
     record reads scalars back from the device, so a larger value keeps a GPU run free of host syncs)."""
     cuda_graph: bool = False
     """Device path on CUDA only: replay the rollout collection as one captured CUDA graph."""
+    recurrent: str = "none"
+    """Memory (PPO, A2C): "lstm" or "gru" puts one recurrent layer of ``recurrent_size`` units between the encoder
+    (the ``hidden`` MLP, or the CNN) and the heads (``rapidrl.nn.recurrent``); "none" for a feed-forward policy.
+    Updates then run backpropagation through time over whole env columns of the rollout."""
+    recurrent_size: int = 128
+    """Units of the recurrent layer."""
+    burn_in: int = 0
+    """Recurrent policies: the first steps of each env column only warm up the state in an update (no gradient,
+    not in the loss); 0 trains on every step from the state stored at the rollout start."""
 
     def validate(self) -> None:
         super().validate()
         check_positive(self, "num_envs", "num_steps", "learning_rate", "log_every")
         check_positive(self, "ent_coef", "vf_coef", "max_grad_norm", allow_zero=True)
         check_unit_interval(self, "gamma", "gae_lambda")
-        check_hidden(self.hidden)
+        check_hidden(self.hidden, allow_empty=self.recurrent != "none")
         require(self.activation in ("tanh", "relu"), f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         require(self.squash in ("clip", "tanh"), f"squash must be 'clip' or 'tanh', got {self.squash!r}")
         require(self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         require(self.fused_rollout in ("auto", "always", "never"),
                 f"fused_rollout must be 'auto', 'always' or 'never', got {self.fused_rollout!r}")
+        require(self.recurrent in ("none", *CELLS),
+                f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}")
+        check_positive(self, "recurrent_size")
+        require(isinstance(self.burn_in, int) and 0 <= self.burn_in < self.num_steps,
+                f"burn_in must be an int in [0, num_steps={self.num_steps}), got {self.burn_in!r}")
 
 
 def _to_tensors(state):
@@ -109,16 +128,33 @@ class OnPolicyAlgorithm(Algorithm):
     """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C/IMPALA)."""
 
     uses_gae: ClassVar[bool] = True
-    supports_distributed: ClassVar[bool] = True
     """Compute GAE advantages/returns after each rollout (IMPALA computes V-trace targets in its update)."""
+    supports_distributed: ClassVar[bool] = True
+    supports_recurrent: ClassVar[bool] = False
+    """The update can train a recurrent policy on whole sequences (PPO, A2C)."""
 
     def _build(self) -> None:
+        from rapidrl.envs.torch_envs import TorchVecEnv
+
         c = self.config
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
-        self.policy = self._policy_class()(self.observation_space, self.action_space, c.hidden, shared=c.shared,
-                                  activation=c.activation, log_std_init=c.log_std_init, squash=c.squash,
-                                  encoder=c.encoder).to(self.device)
+        if c.recurrent != "none":
+            require(self.supports_recurrent, f"{self.name.upper()} has no recurrent policies (PPO and A2C have)")
+            require(not getattr(c, "async_collect", False) and not getattr(c, "vtrace_advantages", False),
+                    "recurrent policies support neither async_collect nor vtrace_advantages")
+            require(c.fused_rollout != "always", "fused_rollout='always' needs a feed-forward MLP policy")
+            require(not (isinstance(self.env, TorchVecEnv) or c.env_device != "cpu"),
+                    "recurrent policies collect on the host (a TorchVecEnv / env_device is not supported)")
+            self.policy = RecurrentActorCritic(self.observation_space, self.action_space, c.hidden,
+                                               cell=c.recurrent, size=c.recurrent_size, activation=c.activation,
+                                               log_std_init=c.log_std_init, squash=c.squash,
+                                               encoder=c.encoder).to(self.device)
+        else:
+            self.policy = self._policy_class()(self.observation_space, self.action_space, c.hidden,
+                                               shared=c.shared, activation=c.activation,
+                                               log_std_init=c.log_std_init, squash=c.squash,
+                                               encoder=c.encoder).to(self.device)
         # observations are kept, stored and fed in the policy's input dtype: uint8 frames for a CNN on images
         self._obs_dtype = self.policy.input_dtype
         require(not (c.normalize_obs and self._obs_dtype == np.uint8),
@@ -132,7 +168,6 @@ class OnPolicyAlgorithm(Algorithm):
         self._obs = np.zeros((c.num_envs, *obs_shape), self._obs_dtype)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)
-        from rapidrl.envs.torch_envs import TorchVecEnv
         from rapidrl.train.device_collect import DeviceCollector
         from rapidrl.train.fused import FusedCollector, fused_applies
 
@@ -158,7 +193,8 @@ class OnPolicyAlgorithm(Algorithm):
         elif use_fused:
             self.collector = FusedCollector(self.env, self.policy, c.num_steps)
         else:
-            self._step_collector = StepCollector(self.env, self.policy, c.num_steps, self.device, self.timer)
+            collector = RecurrentStepCollector if self.policy.recurrent else StepCollector
+            self._step_collector = collector(self.env, self.policy, c.num_steps, self.device, self.timer)
 
     def _make_buffer(self) -> RolloutBuffer:
         c = self.config
@@ -183,6 +219,54 @@ class OnPolicyAlgorithm(Algorithm):
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
         return normalized(self.obs_normalizer, obs, self._obs_dtype)
 
+    def predict(self, obs, state=None, episode_start=None, deterministic: bool = False):
+        """Actions for ``obs`` ([B, *obs_shape] or one observation), as NumPy.
+
+        Recurrent policies (``recurrent="lstm"|"gru"``) as sb3-contrib's: ``predict(obs, state, episode_start,
+        deterministic) -> (actions, state)``, where state is the float32 array [B, S] returned by the previous call
+        (None: fresh episodes) and episode_start [B] bool marks observations that begin an episode (their state is
+        reset). Feed-forward policies take neither and return the actions only.
+        """
+        if not self.policy.recurrent:
+            if state is not None or episode_start is not None:
+                raise ValueError("state and episode_start apply to recurrent policies only (this one is feed-forward)")
+            return super().predict(obs, deterministic=deterministic)
+        obs = np.asarray(obs)
+        shape = self.observation_space.shape
+        single = obs.shape == shape
+        batch = obs[None] if single else obs
+        if batch.shape[1:] != shape:
+            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        n = batch.shape[0]
+        if state is None:
+            state = self.policy.initial_state(n, self.device)
+        else:
+            state = torch.as_tensor(np.asarray(state) if not isinstance(state, torch.Tensor) else state,
+                                    dtype=torch.float32).reshape(n, -1).to(self.device)
+            self.policy.check_state(state, n)
+        starts = np.zeros(n, bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
+        if starts.shape != (n,):
+            raise ValueError(f"episode_start must have {n} entries (one per observation), got {starts.shape}")
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(self._normalize(batch))).to(self.device)
+            raw, _, _, state = self.policy.act(x, state, torch.from_numpy(starts).to(self.device),
+                                               deterministic=deterministic)
+            actions = self.policy.to_env_action(raw).cpu().numpy()
+        state = state.cpu().numpy()
+        return (actions[0], state) if single else (actions, state)
+
+    def _episode_actor(self, n: int, deterministic: bool):
+        if not self.policy.recurrent:
+            return super()._episode_actor(n, deterministic)
+        actor = RecurrentActor(self.policy, n, self.device, deterministic)
+
+        def act(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+            x = torch.from_numpy(np.ascontiguousarray(self._normalize(obs))).to(self.device)
+            raw = actor(x, torch.from_numpy(np.asarray(starts, dtype=bool)).to(self.device))
+            return self.policy.to_env_action(raw).cpu().numpy()
+
+        return act
+
     def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(self._normalize(obs))).to(self.device)
@@ -194,6 +278,8 @@ class OnPolicyAlgorithm(Algorithm):
         obs, _ = self.env.reset(seed=self._env_seed)
         np.copyto(self._obs, obs)
         self._needs_reset = False
+        if self.policy.recurrent:
+            self._step_collector.reset_state()
 
     def _draw_seed(self) -> int:
         return int(self.np_rng.integers(0, 2**31 - 1))
@@ -226,8 +312,9 @@ class OnPolicyAlgorithm(Algorithm):
                 for t in range(c.num_steps):
                     self.buffer.rewards[t] = self.reward_scaler(self.buffer.rewards[t], done[t])
             if last_values is None:
+                source = self._step_collector or self.policy  # a recurrent collector values with its state
                 with torch.no_grad():
-                    last_values = self.policy.value(torch.from_numpy(self._last_obs).to(self.device))
+                    last_values = source.value(torch.from_numpy(self._last_obs).to(self.device))
             if self.obs_normalizer is not None:
                 self.obs_normalizer.rms.update(self._raw_obs.reshape(-1, *self._obs.shape[1:]))
             if self.uses_gae:
@@ -296,6 +383,20 @@ class OnPolicyAlgorithm(Algorithm):
     def _update(self) -> None:
         raise NotImplementedError
 
+    def _score_columns(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent policies: (log_probs, entropy, values), each [T - burn_in, n], of env columns ``idx`` [n] of
+        the rollout, replayed from the state stored at its start with its episode starts (``rapidrl.train.recurrent``).
+        """
+        b, col = self.buffer.tensors, self._step_collector
+        starts = episode_starts(torch.from_numpy(col.initial_starts).to(b.terminated.device), b.terminated,
+                                b.truncated)
+        return self.policy.evaluate_sequence(b.obs[:, idx], b.actions[:, idx], col.initial_state[idx],
+                                             starts[:, idx], burn_in=self.config.burn_in)
+
+    def _columns(self, field: str, idx: torch.Tensor) -> torch.Tensor:
+        """Stored ``field`` of env columns ``idx`` past the burn-in, flattened: [(T - burn_in) * n]."""
+        return getattr(self.buffer.tensors, field)[self.config.burn_in:, idx].reshape(-1)
+
     def _explained_variance(self) -> float:
         """1 - Var[returns - values] / Var[returns] over the rollout (NaN-free: 0 when Var[returns] = 0)."""
         v = self.buffer.values.reshape(-1)
@@ -321,14 +422,19 @@ class OnPolicyAlgorithm(Algorithm):
             raise NotImplementedError("an exact-resume checkpoint cannot hold the rollout in flight of async_collect; "
                                       "save without training_state=True")
         # a device env's state is not saved (``env_state``): it is reset on resume
-        return {"obs": torch.from_numpy(self._obs.copy()),
-                "needs_reset": self._needs_reset or self.device_collector is not None,
-                "generator": self.torch_generator.get_state()}
+        state = {"obs": torch.from_numpy(self._obs.copy()),
+                 "needs_reset": self._needs_reset or self.device_collector is not None,
+                 "generator": self.torch_generator.get_state()}
+        if self.policy.recurrent:
+            state["recurrent"] = self._step_collector.state_dict()
+        return state
 
     def _load_extra_training_state(self, state: dict) -> None:
         np.copyto(self._obs, state["obs"].numpy())
         self._needs_reset = bool(state["needs_reset"])
         self.torch_generator.set_state(state["generator"])
+        if self.policy.recurrent:
+            self._step_collector.load_state_dict(state["recurrent"])
 
     def _load_state(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])

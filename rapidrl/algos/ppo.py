@@ -66,6 +66,9 @@ class PPOConfig(OnPolicyConfig):
         require(self.norm_adv in ("minibatch", "batch", "none"),
                 f"norm_adv must be 'minibatch', 'batch' or 'none', got {self.norm_adv!r}")
         require(self.target_kl is None or self.target_kl > 0, f"target_kl must be > 0 or None, got {self.target_kl}")
+        require(self.recurrent == "none" or self.minibatch_size % self.num_steps == 0,
+                f"with a recurrent policy a minibatch is whole env columns: minibatch_size={self.minibatch_size} "
+                f"must be a multiple of num_steps={self.num_steps}")
         require(not self.vtrace_advantages or self.device == "cpu",
                 "vtrace_advantages needs device='cpu' (the V-trace kernel is Numba)")
 
@@ -156,6 +159,7 @@ class PPO(OnPolicyAlgorithm):
 
     name = "ppo"
     config_class = PPOConfig
+    supports_recurrent = True
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         p = self.policy
@@ -322,6 +326,8 @@ class PPO(OnPolicyAlgorithm):
         """The PyTorch path of ``_update``: minibatches from the buffer, closed-form or autograd gradients. Adds
         each minibatch's stats into ``totals``; returns the number of minibatches."""
         c = self.config
+        if self.policy.recurrent:
+            return self._update_sequences(params, clip, norm, totals)
         count = 0
         for _epoch in range(c.update_epochs):
             for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
@@ -344,6 +350,45 @@ class PPO(OnPolicyAlgorithm):
                 last_kl = stats["approx_kl"]
             if c.target_kl is not None:  # every rank must take the same decision
                 kl = float(last_kl) if self.dist is None else self.dist.all_reduce_mean(float(last_kl))
+                if kl > c.target_kl:
+                    break
+        return count
+
+    def _update_sequences(self, params, clip: float, norm: str | None, totals: dict) -> int:
+        """``_update_epochs`` for a recurrent policy: each minibatch is ``minibatch_size // num_steps`` whole env
+        columns of the rollout, replayed through the recurrent layer from the state stored at the rollout start
+        (truncated backpropagation through time over the rollout, as CleanRL's ppo_atari_lstm)."""
+        c = self.config
+        per_batch = c.minibatch_size // c.num_steps
+        device = self.buffer.tensors.advantages.device
+        if norm == "batch":
+            adv = self.buffer.tensors.advantages[c.burn_in:]
+            mean, std = adv.mean(), adv.std(correction=0) + 1e-8
+        count = 0
+        for _epoch in range(c.update_epochs):
+            perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(device)
+            for start in range(0, c.num_envs, per_batch):
+                idx = perm[start:start + per_batch]
+                new_logp, entropy, new_values = self._score_columns(idx)
+                advantages = self._columns("advantages", idx)
+                if norm == "minibatch":
+                    mean, std = advantages.mean(), advantages.std(correction=0) + 1e-8
+                if norm is not None:
+                    advantages = (advantages - mean) / std
+                loss, stats = ppo_loss(new_logp.reshape(-1), entropy.reshape(-1), new_values.reshape(-1),
+                                       self._columns("log_probs", idx), self._columns("values", idx), advantages,
+                                       self._columns("returns", idx), clip_coef=clip, clip_vloss=c.clip_vloss,
+                                       ent_coef=c.ent_coef, vf_coef=c.vf_coef)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self._sync_grads(params)
+                optimizer_step(self.optimizer, c.max_grad_norm)
+                for k, v in stats.items():
+                    totals[k] = totals[k] + v if k in totals else v
+                count += 1
+            if c.target_kl is not None:
+                kl = float(stats["approx_kl"]) if self.dist is None else \
+                    self.dist.all_reduce_mean(float(stats["approx_kl"]))
                 if kl > c.target_kl:
                     break
         return count

@@ -5,6 +5,8 @@
 - built-in ids on another device (or ``vectorization="torch"``) -> ``TorchVecEnv`` (PyTorch on the device);
 - multi-agent MPE ids (``MPE/simple_spread-v3``) -> ``rapidrl.envs.mpe.SimpleSpreadVecEnv`` (``num_envs`` copies,
   ``num_envs * N`` agent rows; ``rapidrl.envs.multiagent``);
+- the partially observed tasks ``CartPoleNoVel-v1`` and ``MemoryCue-v0`` -> their batched envs
+  (``rapidrl.envs.pomdp``; with "sync"/"subprocess" their single Gymnasium envs);
 - Atari ids (``ALE/<Game>-v5``, ...) -> ``AtariVecEnv`` (ale-py's C++ vector env with the standard
   preprocessing, ``rapidrl.envs.atari``; the "atari" extra);
 - any other Gymnasium id -> ``SyncVecEnv`` (in process) or ``SubprocVecEnv`` (worker processes).
@@ -14,6 +16,9 @@ from __future__ import annotations
 
 from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs, unknown_env_message
 from rapidrl.envs.minatar.ids import MINATAR_ENVS
+from rapidrl.envs.pomdp import POMDP_ENVS, make_pomdp, register_envs
+
+register_envs()  # CartPoleNoVel-v1 and MemoryCue-v0 as Gymnasium ids too
 
 VECTORIZATIONS = ("numba", "torch", "sync", "subprocess", "ray", "ale", "mujoco")
 
@@ -93,6 +98,8 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
         from rapidrl.envs.mpe import make_mpe
 
         return make_mpe(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
+    if env_id in POMDP_ENVS and vectorization in (None, "numba") and device_type == "cpu":
+        return make_pomdp(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, copy=copy, **env_kwargs)
     builtin = env_id in list_builtin_envs()
     if vectorization is None:
         if builtin:

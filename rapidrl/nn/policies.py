@@ -71,33 +71,16 @@ class ActorCritic(nn.Module):
             ``activation`` then do not apply, and observations go in as stored (uint8 [B, C, H, W]).
     """
 
+    recurrent = False
+    """True for ``rapidrl.nn.recurrent.RecurrentActorCritic`` (acting and scoring then carry a state)."""
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int] = (64, 64),
                  *, shared: bool = False, activation: str = "tanh", log_std_init: float = 0.0,
                  squash: str = "clip", encoder: str = "auto"):
         super().__init__()
         self.encoder_kind = encoder_for(observation_space, encoder)
         obs_dim = flat_obs_dim(observation_space)
-        self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        self.multi = isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
-        """MultiDiscrete / MultiBinary actions: one categorical per component (MultiBinary = categoricals of 2)."""
-        if self.discrete:
-            out_dim = int(action_space.n)
-        elif self.multi:
-            if isinstance(action_space, gym.spaces.MultiBinary):
-                nvec, start = np.full(int(np.prod(action_space.shape)), 2), np.zeros(1, np.int64)
-            else:
-                nvec, start = action_space.nvec.ravel(), action_space.start.ravel()
-            if len(np.shape(action_space.shape)) and len(action_space.shape) != 1:
-                raise TypeError(f"ActorCritic supports 1-D MultiDiscrete/MultiBinary action spaces, got {action_space}")
-            self.nvec = [int(n) for n in nvec]
-            self.register_buffer("action_start", torch.as_tensor(np.broadcast_to(start, len(self.nvec)).copy()))
-            self.action_env_dtype = action_space.dtype
-            out_dim = int(sum(self.nvec))
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            out_dim = int(action_space.shape[0])
-        else:
-            raise TypeError(f"ActorCritic supports Discrete, MultiDiscrete, MultiBinary and 1-D Box action spaces, "
-                            f"got {action_space}")
+        out_dim = self._setup_action_space(action_space)
         if squash not in ("clip", "tanh"):
             raise ValueError(f"squash must be 'clip' or 'tanh', got {squash!r}")
         if not hidden:
@@ -121,6 +104,36 @@ class ActorCritic(nn.Module):
             self.trunk = None
             self.actor = mlp(obs_dim, hidden, out_dim, activation, out_gain=0.01)
             self.critic = mlp(obs_dim, hidden, 1, activation, out_gain=1.0)
+        self._setup_gaussian(action_space, out_dim, log_std_init)
+
+    def _setup_action_space(self, action_space: gym.Space) -> int:
+        """Set ``discrete``/``multi`` (and ``nvec``, ``action_start``) from ``action_space``; return the actor's
+        output width (logits, concatenated logits, or Gaussian means)."""
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.multi = isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
+        """MultiDiscrete / MultiBinary actions: one categorical per component (MultiBinary = categoricals of 2)."""
+        if self.discrete:
+            return int(action_space.n)
+        if self.multi:
+            if isinstance(action_space, gym.spaces.MultiBinary):
+                nvec, start = np.full(int(np.prod(action_space.shape)), 2), np.zeros(1, np.int64)
+            else:
+                nvec, start = action_space.nvec.ravel(), action_space.start.ravel()
+            if len(np.shape(action_space.shape)) and len(action_space.shape) != 1:
+                raise TypeError(f"{type(self).__name__} supports 1-D MultiDiscrete/MultiBinary action spaces, "
+                                f"got {action_space}")
+            self.nvec = [int(n) for n in nvec]
+            self.register_buffer("action_start", torch.as_tensor(np.broadcast_to(start, len(self.nvec)).copy()))
+            self.action_env_dtype = action_space.dtype
+            return int(sum(self.nvec))
+        if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            return int(action_space.shape[0])
+        raise TypeError(f"{type(self).__name__} supports Discrete, MultiDiscrete, MultiBinary and 1-D Box action "
+                        f"spaces, got {action_space}")
+
+    def _setup_gaussian(self, action_space: gym.Space, out_dim: int, log_std_init: float) -> None:
+        """Box actions: the state-independent ``log_std`` parameter and the bounds (registered last, after the
+        networks, which fixes the parameter order optimizers and checkpoints see)."""
         if not self.discrete and not self.multi:
             self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init)))
             low = torch.as_tensor(action_space.low, dtype=torch.float32)
@@ -174,24 +187,29 @@ class ActorCritic(nn.Module):
         Raw actions are what the buffer stores (unclipped Gaussian samples); ``to_env_action`` maps them.
         """
         out, values = self._heads(obs)
+        actions, logp = self._sample(out, deterministic)
+        return actions, logp, values
+
+    def _sample(self, out: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor output [B, A] -> (raw actions, log_probs [B]), sampled from torch's global generator."""
         if self.discrete:
             logp_all = torch.log_softmax(out, -1)
             if deterministic:
                 actions = out.argmax(-1)
             else:
                 actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
-            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1), values
+            return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         if self.multi:  # raw actions [B, K] int64 (component indices, before + start)
             parts = self._multi_logp(out)
             picks = [lp.argmax(-1) if deterministic else torch.multinomial(lp.exp(), 1).squeeze(-1) for lp in parts]
             actions = torch.stack(picks, -1)
             logp = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in zip(parts, picks))
-            return actions, logp, values
+            return actions, logp
         raw = out if deterministic else out + torch.randn_like(out) * torch.exp(self.log_std)
         logp = self._gaussian_logp(out, raw)
         if self.squash == "tanh":
             logp = logp - self.squash_log_jacobian(raw)
-        return raw, logp, values
+        return raw, logp
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -200,19 +218,24 @@ class ActorCritic(nn.Module):
         For the tanh squash the entropy is that of the underlying Gaussian (no closed form after tanh).
         """
         out, values = self._heads(obs)
+        logp, entropy = self._score(out, actions)
+        return logp, entropy, values
+
+    def _score(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor output [B, A] and stored raw actions -> (log_probs [B], entropy [B])."""
         if self.discrete:
             logp_all = torch.log_softmax(out, -1)
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp, entropy, values
+            return logp, entropy
         if self.multi:  # independent components: log-probs and entropies add
             parts = self._multi_logp(out)
             a = actions.long()
             logp = sum(lp.gather(-1, a[:, k:k + 1]).squeeze(-1) for k, lp in enumerate(parts))
             entropy = sum(-(lp.exp() * lp).sum(-1) for lp in parts)
-            return logp, entropy, values
+            return logp, entropy
         logp = self._gaussian_logp(out, actions)
         if self.squash == "tanh":
             logp = logp - self.squash_log_jacobian(actions)
         entropy = (self.log_std + 0.5 + 0.5 * LOG_2PI).sum().expand(out.shape[0])
-        return logp, entropy, values
+        return logp, entropy

@@ -295,12 +295,20 @@ class Algorithm:
         obs, _ = env.reset(seed=self.seed + 10_000 + self.num_updates)
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
+        starts = np.ones(n_episodes, dtype=bool)
+        act = self._episode_actor(n_episodes, deterministic)
         while not finished.all():
-            actions = self._policy_actions(np.asarray(obs), deterministic)
+            actions = act(np.asarray(obs), starts)
             obs, rewards, term, trunc, _ = env.step(actions)
             returns += np.where(finished, 0.0, rewards)
-            finished |= term | trunc
+            starts = term | trunc
+            finished |= starts
         return float(returns.mean()), float(returns.std())
+
+    def _episode_actor(self, n: int, deterministic: bool):
+        """``act(obs [n, ...], episode_starts [n] bool) -> actions`` for stepping ``n`` envs through episodes
+        (a recurrent policy keeps its state in the closure; a feed-forward one ignores the starts)."""
+        return lambda obs, starts: self._policy_actions(obs, deterministic)
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, *, training_state: bool = False) -> Path:
@@ -393,6 +401,7 @@ def env_state(env) -> dict[str, Any]:
     counters, TimeLimit counters, episode sums, last outputs). Other envs: empty, they are reset on resume."""
     from rapidrl.envs.builtin import BuiltinVecEnv
 
+    env = getattr(env, "inner", env)  # a view of a built-in env (CartPoleNoVel-v1) is fixed by that env
     if not isinstance(env, BuiltinVecEnv):
         return {}
     return {"arena": torch.from_numpy(env._arena.copy()), "ready": env._kernel != env._not_ready}
@@ -402,6 +411,7 @@ def set_env_state(env, state: dict[str, Any]) -> None:
     """Inverse of ``env_state``, in place (views of the arena held elsewhere stay valid)."""
     if not state:
         return
+    env = getattr(env, "inner", env)
     np.copyto(env._arena, state["arena"].numpy())
     env._kernel = env._step_packed if state["ready"] else env._not_ready
 

@@ -80,7 +80,7 @@ class StepCollector:
             with timer.phase("policy"):
                 obs_n = normalized(obs_normalizer, obs, dtype)
                 with torch.no_grad():
-                    raw, logp, values = policy.act(torch.from_numpy(obs_n).to(self.device))
+                    raw, logp, values = self._act(torch.from_numpy(obs_n).to(self.device))
                     env_actions = policy.to_env_action(raw).cpu().numpy()
             with timer.phase("env"):
                 next_obs, rewards, terminated, truncated, info = self.env.step(env_actions)
@@ -90,8 +90,10 @@ class StepCollector:
                 if bootstrap.any():
                     final = normalized(obs_normalizer, info["final_obs"][bootstrap], dtype)
                     with torch.no_grad():
-                        final_values[bootstrap] = policy.value(torch.from_numpy(final).to(self.device)).cpu().numpy()
+                        final_values[bootstrap] = self._final_values(torch.from_numpy(final).to(self.device),
+                                                                     bootstrap).cpu().numpy()
                 buffer.add(obs_n, raw, logp, values, rewards, terminated, truncated, final_values)
+                self._advance(terminated, truncated)
                 raw_obs[t] = obs
                 np.copyto(obs, next_obs)
                 done = info.get("_episode")
@@ -101,6 +103,22 @@ class StepCollector:
         if not ended_r:
             return np.zeros(0, np.float32), np.zeros(0, np.int32)
         return np.concatenate(ended_r), np.concatenate(ended_l)
+
+    # -- what a recurrent collector (``rapidrl.train.recurrent``) changes ----------------------------
+    def _act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """obs [N, ...] as the policy takes it -> (raw actions, log_probs [N], values [N])."""
+        return self.policy.act(obs)
+
+    def _final_values(self, final_obs: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
+        """Values [M] of the true final observations [M, ...] of the M envs selected by ``mask`` [N]."""
+        return self.policy.value(final_obs)
+
+    def _advance(self, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """Called after each step is stored (a feed-forward policy carries nothing from step to step)."""
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Values [N] of the next observations obs [N, ...] (the rollout's bootstrap)."""
+        return self.policy.value(obs)
 
 
 class WeightMailbox:

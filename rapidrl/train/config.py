@@ -69,10 +69,11 @@ def check_unit_interval(config, *names: str) -> None:
         require(isinstance(v, (int, float)) and 0.0 <= v <= 1.0, f"{n} must lie in [0, 1], got {v!r}")
 
 
-def check_hidden(hidden) -> None:
-    require(isinstance(hidden, (tuple, list)) and len(hidden) > 0
+def check_hidden(hidden, *, allow_empty: bool = False) -> None:
+    """hidden: a sequence of positive ints, non-empty unless ``allow_empty`` (a recurrent policy's encoder)."""
+    require(isinstance(hidden, (tuple, list)) and (allow_empty or len(hidden) > 0)
             and all(isinstance(h, int) and h > 0 for h in hidden),
-            f"hidden must be a non-empty sequence of positive ints, got {hidden!r}")
+            f"hidden must be a {'' if allow_empty else 'non-empty '}sequence of positive ints, got {hidden!r}")
 
 
 @dataclasses.dataclass

@@ -1,0 +1,150 @@
+"""Recurrent PPO end to end on CartPoleNoVel-v1: rapidrl against sb3-contrib's RecurrentPPO.
+
+Both train the same network at the same settings, each run in its own fresh process at each torch thread count
+(``rapidrl.benchmarks.isolated``), contenders and seeds interleaved:
+
+- the network: observation -> one LSTM of 64 units -> linear actor and critic heads, shared by both heads
+  (rapidrl: ``hidden=[]``, ``recurrent="lstm"``, ``recurrent_size=64``; sb3-contrib: ``shared_lstm=True``,
+  ``enable_critic_lstm=False``, ``net_arch=[]``, ``lstm_hidden_size=64``);
+- the hyperparameters of ``configs/ppo_cartpolenovel.toml`` (rl-zoo3's RecurrentPPO CartPoleNoVel-v1 setting:
+  8 envs x 32 steps, 20 epochs of one 256-step minibatch, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both
+  decaying linearly, no entropy bonus).
+
+Each run reports training SPS (warm-up timed apart) and the mean return of 20 deterministic episodes on
+Gymnasium's ``CartPoleNoVel-v1`` (registered by rapidrl) with the library's own ``predict``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from rapidrl.benchmarks.harness import Case, Context
+
+ENV_ID = "CartPoleNoVel-v1"
+EVAL_EPISODES = 20
+
+
+def cases(ctx: Context) -> Iterator[Case]:
+    return iter(())
+
+
+def _preset() -> dict:
+    from rapidrl.train.rundir import preset_path, read_toml
+
+    return read_toml(preset_path("ppo", ENV_ID))["algo"]
+
+
+def _eval_gym(act) -> float:
+    """Mean return of EVAL_EPISODES Gymnasium episodes; ``act(obs [2], state, start) -> (action, state)``."""
+    import gymnasium as gym
+
+    import rapidrl  # noqa: F401  (registers CartPoleNoVel-v1)
+
+    env = gym.make(ENV_ID)
+    returns = []
+    for k in range(EVAL_EPISODES):
+        obs, _ = env.reset(seed=10_000 + k)
+        state, start, total, done = None, True, 0.0, False
+        while not done:
+            action, state = act(obs, state, start)
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            total, start, done = total + reward, False, terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def _rapidrl(steps: int, seed: int):
+    import torch
+
+    import rapidrl as rr
+
+    model = rr.PPO(ENV_ID, seed=seed, torch_threads=torch.get_num_threads(), **_preset())
+    t0 = time.perf_counter()
+    model.learn(steps, progress_bar=False)
+    wall = time.perf_counter() - t0
+    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+
+    def act(obs, state, start):
+        actions, state = model.predict(obs[None], state, np.array([start]), deterministic=True)
+        return actions[0], state
+
+    return wall, phases, act
+
+
+def _sb3_contrib(steps: int, seed: int):
+    import gymnasium as gym
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import rapidrl  # noqa: F401  (registers CartPoleNoVel-v1)
+    from rapidrl.algos.ppo import PPOConfig
+
+    p = PPOConfig(**_preset())  # the preset over PPO's defaults
+    lr, clip = p.learning_rate, p.clip_coef
+    env = make_vec_env(lambda: gym.make(ENV_ID), n_envs=p.num_envs, seed=seed)
+    model = RecurrentPPO("MlpLstmPolicy", env, n_steps=p.num_steps, batch_size=p.minibatch_size,
+                         n_epochs=p.update_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
+                         learning_rate=lambda f: lr * f, clip_range=lambda f: clip * f, ent_coef=p.ent_coef,
+                         max_grad_norm=p.max_grad_norm, vf_coef=p.vf_coef, seed=seed, device="cpu", verbose=0,
+                         policy_kwargs={"lstm_hidden_size": p.recurrent_size, "shared_lstm": True,
+                                        "enable_critic_lstm": False, "net_arch": []})
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    env.close()
+
+    def act(obs, state, start):
+        action, state = model.predict(obs, state=state, episode_start=np.array([start]), deterministic=True)
+        return action, state
+
+    return wall, {}, act
+
+
+def job_recurrent_ppo(lib: str, steps: int, seed: int) -> dict:
+    """One contender's run in its own process: a one-rollout warm-up (timed apart), ``steps`` env steps, eval."""
+    run = {"rapidrl": _rapidrl, "sb3_contrib": _sb3_contrib}.get(lib)
+    if run is None:
+        raise ValueError(f"unknown contender {lib!r}")
+    p = _preset()
+    t0 = time.perf_counter()
+    run(p["num_envs"] * p["num_steps"], 99)
+    warmup = time.perf_counter() - t0
+    wall, phases, act = run(steps, seed)
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": phases, "eval": _eval_gym(act)}
+
+
+def extras(ctx: Context):
+    """rapidrl's recurrent PPO vs sb3-contrib's RecurrentPPO, same network and preset, own processes."""
+    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated, thread_counts
+
+    steps = 10_240 if ctx.quick else 100_000
+    seeds = [0] if ctx.quick else [0, 1, 2]
+    libs = ["rapidrl"]
+    try:
+        import sb3_contrib  # noqa: F401
+
+        libs.append("sb3_contrib")
+    except ImportError:
+        print("sb3_contrib is not installed: pip install sb3-contrib (skipped)")
+    target = f"{__name__}:job_recurrent_ppo"
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
+                                                         torch_threads=t)) for lib in libs}
+    results = interleaved(jobs, seeds, thread_counts())
+    _, base = best_by_threads(results["rapidrl"])
+    case = f"recurrent PPO {ENV_ID} {steps} steps (LSTM 64, preset ppo_cartpolenovel), seeds {seeds}"
+    rows = []
+    for lib, by_threads in results.items():
+        best_t, best = best_by_threads(by_threads)
+        for t, runs in sorted(by_threads.items()):
+            rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
+                         "SPS (median)": f"{statistics.median(r['sps'] for r in runs):,.0f}",
+                         "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
+                         f"eval ({EVAL_EPISODES} episodes) per seed": " / ".join(f"{r['eval']:.0f}" for r in runs),
+                         "rapidrl speedup (best vs best)": (f"{base / best:.2f}x" if lib != "rapidrl" else "1.00x")
+                         if t == best_t else "",
+                         "phases": str(runs[0].get("phases") or "")})
+    return "Recurrent PPO end to end (each run in its own process; threads, seeds and contenders interleaved)", rows

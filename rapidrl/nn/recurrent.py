@@ -1,0 +1,203 @@
+"""Recurrent actor-critic (LSTM or GRU) for PPO and A2C on partially observed tasks.
+
+Layout: observation -> encoder (an MLP of ``hidden`` sizes, or the Nature/MinAtar CNN for images) -> one LSTM or
+GRU layer of ``size`` units -> a linear actor head (gain 0.01) and a linear critic head (gain 1), as CleanRL's
+ppo_atari_lstm. The recurrent state of a batch of B envs is one tensor ``[B, S]``: ``[h | c]`` (S = 2 * size) for
+an LSTM, ``h`` (S = size) for a GRU, so storage and checkpoints handle both cells alike.
+
+Episode starts reset the state: ``episode_starts[t, b]`` True means observation t of env b is the first of an
+episode, and the state entering step t is zeroed for that env. ``unroll`` runs the cell over whole sequences in
+as few calls as the starts allow: one call per stretch of steps in which no env of the batch starts an episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rapidrl.nn.encoders import encoder_for, make_encoder
+from rapidrl.nn.policies import ActorCritic, flat_obs_dim, mlp, orthogonal_init
+
+CELLS = ("lstm", "gru")
+
+
+class RecurrentActorCritic(ActorCritic):
+    """Actor-critic with an LSTM or GRU between the encoder and the heads.
+
+    Args: as ``ActorCritic`` (``hidden`` may be empty: the observation goes straight into the cell), plus
+        cell: "lstm" or "gru"; size: units of the recurrent layer.
+
+    Acting: ``act(obs [B, ...], state [B, S], episode_starts [B]) -> (actions, log_probs, values, new_state)``.
+    Updating: ``evaluate_sequence(obs [T, B, ...], actions [T, B, ...], state [B, S], episode_starts [T, B])``.
+    """
+
+    recurrent = True
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int] = (64,), *,
+                 cell: str = "lstm", size: int = 128, activation: str = "tanh", log_std_init: float = 0.0,
+                 squash: str = "clip", encoder: str = "auto", shared: bool = True):
+        nn.Module.__init__(self)
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"size must be a positive int, got {size!r}")
+        if squash not in ("clip", "tanh"):
+            raise ValueError(f"squash must be 'clip' or 'tanh', got {squash!r}")
+        self.encoder_kind = encoder_for(observation_space, encoder)
+        obs_dim = flat_obs_dim(observation_space)
+        out_dim = self._setup_action_space(action_space)
+        self.obs_dim, self.action_dim, self.shared, self.squash = obs_dim, out_dim, True, squash
+        self.hidden, self.activation = tuple(int(h) for h in hidden), activation
+        self.cell, self.size = cell, int(size)
+        self.state_size = 2 * self.size if cell == "lstm" else self.size
+        """Width S of the state tensor [B, S]."""
+        self.input_dtype = np.dtype(np.float32)
+        if self.encoder_kind != "mlp":
+            self.trunk = make_encoder(observation_space, self.encoder_kind)
+            features = self.trunk.out_dim
+            if observation_space.dtype == np.uint8:
+                self.input_dtype = np.dtype(np.uint8)
+        else:
+            self.trunk = mlp(obs_dim, self.hidden, None, activation)
+            features = self.hidden[-1] if self.hidden else obs_dim
+        self.rnn = (nn.LSTM if cell == "lstm" else nn.GRU)(features, self.size)
+        for name, param in self.rnn.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+        self.actor = orthogonal_init(nn.Linear(self.size, out_dim), 0.01)
+        self.critic = orthogonal_init(nn.Linear(self.size, 1), 1.0)
+        self._setup_gaussian(action_space, out_dim, log_std_init)
+
+    # -- state ------------------------------------------------------------------------------------
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        """The state of fresh episodes: zeros [batch, S]."""
+        return torch.zeros(batch, self.state_size, device=device)
+
+    def check_state(self, state: torch.Tensor, batch: int) -> None:
+        """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state must be a torch.Tensor [B, {self.state_size}] (from a previous call), "
+                            f"got {type(state).__name__}")
+        if tuple(state.shape) != (batch, self.state_size) or not state.dtype.is_floating_point:
+            raise ValueError(f"state must be a float tensor of shape ({batch}, {self.state_size}), got "
+                             f"{tuple(state.shape)} {state.dtype}")
+
+    def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cell over x [L, B, F] from state [B, S] with no resets: (outputs [L, B, size], state [B, S])."""
+        if self.cell == "lstm":
+            h0 = state[:, :self.size].unsqueeze(0).contiguous()
+            c0 = state[:, self.size:].unsqueeze(0).contiguous()
+            out, (h, c) = self.rnn(x, (h0, c0))
+            return out, torch.cat([h[0], c[0]], -1)
+        out, h = self.rnn(x, state.unsqueeze(0).contiguous())
+        return out, h[0]
+
+    def unroll(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """features [T, B, F], state [B, S] (entering step 0), episode_starts [T, B] bool ->
+        (outputs [T, B, size], state after step T-1 [B, S]). The state entering step t is zeroed where
+        episode_starts[t]; the cell runs once per stretch of steps in which no env starts an episode."""
+        T = features.shape[0]
+        any_start = episode_starts.any(1).tolist()
+        cuts = [t for t in range(1, T) if any_start[t]] + [T]
+        outputs, t0 = [], 0
+        for t1 in cuts:
+            if any_start[t0]:
+                state = state * (~episode_starts[t0]).unsqueeze(-1).to(state.dtype)
+            out, state = self._run(features[t0:t1], state)
+            outputs.append(out)
+            t0 = t1
+        return (outputs[0] if len(outputs) == 1 else torch.cat(outputs)), state
+
+    def unroll_segments(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor
+                        ) -> torch.Tensor:
+        """The outputs [T, B, size] of ``unroll`` (not its final state) in one call of the cell, however many
+        episodes start: every env column is cut into its episode segments, the segments are laid side by side
+        as a batch of sequences padded at the end to the longest (padding after a segment cannot change its
+        outputs), run from their own initial states (the stored state for a column's first segment unless it
+        starts an episode, zeros otherwise), and the outputs are gathered back to [T, B]."""
+        T, B = episode_starts.shape
+        cut = episode_starts.clone()
+        cut[0] = True  # every column begins a segment at step 0
+        col_major = cut.t().reshape(-1)  # [B * T]: segment starts column by column
+        seg_pos = torch.nonzero(col_major).squeeze(-1)  # [K] flat index b * T + t of each segment's first step
+        K = seg_pos.shape[0]
+        seg_col, seg_t = seg_pos // T, seg_pos % T
+        seg_end = torch.cat([seg_pos[1:], seg_pos.new_tensor([B * T])])
+        seg_end = torch.minimum(seg_end, (seg_col + 1) * T)  # a column's last segment ends at T
+        length = int((seg_end - seg_pos).max())
+        seg_of = (torch.cumsum(col_major.long(), 0) - 1).view(B, T).t()  # [T, B] segment of each step
+        offset = torch.arange(T, device=features.device).unsqueeze(1) - seg_t[seg_of]  # [T, B] step in segment
+        padded = features.new_zeros(length, K, features.shape[-1])
+        padded[offset, seg_of] = features
+        first = seg_t == 0  # the segments that start at step 0, one per column, in column order
+        init = state.new_zeros(K, self.state_size)
+        init[first] = state * (~episode_starts[0]).unsqueeze(-1).to(state.dtype)
+        out, _ = self._run(padded, init)
+        return out[offset, seg_of]
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [B, *obs_shape] -> encoder features [B, F]."""
+        return self.trunk(obs)
+
+    # -- acting -----------------------------------------------------------------------------------
+    def _step(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step for B envs: (cell output [B, size], new state [B, S])."""
+        self.check_state(state, obs.shape[0])
+        if episode_starts is None:
+            episode_starts = torch.zeros(obs.shape[0], dtype=torch.bool, device=obs.device)
+        out, state = self.unroll(self._features(obs).unsqueeze(0), state, episode_starts.unsqueeze(0))
+        return out[0], state
+
+    def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
+            deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """obs [B, ...], state [B, S], episode_starts [B] bool (None: no env starts) ->
+        (raw actions, log_probs [B], values [B], new state [B, S])."""
+        h, state = self._step(obs, state, episode_starts)
+        actions, logp = self._sample(self.actor(h), deterministic)
+        return actions, logp, self.critic(h).squeeze(-1), state
+
+    def value(self, obs: torch.Tensor, state: torch.Tensor | None = None,
+              episode_starts: torch.Tensor | None = None) -> torch.Tensor:
+        """Values [B] of obs [B, ...] entered with ``state`` [B, S] (None: fresh episodes)."""
+        if state is None:
+            state = self.initial_state(obs.shape[0], obs.device)
+        h, _ = self._step(obs, state, episode_starts)
+        return self.critic(h).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
+        raise TypeError("a recurrent policy scores whole sequences: use evaluate_sequence(obs [T, B, ...], "
+                        "actions [T, B, ...], state [B, S], episode_starts [T, B])")
+
+    def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
+                          episode_starts: torch.Tensor, burn_in: int = 0
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs, entropy, values), each [T - burn_in, B], of stored raw ``actions`` [T, B, ...] along
+        obs [T, B, ...] from ``state`` [B, S] (the state entering step 0) with ``episode_starts`` [T, B].
+
+        burn_in: the first steps only advance the state, without gradients (their scores are not returned).
+        """
+        T, B = episode_starts.shape
+        if not 0 <= burn_in < T:
+            raise ValueError(f"burn_in must lie in [0, {T}), got {burn_in}")
+        self.check_state(state, B)
+        if burn_in:
+            with torch.no_grad():
+                feats = self._features(obs[:burn_in].reshape(burn_in * B, *obs.shape[2:]))
+                _, state = self.unroll(feats.reshape(burn_in, B, -1), state, episode_starts[:burn_in])
+        L = T - burn_in
+        feats = self._features(obs[burn_in:].reshape(L * B, *obs.shape[2:])).reshape(L, B, -1)
+        out = self.unroll_segments(feats, state, episode_starts[burn_in:])
+        h = out.reshape(L * B, self.size)
+        logp, entropy = self._score(self.actor(h), actions[burn_in:].reshape(L * B, *actions.shape[2:]))
+        return logp.view(L, B), entropy.view(L, B), self.critic(h).view(L, B)
+
+
+__all__ = ["CELLS", "RecurrentActorCritic"]

@@ -1,0 +1,310 @@
+"""Recurrent policies: the partially observed envs against their references, the LSTM/GRU actor-critic's
+identities (segment replay = step-by-step acting, burn-in, resets), rollouts replayed exactly by the update,
+truncation bootstrapping with the recurrent state, predict/evaluate/save/load, and clear errors."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl.envs.pomdp import CARTPOLE_POSITIONS, MemoryCueEnv
+from rapidrl.nn.recurrent import RecurrentActorCritic
+from rapidrl.train.config import ConfigError
+from rapidrl.train.recurrent import episode_starts
+
+SMALL = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, recurrent_size=16, hidden=[16])
+
+
+# -- envs --------------------------------------------------------------------------------------------
+def test_cartpole_novel_equals_gymnasium_cartpole_with_velocities_masked():
+    """Same states (copied from the batched env at each episode start) and actions: observations, rewards,
+    terminations and truncations are Gymnasium's CartPole-v1 with columns (position, angle) kept."""
+    n, steps = 3, 400
+    vec = rr.make_vec("CartPoleNoVel-v1", n, seed=3, max_episode_steps=60)
+    refs = [gym.make("CartPoleNoVel-v1", max_episode_steps=60) for _ in range(n)]
+    assert vec.single_observation_space == refs[0].observation_space
+    obs, _ = vec.reset(seed=3)
+
+    def sync(i):
+        refs[i].reset(seed=0)
+        refs[i].unwrapped.state = vec.inner.get_state()[:, i].copy()
+
+    for i in range(n):
+        sync(i)
+        np.testing.assert_array_equal(obs[i], np.asarray(refs[i].unwrapped.state, np.float32)[list(CARTPOLE_POSITIONS)])
+    rng = np.random.default_rng(0)
+    ended = {"terminated": 0, "truncated": 0}
+    for _ in range(steps):
+        actions = rng.integers(0, 2, n)
+        obs, rewards, terminated, truncated, info = vec.step(actions)
+        for i in range(n):
+            o, r, te, tr, _ = refs[i].step(int(actions[i]))
+            assert (r, te, tr) == (rewards[i], terminated[i], truncated[i])
+            if te or tr:
+                np.testing.assert_array_equal(info["final_obs"][i], o)
+                ended["terminated" if te else "truncated"] += 1
+                sync(i)
+            else:
+                np.testing.assert_array_equal(obs[i], o)
+    assert ended["terminated"] > 0 and ended["truncated"] > 0
+
+
+def test_memory_cue_vec_equals_the_single_env_resets_included():
+    n = 3
+    vec = rr.make_vec("MemoryCue-v0", n, seed=11, num_cues=3, delay=4)
+    refs = [MemoryCueEnv(num_cues=3, delay=4) for _ in range(n)]
+    obs, _ = vec.reset(seed=11)
+    ref_obs = [r.reset(seed=11 + i)[0] for i, r in enumerate(refs)]
+    np.testing.assert_array_equal(obs, np.stack(ref_obs))
+    rng = np.random.default_rng(1)
+    for _ in range(5 * 5):
+        actions = rng.integers(0, 3, n)
+        obs, rewards, terminated, truncated, info = vec.step(actions)
+        for i, ref in enumerate(refs):
+            o, r, te, tr, _ = ref.step(int(actions[i]))
+            assert (r, te, tr) == (rewards[i], terminated[i], truncated[i])
+            if te:
+                np.testing.assert_array_equal(info["final_obs"][i], o)
+                assert info["_episode"][i] and info["episode"]["l"][i] == 5
+                assert info["episode"]["r"][i] == r
+                o, _ = ref.reset()
+            np.testing.assert_array_equal(obs[i], o)
+
+
+def test_memory_cue_rewards_only_the_remembered_cue():
+    """The cue is visible at step 0 only; answering it at the query step earns 1, anything else 0."""
+    delay, k = 5, 4
+    env = rr.make_vec("MemoryCue-v0", 64, seed=0, num_cues=k, delay=delay)
+    obs, _ = env.reset(seed=0)
+    cues = obs[:, :k].argmax(1)
+    assert (obs[:, :k].sum(1) == 1).all() and (obs[:, k] == 0).all()
+    for t in range(1, delay + 1):
+        obs, rewards, terminated, _, info = env.step(np.zeros(64, np.int64))
+        assert (obs[:, :k] == 0).all() and (obs[:, k] == (t == delay)).all() and (rewards == 0).all()
+        assert not terminated.any()
+    wrong = (cues + 1) % k
+    answer = np.where(np.arange(64) % 2 == 0, cues, wrong)
+    _, rewards, terminated, _, info = env.step(answer)
+    assert terminated.all() and (rewards == (np.arange(64) % 2 == 0)).all()
+    assert (info["episode"]["r"] == rewards).all() and (info["episode"]["l"] == delay + 1).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [({"num_cues": 1}, "num_cues"), ({"delay": 0}, "delay")])
+def test_memory_cue_bad_settings_are_clear_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rr.make_vec("MemoryCue-v0", 2, **kwargs)
+
+
+@pytest.mark.parametrize("env_id", ["MemoryCue-v0", "CartPoleNoVel-v1"])
+def test_pomdp_envs_reject_bad_actions(env_id):
+    env = rr.make_vec(env_id, 2, seed=0)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(3, np.int64))
+    with pytest.raises(TypeError, match="dtype"):
+        env.step(np.zeros(2, np.float32))
+    with pytest.raises(ValueError):
+        env.step(np.full(2, 7, np.int64))
+    env.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        env.step(np.zeros(2, np.int64))
+
+
+# -- the policy --------------------------------------------------------------------------------------
+def _policy(cell: str, action_space=None, hidden=(8,)) -> RecurrentActorCritic:
+    torch.manual_seed(0)
+    return RecurrentActorCritic(gym.spaces.Box(-1, 1, (3,)), action_space or gym.spaces.Discrete(3), hidden,
+                                cell=cell, size=12)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_sequence_scoring_equals_step_by_step_acting(cell):
+    """evaluate_sequence (one padded call over episode segments) gives, at every step, the log-prob and value
+    that acting step by step with the carried state gave; also with Gaussian actions, and gradients agree with
+    the per-stretch unroll."""
+    for space in (gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))):
+        p = _policy(cell, space)
+        rng = torch.Generator().manual_seed(1)
+        for T, B in [(1, 1), (7, 3), (20, 5)]:
+            obs = torch.randn(T, B, 3, generator=rng)
+            starts = torch.rand(T, B, generator=rng) < 0.25
+            state0 = torch.randn(B, p.state_size, generator=rng)
+            state, acts, logps, values = state0, [], [], []
+            with torch.no_grad():
+                for t in range(T):
+                    a, lp, v, state = p.act(obs[t], state, starts[t])
+                    acts.append(a)
+                    logps.append(lp)
+                    values.append(v)
+            logp, entropy, value = p.evaluate_sequence(obs, torch.stack(acts), state0, starts)
+            torch.testing.assert_close(logp, torch.stack(logps), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(value, torch.stack(values), atol=1e-5, rtol=1e-5)
+            assert entropy.shape == (T, B)
+        feats = torch.randn(12, 4, 8, requires_grad=True)
+        starts = torch.rand(12, 4) < 0.3
+        state0 = torch.randn(4, p.state_size)
+        g1 = torch.autograd.grad(p.unroll(feats, state0, starts)[0].square().sum(), [feats, *p.rnn.parameters()])
+        g2 = torch.autograd.grad(p.unroll_segments(feats, state0, starts).square().sum(),
+                                 [feats, *p.rnn.parameters()])
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_burn_in_only_advances_the_state(cell):
+    p = _policy(cell)
+    obs, acts = torch.randn(10, 2, 3), torch.randint(0, 3, (10, 2))
+    starts = torch.zeros(10, 2, dtype=torch.bool)
+    starts[6, 1] = True
+    state = torch.randn(2, p.state_size)
+    full = p.evaluate_sequence(obs, acts, state, starts)
+    tail = p.evaluate_sequence(obs, acts, state, starts, burn_in=4)
+    for a, b in zip(full, tail):
+        torch.testing.assert_close(a[4:], b, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="burn_in"):
+        p.evaluate_sequence(obs, acts, state, starts, burn_in=10)
+
+
+def test_an_episode_start_forgets_the_state():
+    p = _policy("lstm")
+    obs = torch.randn(4, 3)
+    fresh = p.act(obs, p.initial_state(4), None, deterministic=True)
+    reset = p.act(obs, torch.randn(4, p.state_size), torch.ones(4, dtype=torch.bool), deterministic=True)
+    kept = p.act(obs, torch.randn(4, p.state_size), None, deterministic=True)
+    torch.testing.assert_close(fresh[2], reset[2])
+    torch.testing.assert_close(fresh[3], reset[3])
+    assert not torch.allclose(fresh[2], kept[2])
+
+
+def test_recurrent_policy_rejects_flat_scoring_and_bad_states():
+    p = _policy("gru")
+    with pytest.raises(TypeError, match="evaluate_sequence"):
+        p.evaluate(torch.zeros(2, 3), torch.zeros(2))
+    with pytest.raises(ValueError, match="shape"):
+        p.act(torch.zeros(2, 3), torch.zeros(2, 5))
+    with pytest.raises(TypeError, match="state"):
+        p.act(torch.zeros(2, 3), np.zeros((2, 12)))
+    with pytest.raises(ValueError, match="cell"):
+        RecurrentActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), cell="rnn")
+
+
+# -- PPO / A2C with a recurrent policy ---------------------------------------------------------------
+def test_the_update_replays_the_collected_rollout_exactly():
+    """Scoring the stored rollout from the state saved at its start, with the starts rebuilt from the stored
+    episode ends, gives back the stored log-probs and values: the first PPO epoch's ratios are exactly 1."""
+    model = rr.PPO("MemoryCue-v0", recurrent="lstm", seed=0, env_kwargs={"delay": 3}, **SMALL)
+    for _ in range(2):  # the second rollout starts mid-episode with a carried state
+        model._collect()
+        b = model.buffer.tensors
+        logp, _, values = model._score_columns(torch.arange(model.config.num_envs))
+        torch.testing.assert_close(logp, b.log_probs, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(values, b.values, atol=1e-5, rtol=1e-5)
+    assert b.terminated.any()
+
+
+def test_truncated_episodes_bootstrap_from_the_state_they_reached():
+    """final_values of truncated steps = the critic on the true final observation, entered with the state after
+    the episode's last step (recomputed here by replaying the same actions on a twin env)."""
+    kw = dict(SMALL, num_steps=24, minibatch_size=48)
+    model = rr.PPO("CartPoleNoVel-v1", recurrent="gru", seed=4, env_kwargs={"max_episode_steps": 7}, **kw)
+    twin = rr.make_vec("CartPoleNoVel-v1", 4, seed=model._env_seed, max_episode_steps=7)
+    model._collect()
+    b, col = model.buffer.tensors, model._step_collector
+    assert (b.truncated & ~b.terminated).any()
+    obs, _ = twin.reset(seed=model._env_seed)
+    np.testing.assert_array_equal(obs, b.obs[0].numpy())
+    state, starts = col.initial_state.clone(), torch.from_numpy(col.initial_starts.copy())
+    checked = 0
+    with torch.no_grad():
+        for t in range(kw["num_steps"]):
+            _, _, _, state = model.policy.act(b.obs[t], state, starts)
+            _, _, terminated, truncated, info = twin.step(b.actions[t].numpy())
+            for i in np.flatnonzero(truncated & ~terminated):
+                final = torch.from_numpy(info["final_obs"][i:i + 1].copy())
+                expected = model.policy.value(final, state[i:i + 1])
+                torch.testing.assert_close(b.final_values[t, i:i + 1], expected, atol=1e-6, rtol=1e-6)
+                checked += 1
+            starts = torch.from_numpy(terminated | truncated)
+    assert checked > 0
+
+
+def test_episode_starts_are_rebuilt_from_the_episode_ends():
+    term = torch.tensor([[0, 1], [0, 0], [1, 0]], dtype=torch.bool)
+    trunc = torch.tensor([[1, 0], [0, 0], [0, 0]], dtype=torch.bool)
+    starts = episode_starts(torch.tensor([True, False]), term, trunc)
+    assert starts.tolist() == [[True, False], [True, True], [False, False]]
+
+
+@pytest.mark.parametrize("algo, cell", [("ppo", "lstm"), ("a2c", "gru")])
+def test_recurrent_training_predict_and_save_load(tmp_path, algo, cell):
+    cls = {"ppo": rr.PPO, "a2c": rr.A2C}[algo]
+    kw = dict(SMALL) if algo == "ppo" else {k: v for k, v in SMALL.items() if k in ("num_envs", "num_steps",
+                                                                                     "recurrent_size", "hidden")}
+    model = cls("CartPoleNoVel-v1", recurrent=cell, seed=0, **kw)
+    model.learn(256, progress_bar=False)
+    assert np.isfinite(model.metrics["losses/value_loss"])
+    obs = np.random.default_rng(0).normal(size=(5, 2)).astype(np.float32) * 0.05
+    actions, state = model.predict(obs, deterministic=True)
+    assert actions.shape == (5,) and state.shape == (5, model.policy.state_size) and state.dtype == np.float32
+    a2, s2 = model.predict(obs, state, np.zeros(5, bool), deterministic=True)
+    a3, _ = model.predict(obs, s2, np.ones(5, bool), deterministic=True)  # episode starts: as from None
+    np.testing.assert_array_equal(a3, actions)
+    single, s1 = model.predict(obs[0], None, None, deterministic=True)
+    assert single.shape == () and s1.shape == (1, model.policy.state_size)
+    path = model.save(tmp_path / "m.pt")
+    loaded = cls.load(path)
+    assert loaded.policy.recurrent and loaded.policy.cell == cell
+    b2, t2 = loaded.predict(obs, state, None, deterministic=True)
+    np.testing.assert_array_equal(b2, a2)
+    np.testing.assert_allclose(t2, s2, atol=1e-6)
+    mean, _ = loaded.evaluate(3)
+    assert 0 < mean <= 500
+
+
+def test_recurrent_ppo_on_a_cnn_encoder():
+    model = rr.PPO("MinAtar/Breakout-v1", recurrent="lstm", recurrent_size=32, num_envs=2, num_steps=16,
+                   minibatch_size=16, update_epochs=1, seed=0)
+    assert model.policy.encoder_kind == "minatar" and model.policy.input_dtype == np.uint8
+    model.learn(64, progress_bar=False)
+    actions, state = model.predict(model.env.reset(seed=0)[0], deterministic=True)
+    assert actions.shape == (2,) and state.shape == (2, 64)
+
+
+def test_predict_of_a_feed_forward_policy_takes_no_state():
+    model = rr.PPO("CartPole-v1", num_envs=2, num_steps=8, minibatch_size=16)
+    with pytest.raises(ValueError, match="recurrent"):
+        model.predict(np.zeros(4, np.float32), np.zeros((1, 4)))
+
+
+def test_recurrent_predict_rejects_bad_state_and_starts():
+    model = rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **SMALL)
+    obs = np.zeros((3, 2), np.float32)
+    with pytest.raises(ValueError, match="state"):
+        model.predict(obs, np.zeros((3, 5), np.float32))
+    with pytest.raises(ValueError, match="episode_start"):
+        model.predict(obs, None, np.zeros(2, bool))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: rr.IMPALA("CartPoleNoVel-v1", recurrent="lstm"), "IMPALA has no recurrent"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", async_collect=True, **SMALL), "async_collect"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **dict(SMALL, minibatch_size=24)), "multiple of num_steps"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", burn_in=16, **SMALL), "burn_in"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="rnn"), "recurrent must be"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", hidden=[]), "non-empty"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", fused_rollout="always", **SMALL), "fused_rollout"),
+])
+def test_recurrent_configuration_errors(make, match):
+    with pytest.raises((ConfigError, ValueError), match=match):
+        make()
+
+
+def test_export_says_recurrent_policies_are_not_exported(tmp_path):
+    from rapidrl.export import export_policy
+
+    model = rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **SMALL)
+    with pytest.raises(ValueError, match="recurrent"):
+        export_policy(model, tmp_path / "p.onnx")

@@ -308,3 +308,21 @@ def test_export_says_recurrent_policies_are_not_exported(tmp_path):
     model = rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **SMALL)
     with pytest.raises(ValueError, match="recurrent"):
         export_policy(model, tmp_path / "p.onnx")
+
+
+def test_docs_examples_run():
+    """Every python block of docs/recurrent.md runs as written (the first one's printed result is checked)."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "recurrent.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, "docs/recurrent.md", "exec"), {})
+        if "MemoryCue" in block:
+            assert out.getvalue().startswith("(1.0, 0.0)"), out.getvalue()

@@ -3,9 +3,10 @@
 Both train the same network at the same settings, each run in its own fresh process at each torch thread count
 (``rapidrl.benchmarks.isolated``), contenders and seeds interleaved:
 
-- the network: observation -> one LSTM of 64 units -> linear actor and critic heads, shared by both heads
-  (rapidrl: ``hidden=[]``, ``recurrent="lstm"``, ``recurrent_size=64``; sb3-contrib: ``shared_lstm=True``,
-  ``enable_critic_lstm=False``, ``net_arch=[]``, ``lstm_hidden_size=64``);
+- the network: observation -> a 64-unit tanh layer -> one LSTM of 64 units -> linear actor and critic heads,
+  shared by both heads (rapidrl: the preset's ``hidden``, ``recurrent``, ``recurrent_size``; sb3-contrib: that
+  layer as its features extractor, ``shared_lstm=True``, ``enable_critic_lstm=False``, ``net_arch=[]``);
+- observations and rewards normalized (rapidrl's ``normalize_obs``/``normalize_reward``; SB3's VecNormalize);
 - the hyperparameters of ``configs/ppo_cartpolenovel.toml`` (rl-zoo3's RecurrentPPO CartPoleNoVel-v1 setting:
   8 envs x 32 steps, 20 epochs of one 256-step minibatch, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both
   decaying linearly, no entropy bonus).
@@ -77,28 +78,47 @@ def _rapidrl(steps: int, seed: int):
 
 def _sb3_contrib(steps: int, seed: int):
     import gymnasium as gym
+    import torch
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from stable_baselines3.common.vec_env import VecNormalize
 
     import rapidrl  # noqa: F401  (registers CartPoleNoVel-v1)
     from rapidrl.algos.ppo import PPOConfig
 
     p = PPOConfig(**_preset())  # the preset over PPO's defaults
+
+    class Encoder(BaseFeaturesExtractor):  # rapidrl's encoder MLP before the LSTM (``hidden``)
+        def __init__(self, space: gym.spaces.Box):
+            super().__init__(space, features_dim=p.hidden[-1])
+            layers, d = [], space.shape[0]
+            for h in p.hidden:
+                layers += [torch.nn.Linear(d, h), torch.nn.Tanh()]
+                d = h
+            self.net = torch.nn.Sequential(*layers)
+
+        def forward(self, obs):
+            return self.net(obs)
+
     lr, clip = p.learning_rate, p.clip_coef
     env = make_vec_env(lambda: gym.make(ENV_ID), n_envs=p.num_envs, seed=seed)
+    env = VecNormalize(env, norm_obs=p.normalize_obs, norm_reward=p.normalize_reward, gamma=p.gamma)
     model = RecurrentPPO("MlpLstmPolicy", env, n_steps=p.num_steps, batch_size=p.minibatch_size,
                          n_epochs=p.update_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
                          learning_rate=lambda f: lr * f, clip_range=lambda f: clip * f, ent_coef=p.ent_coef,
                          max_grad_norm=p.max_grad_norm, vf_coef=p.vf_coef, seed=seed, device="cpu", verbose=0,
                          policy_kwargs={"lstm_hidden_size": p.recurrent_size, "shared_lstm": True,
-                                        "enable_critic_lstm": False, "net_arch": []})
+                                        "enable_critic_lstm": False, "net_arch": [],
+                                        "features_extractor_class": Encoder})
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0
     env.close()
 
     def act(obs, state, start):
-        action, state = model.predict(obs, state=state, episode_start=np.array([start]), deterministic=True)
+        action, state = model.predict(env.normalize_obs(obs), state=state, episode_start=np.array([start]),
+                                      deterministic=True)
         return action, state
 
     return wall, {}, act

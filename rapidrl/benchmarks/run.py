@@ -38,6 +38,7 @@ SUITES = {
     "mujoco": "rapidrl.benchmarks.bench_mujoco",
     "pixels": "rapidrl.benchmarks.bench_pixels",
     "marl": "rapidrl.benchmarks.bench_marl",
+    "recurrent": "rapidrl.benchmarks.bench_recurrent",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

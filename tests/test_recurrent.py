@@ -199,9 +199,13 @@ def test_the_update_replays_the_collected_rollout_exactly():
     for _ in range(2):  # the second rollout starts mid-episode with a carried state
         model._collect()
         b = model.buffer.tensors
-        logp, _, values = model._score_columns(torch.arange(model.config.num_envs))
+        logp, _, values = model._score_columns(None)
         torch.testing.assert_close(logp, b.log_probs, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(values, b.values, atol=1e-5, rtol=1e-5)
+        idx = torch.tensor([2, 0])  # a minibatch of columns
+        logp, _, values = model._score_columns(idx)
+        torch.testing.assert_close(logp, b.log_probs[:, idx], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model._columns("values", idx).view(-1, 2), b.values[:, idx])
     assert b.terminated.any()
 
 

@@ -64,7 +64,7 @@ class A2C(OnPolicyAlgorithm):
         batch = c.num_steps * c.num_envs
         norm = "batch" if c.normalize_advantage else None
         if self.policy.recurrent:  # the whole rollout as N sequences through the recurrent layer
-            idx = torch.arange(c.num_envs, device=self.buffer.tensors.advantages.device)
+            idx = None  # all columns
             log_probs, entropy, values = (x.reshape(-1) for x in self._score_columns(idx))
             advantages, returns = self._columns("advantages", idx), self._columns("returns", idx)
             if norm:

@@ -383,19 +383,29 @@ class OnPolicyAlgorithm(Algorithm):
     def _update(self) -> None:
         raise NotImplementedError
 
-    def _score_columns(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Recurrent policies: (log_probs, entropy, values), each [T - burn_in, n], of env columns ``idx`` [n] of
-        the rollout, replayed from the state stored at its start with its episode starts (``rapidrl.train.recurrent``).
-        """
+    def _rollout_starts(self) -> torch.Tensor:
+        """[T, N] bool: the episode starts of the rollout in the buffer (recurrent collection)."""
+        b = self.buffer.tensors
+        initial = torch.from_numpy(self._step_collector.initial_starts).to(b.terminated.device)
+        return episode_starts(initial, b.terminated, b.truncated)
+
+    def _score_columns(self, idx: torch.Tensor | None, starts: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent policies: (log_probs, entropy, values), each [T - burn_in, n], of env columns ``idx`` [n]
+        (None: all N, in order) of the rollout, replayed from the state stored at its start with its episode starts
+        (``starts``: ``_rollout_starts()``, computed when None; ``rapidrl.train.recurrent``)."""
         b, col = self.buffer.tensors, self._step_collector
-        starts = episode_starts(torch.from_numpy(col.initial_starts).to(b.terminated.device), b.terminated,
-                                b.truncated)
+        starts = self._rollout_starts() if starts is None else starts
+        if idx is None:
+            return self.policy.evaluate_sequence(b.obs, b.actions, col.initial_state, starts,
+                                                 burn_in=self.config.burn_in)
         return self.policy.evaluate_sequence(b.obs[:, idx], b.actions[:, idx], col.initial_state[idx],
                                              starts[:, idx], burn_in=self.config.burn_in)
 
-    def _columns(self, field: str, idx: torch.Tensor) -> torch.Tensor:
-        """Stored ``field`` of env columns ``idx`` past the burn-in, flattened: [(T - burn_in) * n]."""
-        return getattr(self.buffer.tensors, field)[self.config.burn_in:, idx].reshape(-1)
+    def _columns(self, field: str, idx: torch.Tensor | None) -> torch.Tensor:
+        """Stored ``field`` of env columns ``idx`` (None: all) past the burn-in, flattened: [(T - burn_in) * n]."""
+        x = getattr(self.buffer.tensors, field)[self.config.burn_in:]
+        return (x if idx is None else x[:, idx]).reshape(-1)
 
     def _explained_variance(self) -> float:
         """1 - Var[returns - values] / Var[returns] over the rollout (NaN-free: 0 when Var[returns] = 0)."""

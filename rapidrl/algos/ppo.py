@@ -364,12 +364,14 @@ class PPO(OnPolicyAlgorithm):
         if norm == "batch":
             adv = self.buffer.tensors.advantages[c.burn_in:]
             mean, std = adv.mean(), adv.std(correction=0) + 1e-8
+        starts = self._rollout_starts()
         count = 0
         for _epoch in range(c.update_epochs):
             perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(device)
             for start in range(0, c.num_envs, per_batch):
-                idx = perm[start:start + per_batch]
-                new_logp, entropy, new_values = self._score_columns(idx)
+                # one minibatch of all columns: their order cannot change the loss, so no gather
+                idx = perm[start:start + per_batch] if per_batch < c.num_envs else None
+                new_logp, entropy, new_values = self._score_columns(idx, starts)
                 advantages = self._columns("advantages", idx)
                 if norm == "minibatch":
                     mean, std = advantages.mean(), advantages.std(correction=0) + 1e-8

@@ -122,21 +122,11 @@ class RecurrentActorCritic(ActorCritic):
         as a batch of sequences padded at the end to the longest (padding after a segment cannot change its
         outputs), run from their own initial states (the stored state for a column's first segment unless it
         starts an episode, zeros otherwise), and the outputs are gathered back to [T, B]."""
-        T, B = episode_starts.shape
-        cut = episode_starts.clone()
-        cut[0] = True  # every column begins a segment at step 0
-        col_major = cut.t().reshape(-1)  # [B * T]: segment starts column by column
-        seg_pos = torch.nonzero(col_major).squeeze(-1)  # [K] flat index b * T + t of each segment's first step
-        K = seg_pos.shape[0]
-        seg_col, seg_t = seg_pos // T, seg_pos % T
-        seg_end = torch.cat([seg_pos[1:], seg_pos.new_tensor([B * T])])
-        seg_end = torch.minimum(seg_end, (seg_col + 1) * T)  # a column's last segment ends at T
-        length = int((seg_end - seg_pos).max())
-        seg_of = (torch.cumsum(col_major.long(), 0) - 1).view(B, T).t()  # [T, B] segment of each step
-        offset = torch.arange(T, device=features.device).unsqueeze(1) - seg_t[seg_of]  # [T, B] step in segment
+        offset, seg_of, first, length = _segments(episode_starts.cpu().numpy())
+        K = first.shape[0]
+        offset, seg_of, first = (torch.from_numpy(x).to(features.device) for x in (offset, seg_of, first))
         padded = features.new_zeros(length, K, features.shape[-1])
         padded[offset, seg_of] = features
-        first = seg_t == 0  # the segments that start at step 0, one per column, in column order
         init = state.new_zeros(K, self.state_size)
         init[first] = state * (~episode_starts[0]).unsqueeze(-1).to(state.dtype)
         out, _ = self._run(padded, init)
@@ -205,6 +195,23 @@ class RecurrentActorCritic(ActorCritic):
         h = out.reshape(L * B, self.size)
         logp, entropy = self._score(self.actor(h), actions[burn_in:].reshape(L * B, *actions.shape[2:]))
         return logp.view(L, B), entropy.view(L, B), self.critic(h).view(L, B)
+
+
+def _segments(episode_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The episode segments of env columns, from episode_starts [T, B] bool (NumPy: a few microseconds).
+
+    Every column begins a segment at step 0 and at each episode start. Returns (offset [T, B]: step within its
+    segment, seg_of [T, B]: segment index, segments numbered column by column, first [K] bool: the segment begins
+    at step 0, length: the longest segment)."""
+    T, B = episode_starts.shape
+    cut = episode_starts.T.copy()  # [B, T]
+    cut[:, 0] = True
+    flat = cut.reshape(-1)
+    seg_pos = np.flatnonzero(flat)  # b * T + t of each segment's first step
+    seg_t = seg_pos % T
+    seg_of = (np.cumsum(flat) - 1).reshape(B, T).T  # [T, B]
+    offset = np.arange(T)[:, None] - seg_t[seg_of]
+    return offset, np.ascontiguousarray(seg_of), seg_t == 0, int(offset.max()) + 1
 
 
 __all__ = ["CELLS", "RecurrentActorCritic"]

@@ -323,25 +323,12 @@ class PPO(OnPolicyAlgorithm):
         self.record(record)
 
     def _update_epochs(self, params, clip: float, norm: str | None, totals: dict) -> int:
-        """The PyTorch path of ``_update``: minibatches from the buffer, closed-form or autograd gradients. Adds
-        each minibatch's stats into ``totals``; returns the number of minibatches."""
+        """The PyTorch path of ``_update``: per minibatch, gradients (``_epoch_gradients``), then the optimizer step.
+        Adds each minibatch's stats into ``totals``; returns the number of minibatches."""
         c = self.config
-        if self.policy.recurrent:
-            return self._update_sequences(params, clip, norm, totals)
         count = 0
         for _epoch in range(c.update_epochs):
-            for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
-                                              normalize_advantages=norm):
-                if self._closed_form:
-                    stats = self._closed_form_grads(mb, clip)
-                else:
-                    with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.bf16_update):
-                        new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
-                        loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values,
-                                               mb.advantages, mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss,
-                                               ent_coef=c.ent_coef, vf_coef=c.vf_coef)
-                    self.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
+            for stats in self._epoch_gradients(clip, norm):
                 self._sync_grads(params)
                 optimizer_step(self.optimizer, c.max_grad_norm)
                 for k, v in stats.items():
@@ -354,43 +341,51 @@ class PPO(OnPolicyAlgorithm):
                     break
         return count
 
-    def _update_sequences(self, params, clip: float, norm: str | None, totals: dict) -> int:
-        """``_update_epochs`` for a recurrent policy: each minibatch is ``minibatch_size // num_steps`` whole env
+    def _epoch_gradients(self, clip: float, norm: str | None):
+        """One epoch: for each minibatch set every parameter's .grad to the gradient of ``ppo_loss`` and yield the
+        minibatch's stats (closed-form gradients, autograd, or whole sequences for a recurrent policy)."""
+        c = self.config
+        if self.policy.recurrent:
+            yield from self._sequence_gradients(clip, norm)
+            return
+        for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
+                                          normalize_advantages=norm):
+            if self._closed_form:
+                yield self._closed_form_grads(mb, clip)
+                continue
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.bf16_update):
+                new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
+                loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values, mb.advantages,
+                                       mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef,
+                                       vf_coef=c.vf_coef)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            yield stats
+
+    def _sequence_gradients(self, clip: float, norm: str | None):
+        """``_epoch_gradients`` for a recurrent policy: each minibatch is ``minibatch_size // num_steps`` whole env
         columns of the rollout, replayed through the recurrent layer from the state stored at the rollout start
         (truncated backpropagation through time over the rollout, as CleanRL's ppo_atari_lstm)."""
         c = self.config
         per_batch = c.minibatch_size // c.num_steps
-        device = self.buffer.tensors.advantages.device
         if norm == "batch":
             adv = self.buffer.tensors.advantages[c.burn_in:]
             mean, std = adv.mean(), adv.std(correction=0) + 1e-8
         starts = self._rollout_starts()
-        count = 0
-        for _epoch in range(c.update_epochs):
-            perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(device)
-            for start in range(0, c.num_envs, per_batch):
-                # one minibatch of all columns: their order cannot change the loss, so no gather
-                idx = perm[start:start + per_batch] if per_batch < c.num_envs else None
-                new_logp, entropy, new_values = self._score_columns(idx, starts)
-                advantages = self._columns("advantages", idx)
-                if norm == "minibatch":
-                    mean, std = advantages.mean(), advantages.std(correction=0) + 1e-8
-                if norm is not None:
-                    advantages = (advantages - mean) / std
-                loss, stats = ppo_loss(new_logp.reshape(-1), entropy.reshape(-1), new_values.reshape(-1),
-                                       self._columns("log_probs", idx), self._columns("values", idx), advantages,
-                                       self._columns("returns", idx), clip_coef=clip, clip_vloss=c.clip_vloss,
-                                       ent_coef=c.ent_coef, vf_coef=c.vf_coef)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self._sync_grads(params)
-                optimizer_step(self.optimizer, c.max_grad_norm)
-                for k, v in stats.items():
-                    totals[k] = totals[k] + v if k in totals else v
-                count += 1
-            if c.target_kl is not None:
-                kl = float(stats["approx_kl"]) if self.dist is None else \
-                    self.dist.all_reduce_mean(float(stats["approx_kl"]))
-                if kl > c.target_kl:
-                    break
-        return count
+        perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(starts.device)
+        for start in range(0, c.num_envs, per_batch):
+            # one minibatch of all columns: their order cannot change the loss, so no gather
+            idx = perm[start:start + per_batch] if per_batch < c.num_envs else None
+            new_logp, entropy, new_values = self._score_columns(idx, starts)
+            advantages = self._columns("advantages", idx)
+            if norm == "minibatch":
+                mean, std = advantages.mean(), advantages.std(correction=0) + 1e-8
+            if norm is not None:
+                advantages = (advantages - mean) / std
+            loss, stats = ppo_loss(new_logp.reshape(-1), entropy.reshape(-1), new_values.reshape(-1),
+                                   self._columns("log_probs", idx), self._columns("values", idx), advantages,
+                                   self._columns("returns", idx), clip_coef=clip, clip_vloss=c.clip_vloss,
+                                   ent_coef=c.ent_coef, vf_coef=c.vf_coef)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            yield stats

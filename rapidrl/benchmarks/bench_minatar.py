@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.isolated import timed_learn, warm_then_run
 
 REPEATS = {"quick": 5, "full": 15}
 BREAKOUT_SIZES = (8, 64, 512)
@@ -102,10 +103,7 @@ def _rapidrl_ppo(steps: int, seed: int):
     import rapidrl as rr
 
     model = rr.PPO(E2E_ENV, seed=seed, torch_threads=torch.get_num_threads(), **_preset())
-    t0 = time.perf_counter()
-    model.learn(steps, progress_bar=False)
-    wall = time.perf_counter() - t0
-    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    wall, phases = timed_learn(model, steps)
     return wall, phases
 
 
@@ -149,10 +147,7 @@ def job_ppo_minatar(lib: str, steps: int, seed: int) -> dict:
     if run is None:
         raise ValueError(f"unknown contender {lib!r}")
     p = _preset()
-    t0 = time.perf_counter()
-    run(p["num_envs"] * p["num_steps"], 99)
-    warmup = time.perf_counter() - t0
-    wall, phases = run(steps, seed)
+    warmup, (wall, phases) = warm_then_run(run, p["num_envs"] * p["num_steps"], steps, seed)
     return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": phases}
 
 

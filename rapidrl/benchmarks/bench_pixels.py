@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.isolated import timed_learn
 
 REPEATS = {"quick": 5, "full": 15}
 SIZES = (8, 16, 32)
@@ -101,10 +102,7 @@ def _rapidrl_ppo(steps: int, seed: int, threads: int):
     import rapidrl as rr
 
     model = rr.PPO(ENV_ID, seed=seed, torch_threads=threads, **CLEANRL)
-    t0 = time.perf_counter()
-    model.learn(steps, progress_bar=False)
-    wall = time.perf_counter() - t0
-    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    wall, phases = timed_learn(model, steps)
     model.env.close()
     return wall, phases
 

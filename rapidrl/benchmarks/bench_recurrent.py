@@ -17,13 +17,13 @@ Gymnasium's ``CartPoleNoVel-v1`` (registered by rapidrl) with the library's own 
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterator
 
 import numpy as np
 
 from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.isolated import timed_learn, warm_then_run
 
 ENV_ID = "CartPoleNoVel-v1"
 EVAL_EPISODES = 20
@@ -64,10 +64,7 @@ def _rapidrl(steps: int, seed: int):
     import rapidrl as rr
 
     model = rr.PPO(ENV_ID, seed=seed, torch_threads=torch.get_num_threads(), **_preset())
-    t0 = time.perf_counter()
-    model.learn(steps, progress_bar=False)
-    wall = time.perf_counter() - t0
-    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    wall, phases = timed_learn(model, steps)
 
     def act(obs, state, start):
         actions, state = model.predict(obs[None], state, np.array([start]), deterministic=True)
@@ -130,16 +127,13 @@ def job_recurrent_ppo(lib: str, steps: int, seed: int) -> dict:
     if run is None:
         raise ValueError(f"unknown contender {lib!r}")
     p = _preset()
-    t0 = time.perf_counter()
-    run(p["num_envs"] * p["num_steps"], 99)
-    warmup = time.perf_counter() - t0
-    wall, phases, act = run(steps, seed)
+    warmup, (wall, phases, act) = warm_then_run(run, p["num_envs"] * p["num_steps"], steps, seed)
     return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": phases, "eval": _eval_gym(act)}
 
 
 def extras(ctx: Context):
     """rapidrl's recurrent PPO vs sb3-contrib's RecurrentPPO, same network and preset, own processes."""
-    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, run_isolated, thread_counts
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
 
     steps = 10_240 if ctx.quick else 100_000
     seeds = [0] if ctx.quick else [0, 1, 2]
@@ -154,17 +148,7 @@ def extras(ctx: Context):
     jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
                                                          torch_threads=t)) for lib in libs}
     results = interleaved(jobs, seeds, thread_counts())
-    _, base = best_by_threads(results["rapidrl"])
     case = f"recurrent PPO {ENV_ID} {steps} steps (LSTM 64, preset ppo_cartpolenovel), seeds {seeds}"
-    rows = []
-    for lib, by_threads in results.items():
-        best_t, best = best_by_threads(by_threads)
-        for t, runs in sorted(by_threads.items()):
-            rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
-                         "SPS (median)": f"{statistics.median(r['sps'] for r in runs):,.0f}",
-                         "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
-                         f"eval ({EVAL_EPISODES} episodes) per seed": " / ".join(f"{r['eval']:.0f}" for r in runs),
-                         "rapidrl speedup (best vs best)": (f"{base / best:.2f}x" if lib != "rapidrl" else "1.00x")
-                         if t == best_t else "",
-                         "phases": str(runs[0].get("phases") or "")})
-    return "Recurrent PPO end to end (each run in its own process; threads, seeds and contenders interleaved)", rows
+    evals = {f"eval ({EVAL_EPISODES} episodes) per seed": lambda runs: " / ".join(f"{r['eval']:.0f}" for r in runs)}
+    return "Recurrent PPO end to end (each run in its own process; threads, seeds and contenders interleaved)", \
+        sps_rows(case, results, evals)

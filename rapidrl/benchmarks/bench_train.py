@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from rapidrl.benchmarks.harness import Context
+from rapidrl.benchmarks.isolated import timed_learn
 
 REPEATS = {"quick": 1, "full": 1}
 
@@ -42,11 +43,8 @@ def _rapidrl_ppo(steps: int, seed: int, threads: int = 1):
                    minibatch_size=d["batch_size"], learning_rate=d["learning_rate"], clip_coef=d["clip_eps"],
                    vf_coef=d["vf_coef"], ent_coef=d["ent_coef"], max_grad_norm=d["max_grad_norm"],
                    gamma=d["gamma"], gae_lambda=d["gae_lambda"], seed=seed, torch_threads=threads)
-    t0 = time.perf_counter()
-    model.learn(steps, progress_bar=False)
-    wall = time.perf_counter() - t0
+    wall, phases = timed_learn(model, steps)
     mean, _ = model.evaluate(10)
-    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
     return wall, mean, phases
 
 
@@ -106,10 +104,7 @@ def job_throughput(seed: int) -> dict:
     algo, steps = preset["algo"], preset["run"]["timesteps"]
     rr.PPO("CartPole-v1", seed=99, **algo).learn(2 * algo["num_envs"] * algo["num_steps"], progress_bar=False)
     model = rr.PPO("CartPole-v1", seed=seed, **algo)
-    t0 = time.perf_counter()
-    model.learn(steps, progress_bar=False)
-    wall = time.perf_counter() - t0
-    phases = {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+    wall, phases = timed_learn(model, steps)
     return {"sps": steps / wall, "eval": model.evaluate(10)[0], "phases": phases, "steps": steps}
 
 

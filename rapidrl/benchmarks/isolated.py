@@ -97,9 +97,31 @@ if __name__ == "__main__":
     _child(sys.argv[1:])
 
 
-def sps_rows(case: str, results: dict[str, dict[int, list[dict]]]) -> list[dict]:
+def timed_learn(model, steps: int) -> tuple[float, dict[str, float]]:
+    """(wall seconds of ``model.learn(steps)``, its phase fractions from the ``time/frac_*`` metrics)."""
+    import time
+
+    t0 = time.perf_counter()
+    model.learn(steps, progress_bar=False)
+    wall = time.perf_counter() - t0
+    return wall, {k[len("time/frac_"):]: round(v, 3) for k, v in model.metrics.items() if k.startswith("time/frac_")}
+
+
+def warm_then_run(run: Callable, warmup_steps: int, steps: int, seed: int) -> tuple[float, object]:
+    """``run(warmup_steps, 99)`` timed as the warm-up (compilation, first allocations; reported apart), then
+    ``(warm-up seconds, run(steps, seed))``."""
+    import time
+
+    t0 = time.perf_counter()
+    run(warmup_steps, 99)
+    return time.perf_counter() - t0, run(steps, seed)
+
+
+def sps_rows(case: str, results: dict[str, dict[int, list[dict]]],
+             columns: dict[str, Callable[[list[dict]], str]] | None = None) -> list[dict]:
     """Report rows of end-to-end runs (``interleaved`` output whose results hold ``sps``, ``warmup_s`` and
-    ``phases``): one row per contender and thread count, the speedup of rapidrl's best over each peer's best."""
+    ``phases``): one row per contender and thread count, the speedup of rapidrl's best over each peer's best.
+    ``columns``: more columns, each computed from one contender's runs at one thread count."""
     _, base = best_by_threads(results["rapidrl"])
     rows = []
     for lib, by_threads in results.items():
@@ -108,6 +130,7 @@ def sps_rows(case: str, results: dict[str, dict[int, list[dict]]]) -> list[dict]
             rows.append({"case": case, "contender": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
                          "SPS (median)": f"{statistics.median(r['sps'] for r in runs):,.0f}",
                          "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
+                         **{name: f(runs) for name, f in (columns or {}).items()},
                          "rapidrl speedup (best vs best)": (f"{base / best:.2f}x" if lib != "rapidrl" else "1.00x")
                          if t == best_t else "",
                          "phases": str(runs[0].get("phases") or "")})

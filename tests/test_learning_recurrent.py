@@ -1,7 +1,8 @@
 """Learning with memory: a recurrent PPO solves the partially observed tasks, and the same PPO without memory
 (an MLP policy, the same settings otherwise) does not, in the same test: that is the proof the state is used.
 
-Calibrated on seeds 0-2 (results in each docstring); CI runs seed 0 of each (the budgets are minutes).
+Calibrated on seeds 0-2 (results in each docstring); CI runs seed 0 of CartPole (about 2.5 minutes) and all three
+seeds of the memory task (about 25 seconds each).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 import rapidrl as rr
 from rapidrl.train.rundir import preset_path, read_toml
 
-CARTPOLE_BUDGET = 150_000
+CARTPOLE_BUDGET = 300_000
 MEMORY_BUDGET = 51_200
 
 
@@ -39,14 +40,15 @@ def train_memory_cue(seed: int, recurrent: bool) -> float:
 
 @pytest.mark.parametrize("seed", [0])
 def test_recurrent_ppo_solves_cartpole_without_velocities_and_an_mlp_does_not(seed):
-    """Eval (20 episodes) at 150k steps, seeds 0 / 1 / 2: recurrent PPO CALIBRATE_R; MLP PPO CALIBRATE_M."""
+    """Eval (20 episodes) at 300k steps, seeds 0 / 1 / 2: recurrent PPO 480.5 / 500.0 / 500.0; MLP PPO 45.2 / 41.5 /
+    44.1. At 150k the recurrent one was 451 / 498 / 242, at 250k 500.0 / 420.8 / 500.0."""
     assert train_cartpole_novel(seed, recurrent=True) >= 475
     assert train_cartpole_novel(seed, recurrent=False) < 475
 
 
-@pytest.mark.parametrize("seed", [0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recurrent_ppo_remembers_the_cue_and_an_mlp_cannot(seed):
-    """Mean reward (100 episodes) at 51,200 steps, seeds 0 / 1 / 2: recurrent PPO MEMORY_R; MLP PPO MEMORY_M
-    (no policy without memory can expect more than 1/4)."""
+    """Mean reward (100 episodes) at 51,200 steps, seeds 0 / 1 / 2: recurrent PPO 1.00 / 1.00 / 1.00; MLP PPO
+    0.26 / 0.25 / 0.22 (no policy without memory can expect more than 1/4)."""
     assert train_memory_cue(seed, recurrent=True) >= 0.95
     assert train_memory_cue(seed, recurrent=False) <= 0.4

@@ -458,12 +458,15 @@ def report_markdown(
         f"{machine.get('cpu')}, {machine.get('cores')} cores, Python {machine.get('python')}, "
         f"torch threads {machine.get('torch_threads')}, numba threads {machine.get('numba_threads')}; "
         f"{vers}; {machine.get('date_utc')}",
-        "",
-        f"Speedup = median(contender) / median(baseline), paired bootstrap 95% CI; > 1 means the baseline "
-        f"({baseline}) is faster.",
-        "",
-        markdown_table(results),
     ]
+    if results:  # suites of end-to-end runs only (their tables come from ``extras``) have no micro-benchmarks
+        out += [
+            "",
+            f"Speedup = median(contender) / median(baseline), paired bootstrap 95% CI; > 1 means the baseline "
+            f"({baseline}) is faster.",
+            "",
+            markdown_table(results),
+        ]
     if skipped:
         out += ["", "Skipped peers: " + "; ".join(f"{k} ({why})" for k, why in sorted(skipped.items()))]
     if skipped_cases:

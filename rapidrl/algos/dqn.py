@@ -69,7 +69,8 @@ class DQNConfig(OffPolicyConfig):
     which keep whole uint8 observations in their buffers."""
     encoder: str = "auto"
     """Observation encoder: "auto" (the Nature CNN for uint8 image observations of 36 pixels or more a side, the
-    MinAtar CNN for smaller ones, else an MLP), "mlp", "nature" or "minatar" (``rapidrl.nn.encoders``)."""
+    MinAtar CNN for smaller ones, "multi" (a CNN per image) for Dict/Tuple observations with images, else an MLP),
+    "mlp", "nature", "minatar" or "multi" (``rapidrl.nn.encoders``)."""
 
     def validate(self) -> None:
         super().validate()
@@ -120,6 +121,7 @@ class DQN(OffPolicyAlgorithm):
 
     name = "dqn"
     config_class = DQNConfig
+    multi_input = True
     stat_names = ("loss", "q_values", "td_abs")
 
     def _build_networks(self) -> None:

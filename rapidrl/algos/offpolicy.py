@@ -125,11 +125,16 @@ class OffPolicyAlgorithm(Algorithm):
 
     stat_names: tuple[str, ...] = ()
     report_steps = 100
+    multi_input = False
+    """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
 
     def _build(self) -> None:
         c = self.config
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
+        if getattr(self.observation_space, "image_parts", ()) and not self.multi_input:
+            raise TypeError(f"{self.name.upper()}'s networks are MLPs: observations with images inside a Dict or Tuple "
+                            f"({self.observation_space}) train with PPO, A2C or DQN, which put a CNN on each image")
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self.obs_dim = int(np.prod(self.observation_space.shape))
         self._obs_dtype = self._obs_storage_dtype()

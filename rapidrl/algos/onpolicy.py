@@ -70,8 +70,10 @@ class OnPolicyConfig(RuntimeConfig):
     """Scale rewards by the running std of the discounted return."""
     encoder: str = "auto"
     """Observation encoder: "auto" (the Nature CNN for uint8 image observations of 36 pixels or more a side, the
-    MinAtar CNN for smaller ones, else MLPs), "mlp", "nature" or "minatar" (``rapidrl.nn.encoders``). A CNN is a
-    trunk shared by linear actor and critic heads, trained with autograd on the per-step collection path."""
+    MinAtar CNN for smaller ones, "multi" for Dict/Tuple observations with images, else MLPs), "mlp", "nature",
+    "minatar" or "multi" (``rapidrl.nn.encoders``). A CNN (or the multi-input encoder: a CNN per image, one layer
+    on the other parts) is a trunk shared by linear actor and critic heads, trained with autograd on the per-step
+    collection path."""
     fused_rollout: str = "auto"
     """"auto" (fused compiled collection when the env is built-in and the policy an MLP), "always", "never"."""
     log_every: int = 1
@@ -157,8 +159,8 @@ class OnPolicyAlgorithm(Algorithm):
                                                encoder=c.encoder).to(self.device)
         # observations are kept, stored and fed in the policy's input dtype: uint8 frames for a CNN on images
         self._obs_dtype = self.policy.input_dtype
-        require(not (c.normalize_obs and self._obs_dtype == np.uint8),
-                "normalize_obs does not apply to uint8 image observations (the CNN scales them itself)")
+        require(not (c.normalize_obs and (self._obs_dtype == np.uint8 or self.policy.encoder_kind == "multi")),
+                "normalize_obs does not apply to image observations (the CNN scales them itself)")
         self.optimizer = self._make_optimizer()
         obs_shape = self.observation_space.shape
         self.buffer = self._make_buffer()

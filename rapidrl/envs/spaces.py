@@ -11,8 +11,9 @@ turns every other space SB3 users train on into one float32 vector, part by part
 
 A one-hot part followed by a linear layer is exactly a learned embedding per category, and a linear layer on the
 concatenation equals the sum of one linear map per part: an MLP on this vector is the "one encoder per key,
-concatenated" design with MLP encoders. Image parts (uint8 Box of rank 3) inside a Tuple or Dict would need a CNN
-per key, which rapidrl does not provide yet: they are rejected with an error saying so.
+concatenated" design with MLP encoders. Image parts (uint8 Box of rank 3, channels first) are kept as their pixel
+values; the flat space is then an ``EncodedBox`` that records where each image lies, and the policies put a CNN
+on each image and one layer on the other parts (``rapidrl.nn.encoders.MultiInputEncoder``).
 
 Algorithms apply the wrapper to Gymnasium envs whose observation space is not a Box (``make_vec(...,
 flatten_observations=True)``); ``encode_observation`` converts a raw observation the same way (used by
@@ -24,7 +25,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["FlattenStructuredObservation", "encode_observation", "flat_box", "is_structured"]
+__all__ = ["EncodedBox", "FlattenStructuredObservation", "encode_observation", "flat_box", "image_parts",
+           "is_structured"]
 
 
 def is_structured(space: gym.Space) -> bool:
@@ -39,10 +41,6 @@ def _parts(space: gym.Space, path: str = "observation") -> list[tuple[str, gym.S
     if isinstance(space, gym.spaces.Tuple):
         return [p for i, sub in enumerate(space.spaces) for p in _parts(sub, f"{path}[{i}]")]
     if isinstance(space, gym.spaces.Box):
-        if path != "observation" and space.dtype == np.uint8 and len(space.shape) == 3:
-            raise TypeError(f"{path} is an image ({space}); images inside a Dict or Tuple need a CNN per key, "
-                            "which rapidrl does not provide yet: give the image alone as the observation, or "
-                            "flatten it yourself")
         return [(path, space)]
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         return [(path, space)]
@@ -58,8 +56,43 @@ def _width(space: gym.Space) -> int:
     return int(np.prod(space.shape))
 
 
+class EncodedBox(gym.spaces.Box):
+    """The flat float32 Box of a structured space with image parts: ``image_parts`` = ((start, (C, H, W)), ...),
+    each image's first column in the vector and its shape (its C*H*W pixel values follow, in C-order)."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray, image_parts: tuple[tuple[int, tuple[int, int, int]], ...]):
+        super().__init__(low, high, dtype=np.float32)
+        self.image_parts = tuple((int(start), tuple(int(d) for d in shape)) for start, shape in image_parts)
+        if not self.image_parts:
+            raise ValueError("an EncodedBox records at least one image part (else flat_box gives a plain Box)")
+        for start, shape in self.image_parts:
+            if len(shape) != 3 or start < 0 or start + int(np.prod(shape)) > self.shape[0]:
+                raise ValueError(f"image part {(start, shape)} does not fit a vector of {self.shape[0]} values")
+
+    def __repr__(self) -> str:
+        return f"EncodedBox({self.shape[0]} values, images {list(self.image_parts)})"
+
+    def __eq__(self, other) -> bool:
+        return super().__eq__(other) and getattr(other, "image_parts", ()) == self.image_parts
+
+
+def _is_image(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def image_parts(space: gym.Space) -> tuple[tuple[int, tuple[int, int, int]], ...]:
+    """(start, (C, H, W)) of every image (uint8 Box of rank 3) inside a structured ``space``'s encoding."""
+    out, start = [], 0
+    for _, part in _parts(space):
+        if _is_image(part):
+            out.append((start, tuple(int(d) for d in part.shape)))
+        start += _width(part)
+    return tuple(out)
+
+
 def flat_box(space: gym.Space) -> gym.spaces.Box:
-    """The float32 Box a structured ``space`` is encoded into (one-hot parts in [0, 1], Box parts' bounds)."""
+    """The float32 Box a structured ``space`` is encoded into (one-hot parts in [0, 1], Box parts' bounds); an
+    ``EncodedBox`` recording the image parts when there are any."""
     lows, highs = [], []
     for _, part in _parts(space):
         if isinstance(part, gym.spaces.Box):
@@ -68,7 +101,10 @@ def flat_box(space: gym.Space) -> gym.spaces.Box:
         else:
             lows.append(np.zeros(_width(part), np.float32))
             highs.append(np.ones(_width(part), np.float32))
-    return gym.spaces.Box(np.concatenate(lows), np.concatenate(highs), dtype=np.float32)
+    low, high, images = np.concatenate(lows), np.concatenate(highs), image_parts(space)
+    if images:
+        return EncodedBox(low, high, images)
+    return gym.spaces.Box(low, high, dtype=np.float32)
 
 
 def _encode_part(space: gym.Space, x, out: np.ndarray) -> None:

@@ -14,8 +14,13 @@ CNN encoders take ``uint8 [B, C, H, W]`` (channels first, the layout the envs ha
 the network: ``float(obs) * scale`` with ``scale = 1/255`` for Atari pixels and ``1`` for MinAtar's 0/1
 channels, so storage and the env-to-torch hand-off stay uint8 (4x less memory and copy than float32).
 
+- ``"multi"``: for Dict/Tuple observations with images (``rapidrl.envs.spaces.EncodedBox``): one CNN per image
+  (the two above, chosen by size), one ``Linear(., VECTOR_FEATURES) + ReLU`` layer on all other parts, the
+  features concatenated (SB3's MultiInputPolicy / CombinedExtractor design).
+
 ``encoder_for(space, kind="auto")`` picks one from the observation space: a uint8 Box of rank 3 is an image
-(``"minatar"`` below ``NATURE_MIN_SIZE`` pixels on a side, else ``"nature"``), anything else ``"mlp"``.
+(``"minatar"`` below ``NATURE_MIN_SIZE`` pixels on a side, else ``"nature"``), an ``EncodedBox`` with images
+``"multi"``, anything else ``"mlp"``.
 
 Memory format (measured on the shared 2-core machine under load, one thread, forward + backward): the Nature
 CNN at batch 256 took 273 ms contiguous and 207 ms with channels-last weights and input (13.4 vs 11.1 ms at
@@ -35,10 +40,12 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ENCODERS", "NATURE_MIN_SIZE", "CNNEncoder", "MinAtarCNN", "NatureCNN", "encoder_for", "is_image_space",
-           "make_encoder"]
+__all__ = ["ENCODERS", "NATURE_MIN_SIZE", "VECTOR_FEATURES", "CNNEncoder", "MinAtarCNN", "MultiInputEncoder",
+           "NatureCNN", "encoder_for", "is_image_space", "make_encoder"]
 
-ENCODERS = ("auto", "mlp", "nature", "minatar")
+ENCODERS = ("auto", "mlp", "nature", "minatar", "multi")
+VECTOR_FEATURES = 64
+"""Width of the layer the multi-input encoder puts on the non-image parts of an observation."""
 NATURE_MIN_SIZE = 36
 """Smallest height/width the Nature CNN accepts (8x8/4 -> 4x4/2 -> 3x3/1 leaves at least one pixel)."""
 
@@ -108,30 +115,81 @@ def is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
+def _image_kind(shape: tuple[int, ...]) -> str:
+    """"nature", or "minatar" below ``NATURE_MIN_SIZE`` pixels on a side, for a [C, H, W] image."""
+    return "minatar" if min(shape[1:]) < NATURE_MIN_SIZE else "nature"
+
+
 def encoder_for(space: gym.Space, kind: str = "auto") -> str:
     """The encoder name for one env's observation ``space``: ``kind`` itself, or with "auto" "nature"/"minatar"
-    for images (by size: below ``NATURE_MIN_SIZE`` pixels on a side -> "minatar") and "mlp" otherwise."""
+    for images (by size: below ``NATURE_MIN_SIZE`` pixels on a side -> "minatar"), "multi" for encoded
+    Dict/Tuple observations with images, and "mlp" otherwise."""
     if kind not in ENCODERS:
         raise ValueError(f"encoder must be one of {ENCODERS}, got {kind!r}")
+    images = getattr(space, "image_parts", ())
     if kind == "auto":
-        if not is_image_space(space):
-            return "mlp"
-        return "minatar" if min(space.shape[1:]) < NATURE_MIN_SIZE else "nature"
+        if images:
+            return "multi"
+        return _image_kind(space.shape) if is_image_space(space) else "mlp"
+    if kind == "multi":
+        if not images:
+            raise ValueError(f"encoder='multi' needs a Dict/Tuple observation space with images, got {space}")
+        return kind
     if kind != "mlp" and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 3):
         raise ValueError(f"encoder={kind!r} needs a [C, H, W] Box observation space, got {space}")
     return kind
 
 
-def make_encoder(space: gym.Space, kind: str) -> CNNEncoder:
-    """A CNN encoder (``kind`` "nature" or "minatar", as ``encoder_for`` resolved it) for observation ``space``.
-
-    The scale is 1/255 when the space's high bound is above 1 (pixels), else 1 (0/1 channels).
-    """
-    if kind not in ("nature", "minatar"):
-        raise ValueError(f"make_encoder builds 'nature' or 'minatar', got {kind!r}")
-    scale = 1.0 / 255.0 if float(np.max(space.high)) > 1.0 else 1.0
+def _cnn(kind: str, shape: tuple[int, ...], high: np.ndarray) -> CNNEncoder:
+    """The ``kind`` CNN for images of ``shape``; scale 1/255 when their high bound is above 1 (pixels), else 1."""
+    scale = 1.0 / 255.0 if float(np.max(high)) > 1.0 else 1.0
     cls = NatureCNN if kind == "nature" else MinAtarCNN
-    return cls(tuple(int(s) for s in space.shape), scale=scale)
+    return cls(tuple(int(s) for s in shape), scale=scale)
+
+
+class MultiInputEncoder(nn.Module):
+    """Encoded Dict/Tuple observations with images: obs [B, O] float32 -> features [B, out_dim].
+
+    Each image part (``space.image_parts``: start column and [C, H, W]) is cut out of the vector, reshaped and
+    encoded by its own CNN (Nature or MinAtar by size, pixels scaled as its bounds say); the remaining columns go
+    through one ``Linear(., VECTOR_FEATURES) + ReLU``; the features are concatenated in that order.
+    """
+
+    def __init__(self, space: gym.spaces.Box):
+        super().__init__()
+        parts = getattr(space, "image_parts", ())
+        if not parts:
+            raise ValueError(f"MultiInputEncoder needs an observation space with image parts, got {space}")
+        width = int(space.shape[0])
+        is_image = np.zeros(width, bool)
+        self.cnns = nn.ModuleList()
+        self.image_slices: list[tuple[int, int, tuple[int, int, int]]] = []
+        for start, shape in parts:
+            stop = start + int(np.prod(shape))
+            is_image[start:stop] = True
+            self.cnns.append(_cnn(_image_kind(shape), shape, space.high[start:stop]))
+            self.image_slices.append((start, stop, tuple(shape)))
+        self.register_buffer("vector_columns", torch.from_numpy(np.flatnonzero(~is_image)), persistent=False)
+        n_vec = int(self.vector_columns.numel())
+        self.vector = nn.Sequential(_linear(n_vec, VECTOR_FEATURES), nn.ReLU()) if n_vec else None
+        self.out_dim = sum(c.out_dim for c in self.cnns) + (VECTOR_FEATURES if n_vec else 0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = [cnn(obs[:, start:stop].reshape(-1, *shape))
+                    for cnn, (start, stop, shape) in zip(self.cnns, self.image_slices)]
+        if self.vector is not None:
+            features.append(self.vector(obs.index_select(1, self.vector_columns)))
+        return torch.cat(features, -1)  # [B, out_dim]
+
+
+def make_encoder(space: gym.Space, kind: str) -> nn.Module:
+    """The encoder ``kind`` ("nature", "minatar" or "multi", as ``encoder_for`` resolved it) for observation
+    ``space``; CNN scales are 1/255 when the space's high bound is above 1 (pixels), else 1 (0/1 channels)."""
+    if kind == "multi":
+        return MultiInputEncoder(space)
+    if kind not in ("nature", "minatar"):
+        raise ValueError(f"make_encoder builds 'nature', 'minatar' or 'multi', got {kind!r}")
+    return _cnn(kind, space.shape, space.high)
 
 
 def _measure_memory_format() -> None:  # pragma: no cover - a measurement, run by hand

@@ -65,7 +65,8 @@ class ActorCritic(nn.Module):
         log_std_init: initial state-independent log standard deviation (Box only).
         squash: "clip" (sample unbounded Gaussian, clip to bounds in the env; log-prob of the raw sample)
             or "tanh" (tanh-squashed Gaussian scaled to the bounds, log-prob with the Jacobian term).
-        encoder: "auto" (a CNN for uint8 [C, H, W] observations, else MLPs), "mlp", "nature" or "minatar"
+        encoder: "auto" (a CNN for uint8 [C, H, W] observations, the multi-input encoder for Dict/Tuple
+            observations with images, else MLPs), "mlp", "nature", "minatar" or "multi"
             (``rapidrl.nn.encoders.encoder_for``). With a CNN the trunk is the CNN, shared by a linear actor head
             (gain 0.01) and a linear critic head (gain 1) as in CleanRL's ppo_atari; ``hidden``, ``shared`` and
             ``activation`` then do not apply, and observations go in as stored (uint8 [B, C, H, W]).

@@ -6,13 +6,18 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rapidrl.envs.spaces import EncodedBox
+
 
 def space_to_dict(space: gym.Space) -> dict:
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.Box):
         low, high = torch.from_numpy(np.array(space.low)), torch.from_numpy(np.array(space.high))
-        return {"type": "Box", "low": low, "high": high, "dtype": np.dtype(space.dtype).name}
+        d = {"type": "Box", "low": low, "high": high, "dtype": np.dtype(space.dtype).name}
+        if isinstance(space, EncodedBox):
+            d["image_parts"] = [[start, list(shape)] for start, shape in space.image_parts]
+        return d
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": torch.from_numpy(np.array(space.nvec, np.int64)),
                 "start": torch.from_numpy(np.array(space.start, np.int64))}
@@ -25,6 +30,9 @@ def space_from_dict(d: dict) -> gym.Space:
     if d["type"] == "Discrete":
         return gym.spaces.Discrete(d["n"], start=d["start"])
     if d["type"] == "Box":
+        if "image_parts" in d:
+            return EncodedBox(d["low"].numpy(), d["high"].numpy(), [(start, tuple(shape)) for start, shape in
+                                                                   d["image_parts"]])
         return gym.spaces.Box(d["low"].numpy(), d["high"].numpy(), dtype=np.dtype(d["dtype"]))
     if d["type"] == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(d["nvec"].numpy(), start=d["start"].numpy())
@@ -43,4 +51,5 @@ def spaces_equal(a: gym.Space, b: gym.Space) -> bool:
         return np.array_equal(a.nvec, b.nvec) and np.array_equal(a.start, b.start)
     if isinstance(a, gym.spaces.MultiBinary):
         return a.shape == b.shape
-    return a.shape == b.shape and np.allclose(a.low, b.low) and np.allclose(a.high, b.high)
+    return a.shape == b.shape and np.allclose(a.low, b.low) and np.allclose(a.high, b.high) \
+        and getattr(a, "image_parts", ()) == getattr(b, "image_parts", ())

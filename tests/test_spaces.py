@@ -330,6 +330,82 @@ def test_multi_input_encoder_is_a_cnn_per_image_and_a_layer_on_the_rest():
         encoder_for(gym.spaces.Box(-1, 1, (3,)), "multi")
 
 
+class ImageSideBytes(ImageSide):
+    """ImageSide with the step as Discrete(9) and a MultiBinary flag (the side of the previous patch): every part
+    fits a byte, so the encoded vector is uint8."""
+
+    observation_space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (1, 10, 10), np.uint8),
+                                         "time": gym.spaces.Discrete(9), "last": gym.spaces.MultiBinary(1)})
+
+    def _observe(self):
+        last = np.array([getattr(self, "side", 0)], np.int8)
+        obs = super()._observe()
+        return {"image": obs["image"], "time": self.t, "last": last}
+
+
+if "ImageSideBytes-v0" not in gym.registry:
+    gym.register("ImageSideBytes-v0", entry_point=ImageSideBytes)
+
+
+def test_images_with_byte_parts_are_stored_as_bytes():
+    """Images beside one-hot / binary / uint8 parts: the encoding is uint8 with the same values as the float32
+    one, the dtype survives pickling and saving, and a float part beside an image keeps float32."""
+    import pickle
+
+    from rapidrl.envs.spaces import storage_dtype
+    from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
+
+    space = ImageSideBytes.observation_space
+    box = flat_box(space)
+    assert isinstance(box, EncodedBox) and box.dtype == np.uint8 and storage_dtype(space) == np.uint8
+    assert box.image_parts == ((0, (1, 10, 10)),) and box.shape == (100 + 9 + 1,)
+    space.seed(1)
+    for _ in range(5):
+        obs = space.sample()
+        x = encode_observation(space, obs)
+        assert x.dtype == np.uint8 and box.contains(x)
+        np.testing.assert_array_equal(x, encode_observation(space, obs, np.float32))
+        np.testing.assert_array_equal(x[:100].reshape(1, 10, 10), obs["image"])
+        assert x[100] == obs["last"][0] and x[101 + obs["time"]] == 1 and x[101:].sum() == 1  # keys sorted
+    for copy in (pickle.loads(pickle.dumps(box)), space_from_dict(space_to_dict(box))):
+        assert copy.dtype == np.uint8 and copy == box and spaces_equal(copy, box)
+    as_float = EncodedBox(box.low, box.high, box.image_parts, np.float32)
+    assert not spaces_equal(as_float, box) and as_float != box
+    assert storage_dtype(ImageSide.observation_space) == np.float32  # a float Box part
+    assert storage_dtype(gym.spaces.Dict({"d": gym.spaces.Discrete(3)})) == np.float32  # no image: MLP input
+    with pytest.raises(ValueError, match="uint8 or float32"):
+        EncodedBox(box.low, box.high, box.image_parts, np.float64)
+
+
+def test_multi_input_encoder_reads_bytes_as_their_values():
+    import torch
+
+    from rapidrl.nn.encoders import MultiInputEncoder
+
+    space = ImageSideBytes.observation_space
+    space.seed(2)
+    x = np.stack([encode_observation(space, space.sample()) for _ in range(6)])
+    enc = MultiInputEncoder(flat_box(space))
+    torch.testing.assert_close(enc(torch.from_numpy(x)), enc(torch.from_numpy(x.astype(np.float32))))
+
+
+@pytest.mark.parametrize("algo", ["PPO", "DQN"])
+def test_byte_dict_observations_are_stored_and_acted_on_as_bytes(algo, tmp_path):
+    kw = {"learning_starts": 64, "batch_size": 32, "buffer_size": 1000} if algo == "DQN" else \
+        {"num_envs": 2, "num_steps": 32, "minibatch_size": 32}
+    model = getattr(rr, algo)("ImageSideBytes-v0", seed=0, **kw)
+    model.learn(128, progress_bar=False)
+    stored = model.buffer.obs_dtype
+    assert model.observation_space.dtype == np.uint8 and stored == np.uint8
+    raw = gym.make("ImageSideBytes-v0")
+    x = np.stack([encode_observation(raw.observation_space, raw.reset(seed=k)[0]) for k in range(5)])
+    loaded = getattr(rr, algo).load(model.save(tmp_path / "m.pt"))
+    assert loaded.observation_space.dtype == np.uint8
+    np.testing.assert_array_equal(model.predict(x, deterministic=True), loaded.predict(x, deterministic=True))
+    np.testing.assert_array_equal(model.predict(x, deterministic=True),
+                                  model.predict(x.astype(np.float32), deterministic=True))
+
+
 @pytest.mark.parametrize("algo", ["PPO", "DQN"])
 def test_dict_observations_with_images_train_save_and_load(algo, tmp_path):
     from rapidrl.nn.encoders import MultiInputEncoder
@@ -361,23 +437,28 @@ def test_image_dict_errors_name_the_way_out():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("env_cls", [ImageSide, ImageSideBytes])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_ppo_reads_the_image_inside_a_dict(seed):
+def test_ppo_reads_the_image_inside_a_dict(seed, env_cls):
     """ImageSide-v0 (the answer is only in the image): mean return >= 7.6 of 8 (random: 4), and with the image
     blanked out the same policy is no better than a guess. Calibration (8 envs x 64, 4 epochs of 128, lr 1e-3):
     8.0 on seeds 0 / 1 / 2 at 2,560, 5,120, 10,240 and 20,480 steps; the budget is 4x the first of those. At the
-    budget: side named right for 400 fresh images 1.0 / 1.0 / 1.0, blanked 0.545 / 0.51 / 0.458."""
-    model = rr.PPO("ImageSide-v0", seed=seed, num_envs=8, num_steps=64, minibatch_size=128, update_epochs=4,
+    budget: side named right for 400 fresh images 1.0 / 1.0 / 1.0, blanked 0.545 / 0.51 / 0.458. ImageSideBytes
+    (stored as uint8): 8.0 on seeds 0 / 1 / 2 at 2,560 and 10,240 steps; at the budget 1.0 / 1.0 / 1.0, blanked
+    0.545 / 0.51 / 0.5425."""
+    env_id = "ImageSide-v0" if env_cls is ImageSide else "ImageSideBytes-v0"
+    model = rr.PPO(env_id, seed=seed, num_envs=8, num_steps=64, minibatch_size=128, update_epochs=4,
                    learning_rate=1e-3)
     model.learn(IMAGE_BUDGET, progress_bar=False)
     assert model.evaluate(20)[0] >= 7.6
-    env = ImageSide()
+    env = env_cls()
     env.reset(seed=100 + seed)
     raw = [env._observe() for _ in range(400)]
     sides = np.array([o["image"][0, :, :5].sum() > o["image"][0, :, 5:].sum() for o in raw]) == 0
     x = np.stack([encode_observation(env.observation_space, o) for o in raw])
     assert model.observation_space.image_parts == ((0, (1, 10, 10)),)
     accuracy = np.mean(model.predict(x, deterministic=True) == sides)
-    x[:, :100] = 0.0
+    assert model.buffer.obs_dtype == model.observation_space.dtype == x.dtype
+    x[:, :100] = 0
     blind = np.mean(model.predict(x, deterministic=True) == sides)
     assert accuracy >= 0.95 and blind <= 0.7, (accuracy, blind)

@@ -6,15 +6,15 @@ Env cases (``env steps`` = agent-steps: one copy step of 3 agents counts 3): ``r
 loop (dict actions in, dicts out, reset when the episode ends), the way a Python vector env would. Discrete
 actions, fixed random action arrays, episodes end and reset inside the timed steps.
 
-Training (``extras``, each run in its own process): ``rapidrl`` MAPPO (parameter-shared actor, centralized
-critic) against SuperSuit (``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1``) + Stable-Baselines3 PPO
-(parameter sharing, local critic) on the same task, the same number of agent-steps, rollout and minibatch
-sizes. SPS = agent-steps / wall seconds of the learn call (warm-up run excluded).
+Training (``extras``, each run in its own fresh process at each torch thread count, contenders and seeds
+interleaved): ``rapidrl`` MAPPO (parameter-shared actor, centralized critic) against SuperSuit
+(``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1``) + Stable-Baselines3 PPO (parameter sharing, local
+critic) on the same task, the same number of agent-steps, rollout and minibatch sizes. SPS = agent-steps / wall
+seconds of the learn call (a two-rollout warm-up run timed apart); each contender's best thread count is compared.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Iterator
 
@@ -67,60 +67,59 @@ def cases(ctx: Context) -> Iterator[Case]:
 
 
 def job_train(lib: str, steps: int, seed: int) -> dict:
-    """Train ``lib`` for ``steps`` agent-steps (after a short untimed warm-up run); returns SPS."""
+    """Train ``lib`` for ``steps`` agent-steps in this process (a two-rollout warm-up timed apart); returns SPS."""
     t = TRAIN
     if lib == "rapidrl":
+        import torch
+
         import rapidrl as rr
+        from rapidrl.benchmarks.isolated import timed_learn
 
         def run(n, s):
             model = rr.MAPPO("MPE/simple_spread-v3", num_envs=t["copies"] * N_AGENTS, num_steps=t["num_steps"],
                              minibatch_size=t["minibatch_size"], update_epochs=t["update_epochs"],
-                             learning_rate=t["learning_rate"], seed=s)
-            model.learn(n, progress_bar=False)
-    else:
+                             learning_rate=t["learning_rate"], seed=s, torch_threads=torch.get_num_threads())
+            return timed_learn(model, n)
+    elif lib == "sb3":
         import supersuit as ss
+        import torch
         from mpe2 import simple_spread_v3
         from stable_baselines3 import PPO
 
         def run(n, s):
             env = ss.pettingzoo_env_to_vec_env_v1(simple_spread_v3.parallel_env())
             env = ss.concat_vec_envs_v1(env, t["copies"], num_cpus=0, base_class="stable_baselines3")
-            import torch
-
             torch.manual_seed(s)  # SuperSuit's ConcatVecEnv has no seed(), which PPO(seed=...) would call
             model = PPO("MlpPolicy", env, n_steps=t["num_steps"], batch_size=t["minibatch_size"],
                         n_epochs=t["update_epochs"], learning_rate=t["learning_rate"], verbose=0, device="cpu")
+            t0 = time.perf_counter()
             model.learn(n)
+            return time.perf_counter() - t0, {}
+    else:
+        raise ValueError(f"unknown contender {lib!r}")
+    from rapidrl.benchmarks.isolated import warm_then_run
 
-    t0 = time.perf_counter()
-    run(t["copies"] * N_AGENTS * t["num_steps"] * 2, seed)
-    warmup = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    run(steps, seed)
-    return {"sps": steps / (time.perf_counter() - t0), "warmup_s": warmup}
+    warmup, (wall, phases) = warm_then_run(run, t["copies"] * N_AGENTS * t["num_steps"] * 2, steps, seed)
+    return {"sps": steps / wall, "warmup_s": warmup, "phases": phases}
 
 
 def extras(ctx: Context):
-    from rapidrl.benchmarks.isolated import run_isolated
+    """rapidrl's MAPPO vs SuperSuit + SB3 PPO on simple_spread, own processes, best thread count each."""
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
 
     steps = 24_000 if ctx.quick else 240_000
     seeds = [0] if ctx.quick else [0, 1, 2]
     libs = ["rapidrl"]
     if ctx.peer("supersuit") is not None and ctx.peer("sb3") is not None:
         libs.append("sb3")
-    results: dict[str, list[dict]] = {lib: [] for lib in libs}
-    for seed in seeds:  # contenders interleaved
-        for lib in libs:
-            results[lib].append(run_isolated(f"{__name__}:job_train", {"lib": lib, "steps": steps, "seed": seed},
-                                             torch_threads=1))
-    base = statistics.median(r["sps"] for r in results["rapidrl"])
+    else:
+        print("supersuit or stable-baselines3 is not installed: pip install supersuit stable-baselines3 (skipped)")
+    target = f"{__name__}:job_train"
+    jobs = {("rapidrl" if lib == "rapidrl" else "supersuit+sb3"):
+            (lambda seed, th, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
+                                                    torch_threads=th)) for lib in libs}
+    results = interleaved(jobs, seeds, thread_counts())
     case = (f"MAPPO simple_spread {steps} agent-steps ({TRAIN['copies']} copies x 3 agents x {TRAIN['num_steps']}, "
-            f"{TRAIN['update_epochs']} epochs, mb {TRAIN['minibatch_size']}), own process, 1 torch thread")
-    rows = []
-    for lib, runs in results.items():
-        sps = statistics.median(r["sps"] for r in runs)
-        rows.append({"case": case, "contender": lib if lib == "rapidrl" else "supersuit+sb3",
-                     "SPS (median)": f"{sps:,.0f}",
-                     "warm-up s": f"{statistics.median(r['warmup_s'] for r in runs):.1f}",
-                     "rapidrl speedup": f"{base / sps:.2f}x"})
-    return "MAPPO training on simple_spread (each run in its own process)", rows
+            f"{TRAIN['update_epochs']} epochs, mb {TRAIN['minibatch_size']}), seeds {seeds}")
+    return "MAPPO training on simple_spread (each run in its own process; threads, seeds and contenders " \
+        "interleaved)", sps_rows(case, results)

@@ -61,8 +61,8 @@ def make_vec(env_id: str, num_envs: int, *, seed: int | None = None, device="cpu
         autoreset_mode: "same_step" (default; final observation in ``info["final_obs"]``) or "next_step".
         copy: return copies instead of views of the env's preallocated outputs.
         flatten_observations: Gymnasium envs whose observations are Discrete, MultiDiscrete, MultiBinary, Tuple
-            or Dict give one float32 vector instead (one-hot parts; ``rapidrl.envs.spaces``). The algorithms set
-            it; Box observations are unchanged.
+            or Dict give one vector instead (one-hot parts; float32, or uint8 when images are present and every
+            part fits a byte; ``rapidrl.envs.spaces``). The algorithms set it; Box observations are unchanged.
         **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
             to ``gymnasium.make`` for wrapped envs.
     """

@@ -148,7 +148,7 @@ def _cnn(kind: str, shape: tuple[int, ...], high: np.ndarray) -> CNNEncoder:
 
 
 class MultiInputEncoder(nn.Module):
-    """Encoded Dict/Tuple observations with images: obs [B, O] float32 -> features [B, out_dim].
+    """Encoded Dict/Tuple observations with images: obs [B, O] uint8 or float32 -> features [B, out_dim] float32.
 
     Each image part (``space.image_parts``: start column and [C, H, W]) is cut out of the vector, reshaped and
     encoded by its own CNN (Nature or MinAtar by size, pixels scaled as its bounds say); the remaining columns go
@@ -178,7 +178,7 @@ class MultiInputEncoder(nn.Module):
         features = [cnn(obs[:, start:stop].reshape(-1, *shape))
                     for cnn, (start, stop, shape) in zip(self.cnns, self.image_slices)]
         if self.vector is not None:
-            features.append(self.vector(obs.index_select(1, self.vector_columns)))
+            features.append(self.vector(obs.index_select(1, self.vector_columns).float()))
         return torch.cat(features, -1)  # [B, out_dim]
 
 

@@ -32,7 +32,7 @@ def space_from_dict(d: dict) -> gym.Space:
     if d["type"] == "Box":
         if "image_parts" in d:
             return EncodedBox(d["low"].numpy(), d["high"].numpy(), [(start, tuple(shape)) for start, shape in
-                                                                   d["image_parts"]])
+                                                                   d["image_parts"]], np.dtype(d["dtype"]))
         return gym.spaces.Box(d["low"].numpy(), d["high"].numpy(), dtype=np.dtype(d["dtype"]))
     if d["type"] == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(d["nvec"].numpy(), start=d["start"].numpy())
@@ -42,7 +42,8 @@ def space_from_dict(d: dict) -> gym.Space:
 
 
 def spaces_equal(a: gym.Space, b: gym.Space) -> bool:
-    """Same kind, shape and bounds (Box) or sizes (Discrete, MultiDiscrete, MultiBinary)."""
+    """Same kind, shape, bounds and byte-or-not dtype (Box: a policy takes uint8 or float32) or sizes (Discrete,
+    MultiDiscrete, MultiBinary)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, gym.spaces.Discrete):
@@ -52,4 +53,5 @@ def spaces_equal(a: gym.Space, b: gym.Space) -> bool:
     if isinstance(a, gym.spaces.MultiBinary):
         return a.shape == b.shape
     return a.shape == b.shape and np.allclose(a.low, b.low) and np.allclose(a.high, b.high) \
+        and (a.dtype == np.uint8) == (b.dtype == np.uint8) \
         and getattr(a, "image_parts", ()) == getattr(b, "image_parts", ())

@@ -11,7 +11,7 @@ import torch
 
 import rapidrl as rr
 from rapidrl.envs.pomdp import CARTPOLE_POSITIONS, MemoryCueEnv
-from rapidrl.nn.recurrent import RecurrentActorCritic
+from rapidrl.nn.recurrent import RecurrentActorCritic, segment_layout
 from rapidrl.train.config import ConfigError
 from rapidrl.train.recurrent import episode_starts
 
@@ -153,6 +153,25 @@ def test_sequence_scoring_equals_step_by_step_acting(cell):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_segment_layout_is_reusable_and_checked():
+    """A layout computed once serves every call on the same starts (the epochs of an update), with or without
+    episode starts after step 0, and a layout of other dimensions is refused."""
+    p = _policy("lstm")
+    feats, state = torch.randn(9, 4, 8), torch.randn(4, p.state_size)
+    inside = torch.zeros(9, 4, dtype=torch.bool)
+    inside[[0, 3, 5, 5], [1, 0, 0, 2]] = True
+    for starts in (inside, torch.zeros(9, 4, dtype=torch.bool), inside[:1].expand(9, 4).clone()):
+        layout = segment_layout(starts)
+        assert (layout.rows is None) == (not starts[1:].any())
+        reference = p.unroll(feats, state, starts)[0]
+        for _ in range(2):
+            torch.testing.assert_close(p.unroll_segments(feats, state, starts, layout), reference,
+                                       atol=1e-6, rtol=1e-5)
+    assert (segment_layout(inside).count, segment_layout(inside).length) == (7, 9)  # columns 1 and 3 unbroken
+    with pytest.raises(ValueError, match="segment layout"):
+        p.unroll_segments(feats[:5], state, inside[:5], segment_layout(inside))
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_burn_in_only_advances_the_state(cell):
     p = _policy(cell)
@@ -200,13 +219,45 @@ def test_the_update_replays_the_collected_rollout_exactly():
         model._collect()
         b = model.buffer.tensors
         logp, _, values = model._score_columns(None)
-        torch.testing.assert_close(logp, b.log_probs, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(values, b.values, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logp.view_as(b.log_probs), b.log_probs, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(values.view_as(b.values), b.values, atol=1e-5, rtol=1e-5)
         idx = torch.tensor([2, 0])  # a minibatch of columns
         logp, _, values = model._score_columns(idx)
-        torch.testing.assert_close(logp, b.log_probs[:, idx], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(logp.view(-1, 2), b.log_probs[:, idx], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(model._columns("values", idx).view(-1, 2), b.values[:, idx])
     assert b.terminated.any()
+
+
+@pytest.mark.parametrize("env_id, kwargs", [
+    ("MemoryCue-v0", dict(env_kwargs={"delay": 3}, ent_coef=0.01, clip_vloss=True, minibatch_size=64)),
+    ("MemoryCue-v0", dict(env_kwargs={"delay": 3}, recurrent="gru", burn_in=3, norm_adv="batch",
+                          minibatch_size=16)),
+    ("Pendulum-v1", dict(squash="tanh", ent_coef=0.01, clip_vloss=True, minibatch_size=64)),
+    ("Pendulum-v1", dict(squash="clip", minibatch_size=16, norm_adv="none")),
+])
+def test_closed_form_head_gradients_equal_autograd(env_id, kwargs):
+    """The recurrent update's closed-form loss and head gradients (autograd only below the heads) give every
+    parameter the gradient that autograd through ppo_loss gives: categorical and Gaussian heads (both squashes),
+    value clipping, entropy bonus, burn-in, minibatches of all or some columns, each advantage normalization."""
+    cfg = dict(SMALL, recurrent="lstm", seed=3)
+    cfg.update(kwargs)
+    model = rr.PPO(env_id, **cfg)
+    for _ in range(20):  # until a rollout starts mid-episode and has episode starts inside (padded segments)
+        model._collect()
+        if model._rollout_starts()[1:].any() and not model._step_collector.initial_starts.all():
+            break
+    grads = {}
+    for closed_form in (True, False):
+        model._closed_form_heads = closed_form
+        model.torch_generator.manual_seed(0)  # the same minibatches of columns
+        norm = None if model.config.norm_adv == "none" else model.config.norm_adv
+        steps = model._sequence_gradients(0.1, norm, model._sequence_plan(norm))
+        grads[closed_form] = [[p.grad.clone() for p in model.policy.parameters()] for _ in steps]
+    assert len(grads[True]) == len(grads[False]) == 4 * 16 // model.config.minibatch_size
+    assert model._rollout_starts()[1:].any()
+    for mine, reference in zip(grads[True], grads[False]):
+        for a, b in zip(mine, reference):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
 def test_truncated_episodes_bootstrap_from_the_state_they_reached():

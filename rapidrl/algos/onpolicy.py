@@ -27,7 +27,7 @@ import torch
 from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.nn.encoders import ENCODERS
-from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic
+from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic, SegmentLayout
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
@@ -391,23 +391,32 @@ class OnPolicyAlgorithm(Algorithm):
         initial = torch.from_numpy(self._step_collector.initial_starts).to(b.terminated.device)
         return episode_starts(initial, b.terminated, b.truncated)
 
-    def _score_columns(self, idx: torch.Tensor | None, starts: torch.Tensor | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Recurrent policies: (log_probs, entropy, values), each [T - burn_in, n], of env columns ``idx`` [n]
-        (None: all N, in order) of the rollout, replayed from the state stored at its start with its episode starts
-        (``starts``: ``_rollout_starts()``, computed when None; ``rapidrl.train.recurrent``)."""
+    def _column_outputs(self, idx: torch.Tensor | None, starts: torch.Tensor,
+                        layout: SegmentLayout | None = None) -> torch.Tensor:
+        """Recurrent policies: the cell's outputs [(T - burn_in) * n, size] along env columns ``idx`` [n] (None: all
+        N, in order) of the rollout, replayed from the state stored at its start with its episode starts
+        (``starts``: ``_rollout_starts()``; ``layout``: ``segment_layout(starts[burn_in:])`` of those columns,
+        computed when None; ``rapidrl.train.recurrent``)."""
         b, col = self.buffer.tensors, self._step_collector
-        starts = self._rollout_starts() if starts is None else starts
         if idx is None:
-            return self.policy.evaluate_sequence(b.obs, b.actions, col.initial_state, starts,
-                                                 burn_in=self.config.burn_in)
-        return self.policy.evaluate_sequence(b.obs[:, idx], b.actions[:, idx], col.initial_state[idx],
-                                             starts[:, idx], burn_in=self.config.burn_in)
+            return self.policy.sequence_outputs(b.obs, col.initial_state, starts, self.config.burn_in, layout)
+        return self.policy.sequence_outputs(b.obs[:, idx], col.initial_state[idx], starts[:, idx],
+                                            self.config.burn_in, layout)
+
+    def _score_columns(self, idx: torch.Tensor | None, starts: torch.Tensor | None = None,
+                       layout: SegmentLayout | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Recurrent policies: (log_probs, entropy, values), each [(T - burn_in) * n], of the stored actions of env
+        columns ``idx`` (as ``_column_outputs``; ``starts`` computed when None)."""
+        starts = self._rollout_starts() if starts is None else starts
+        h = self._column_outputs(idx, starts, layout)
+        logp, entropy = self.policy._score(self.policy.actor(h), self._columns("actions", idx))
+        return logp, entropy, self.policy.critic(h).squeeze(-1)
 
     def _columns(self, field: str, idx: torch.Tensor | None) -> torch.Tensor:
-        """Stored ``field`` of env columns ``idx`` (None: all) past the burn-in, flattened: [(T - burn_in) * n]."""
+        """Stored ``field`` of env columns ``idx`` (None: all) past the burn-in, flattened over steps and columns:
+        [(T - burn_in) * n, *field_shape]."""
         x = getattr(self.buffer.tensors, field)[self.config.burn_in:]
-        return (x if idx is None else x[:, idx]).reshape(-1)
+        return (x if idx is None else x[:, idx]).reshape(-1, *x.shape[2:])
 
     def _explained_variance(self) -> float:
         """1 - Var[returns - values] / Var[returns] over the rollout (NaN-free: 0 when Var[returns] = 0)."""

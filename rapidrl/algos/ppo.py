@@ -17,6 +17,7 @@ from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, ST
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import LOG_2PI
+from rapidrl.nn.recurrent import SegmentLayout, segment_layout
 from rapidrl.train.config import check_positive, require
 
 
@@ -38,7 +39,8 @@ class PPOConfig(OnPolicyConfig):
     """Stop the epochs of an update early when the approximate KL exceeds this (None: never)."""
     closed_form_grads: bool = True
     """Compute the gradients of separate actor/critic MLPs in closed form (``ppo_output_grads`` and
-    ``rapidrl.nn.mlp_grad``) instead of autograd: same gradients, about a quarter of the PyTorch calls."""
+    ``rapidrl.nn.mlp_grad``) instead of autograd: same gradients, about a quarter of the PyTorch calls. With a
+    recurrent policy: the loss's and the heads' gradients in closed form, autograd through the cell and encoder."""
     async_collect: bool = False
     """Collect the next rollout in a thread while updating on the last (``rapidrl.train.async_collect``): the
     data is then one update stale (policy lag 1); the stored log-probs are the behaviour policy's, so the
@@ -165,6 +167,9 @@ class PPO(OnPolicyAlgorithm):
         p = self.policy
         self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update \
             and not p.multi  # the closed-form gradients cover categorical and Gaussian heads
+        self._closed_form_heads = p.recurrent and self.config.closed_form_grads and not self.config.bf16_update \
+            and not p.multi
+        """Recurrent policies: the linear heads' and the loss's gradients in closed form, autograd below them."""
         self._actor_layers, self._critic_layers = (linear_layers(p.actor), linear_layers(p.critic)) \
             if not p.shared else ([], [])
         self._epoch_kernel: tuple[list, PPOEpochKernel] | None = None
@@ -327,8 +332,9 @@ class PPO(OnPolicyAlgorithm):
         Adds each minibatch's stats into ``totals``; returns the number of minibatches."""
         c = self.config
         count = 0
+        plan = self._sequence_plan(norm) if self.policy.recurrent else None
         for _epoch in range(c.update_epochs):
-            for stats in self._epoch_gradients(clip, norm):
+            for stats in self._epoch_gradients(clip, norm, plan):
                 self._sync_grads(params)
                 optimizer_step(self.optimizer, c.max_grad_norm)
                 for k, v in stats.items():
@@ -341,12 +347,13 @@ class PPO(OnPolicyAlgorithm):
                     break
         return count
 
-    def _epoch_gradients(self, clip: float, norm: str | None):
+    def _epoch_gradients(self, clip: float, norm: str | None, plan: SequencePlan | None = None):
         """One epoch: for each minibatch set every parameter's .grad to the gradient of ``ppo_loss`` and yield the
-        minibatch's stats (closed-form gradients, autograd, or whole sequences for a recurrent policy)."""
+        minibatch's stats (closed-form gradients, autograd, or whole sequences for a recurrent policy, which needs
+        ``plan``: ``_sequence_plan``)."""
         c = self.config
         if self.policy.recurrent:
-            yield from self._sequence_gradients(clip, norm)
+            yield from self._sequence_gradients(clip, norm, plan)
             return
         for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
                                           normalize_advantages=norm):
@@ -362,30 +369,81 @@ class PPO(OnPolicyAlgorithm):
             loss.backward()
             yield stats
 
-    def _sequence_gradients(self, clip: float, norm: str | None):
+    def _sequence_plan(self, norm: str | None) -> SequencePlan:
+        """What every epoch of a recurrent update shares (computed once per update)."""
+        c = self.config
+        starts = self._rollout_starts()
+        mean = std = None
+        if norm == "batch":
+            adv = self.buffer.tensors.advantages[c.burn_in:]
+            mean, std = adv.mean(), adv.std(correction=0) + 1e-8
+        return SequencePlan(starts, segment_layout(starts[c.burn_in:]), mean, std)
+
+    def _sequence_gradients(self, clip: float, norm: str | None, plan: SequencePlan):
         """``_epoch_gradients`` for a recurrent policy: each minibatch is ``minibatch_size // num_steps`` whole env
         columns of the rollout, replayed through the recurrent layer from the state stored at the rollout start
         (truncated backpropagation through time over the rollout, as CleanRL's ppo_atari_lstm)."""
         c = self.config
         per_batch = c.minibatch_size // c.num_steps
-        if norm == "batch":
-            adv = self.buffer.tensors.advantages[c.burn_in:]
-            mean, std = adv.mean(), adv.std(correction=0) + 1e-8
-        starts = self._rollout_starts()
-        perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(starts.device)
+        mean, std = plan.adv_mean, plan.adv_std
+        perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(plan.starts.device)
         for start in range(0, c.num_envs, per_batch):
             # one minibatch of all columns: their order cannot change the loss, so no gather
             idx = perm[start:start + per_batch] if per_batch < c.num_envs else None
-            new_logp, entropy, new_values = self._score_columns(idx, starts)
             advantages = self._columns("advantages", idx)
             if norm == "minibatch":
                 mean, std = advantages.mean(), advantages.std(correction=0) + 1e-8
             if norm is not None:
                 advantages = (advantages - mean) / std
-            loss, stats = ppo_loss(new_logp.reshape(-1), entropy.reshape(-1), new_values.reshape(-1),
-                                   self._columns("log_probs", idx), self._columns("values", idx), advantages,
-                                   self._columns("returns", idx), clip_coef=clip, clip_vloss=c.clip_vloss,
-                                   ent_coef=c.ent_coef, vf_coef=c.vf_coef)
+            old = (self._columns("log_probs", idx), self._columns("values", idx), advantages,
+                   self._columns("returns", idx))
+            layout = plan.layout if idx is None else None
             self.optimizer.zero_grad(set_to_none=True)
+            if self._closed_form_heads:
+                outputs = self._column_outputs(idx, plan.starts, layout)
+                d_outputs, stats = self._head_grads(outputs.detach(), self._columns("actions", idx), *old, clip)
+                outputs.backward(d_outputs)
+                yield stats
+                continue
+            new_logp, entropy, new_values = self._score_columns(idx, plan.starts, layout)
+            loss, stats = ppo_loss(new_logp.reshape(-1), entropy.reshape(-1), new_values.reshape(-1), *old,
+                                   clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
             loss.backward()
             yield stats
+
+    @torch.no_grad()
+    def _head_grads(self, outputs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor,
+                    old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, clip: float
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Recurrent policies: set the .grad of the linear actor and critic heads (and log_std) to those of
+        ``ppo_loss`` on the cell's outputs [n, size]; return (d loss / d outputs [n, size], stats)."""
+        c, p = self.config, self.policy
+        actor, critic = p.actor, p.critic
+        head = torch.addmm(actor.bias, outputs, actor.weight.t())
+        values = torch.addmm(critic.bias, outputs, critic.weight.t()).squeeze(-1)
+        log_std = None if p.discrete else p.log_std.detach()
+        if not p.discrete and p.squash == "tanh":  # compare Gaussian log-probs on both sides, as _closed_form_grads
+            old_log_probs = old_log_probs + p.squash_log_jacobian(actions)
+        d_head, d_values, d_log_std, stats = ppo_output_grads(
+            head, values, actions, log_std, old_log_probs, old_values, advantages, returns, clip_coef=clip,
+            clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
+        d_values = d_values.unsqueeze(-1)
+        actor.weight.grad, actor.bias.grad = d_head.t() @ outputs, d_head.sum(0)
+        critic.weight.grad, critic.bias.grad = d_values.t() @ outputs, d_values.sum(0)
+        if d_log_std is not None:
+            p.log_std.grad = d_log_std
+        return torch.addmm(d_values * critic.weight, d_head, actor.weight), stats
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    """What the epochs of one recurrent PPO update share."""
+
+    starts: torch.Tensor
+    """[T, N] bool: the rollout's episode starts."""
+    layout: SegmentLayout
+    """The segment layout of all N columns past the burn-in (``starts[burn_in:]``)."""
+    adv_mean: torch.Tensor | None
+    """The rollout's advantage mean past the burn-in (norm_adv "batch"), else None."""
+    adv_std: torch.Tensor | None
+    """Their standard deviation + 1e-8 (norm_adv "batch"), else None."""

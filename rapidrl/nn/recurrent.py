@@ -13,6 +13,7 @@ as few calls as the starts allow: one call per stretch of steps in which no env 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -115,22 +116,29 @@ class RecurrentActorCritic(ActorCritic):
             t0 = t1
         return (outputs[0] if len(outputs) == 1 else torch.cat(outputs)), state
 
-    def unroll_segments(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor
-                        ) -> torch.Tensor:
+    def unroll_segments(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor,
+                        layout: SegmentLayout | None = None) -> torch.Tensor:
         """The outputs [T, B, size] of ``unroll`` (not its final state) in one call of the cell, however many
         episodes start: every env column is cut into its episode segments, the segments are laid side by side
         as a batch of sequences padded at the end to the longest (padding after a segment cannot change its
         outputs), run from their own initial states (the stored state for a column's first segment unless it
-        starts an episode, zeros otherwise), and the outputs are gathered back to [T, B]."""
-        offset, seg_of, first, length = _segments(episode_starts.cpu().numpy())
-        K = first.shape[0]
-        offset, seg_of, first = (torch.from_numpy(x).to(features.device) for x in (offset, seg_of, first))
-        padded = features.new_zeros(length, K, features.shape[-1])
-        padded[offset, seg_of] = features
-        init = state.new_zeros(K, self.state_size)
-        init[first] = state * (~episode_starts[0]).unsqueeze(-1).to(state.dtype)
-        out, _ = self._run(padded, init)
-        return out[offset, seg_of]
+        starts an episode, zeros otherwise), and the outputs are gathered back to [T, B].
+
+        layout: ``segment_layout(episode_starts)`` when already computed (reusable while the starts are the same:
+        every epoch of an update over the same columns)."""
+        T, B = episode_starts.shape
+        layout = segment_layout(episode_starts) if layout is None else layout
+        if (layout.steps, layout.columns) != (T, B):
+            raise ValueError(f"the segment layout is for [{layout.steps}, {layout.columns}] steps x columns, "
+                             f"the sequence is [{T}, {B}]")
+        init = state * layout.keep
+        if layout.rows is None:  # no episode starts after step 0: one segment per column
+            return self._run(features, init)[0]
+        n, width = layout.length * layout.count, features.shape[-1]
+        padded = features.new_zeros(n, width).index_copy(0, layout.rows, features.reshape(T * B, width))
+        init = state.new_zeros(layout.count, self.state_size).index_copy(0, layout.first, init)
+        out, _ = self._run(padded.view(layout.length, layout.count, width), init)
+        return out.reshape(n, self.size).index_select(0, layout.rows).view(T, B, self.size)
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [B, *obs_shape] -> encoder features [B, F]."""
@@ -173,13 +181,13 @@ class RecurrentActorCritic(ActorCritic):
         raise TypeError("a recurrent policy scores whole sequences: use evaluate_sequence(obs [T, B, ...], "
                         "actions [T, B, ...], state [B, S], episode_starts [T, B])")
 
-    def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
-                          episode_starts: torch.Tensor, burn_in: int = 0
-                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log_probs, entropy, values), each [T - burn_in, B], of stored raw ``actions`` [T, B, ...] along
-        obs [T, B, ...] from ``state`` [B, S] (the state entering step 0) with ``episode_starts`` [T, B].
+    def sequence_outputs(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor,
+                         burn_in: int = 0, layout: SegmentLayout | None = None) -> torch.Tensor:
+        """The cell's outputs [(T - burn_in) * B, size] along obs [T, B, ...] from ``state`` [B, S] (the state
+        entering step 0) with ``episode_starts`` [T, B]: the input of the actor and critic heads.
 
-        burn_in: the first steps only advance the state, without gradients (their scores are not returned).
+        burn_in: the first steps only advance the state, without gradients (their outputs are not returned).
+        layout: ``segment_layout(episode_starts[burn_in:])`` when already computed.
         """
         T, B = episode_starts.shape
         if not 0 <= burn_in < T:
@@ -191,10 +199,53 @@ class RecurrentActorCritic(ActorCritic):
                 _, state = self.unroll(feats.reshape(burn_in, B, -1), state, episode_starts[:burn_in])
         L = T - burn_in
         feats = self._features(obs[burn_in:].reshape(L * B, *obs.shape[2:])).reshape(L, B, -1)
-        out = self.unroll_segments(feats, state, episode_starts[burn_in:])
-        h = out.reshape(L * B, self.size)
+        return self.unroll_segments(feats, state, episode_starts[burn_in:], layout).reshape(L * B, self.size)
+
+    def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
+                          episode_starts: torch.Tensor, burn_in: int = 0, layout: SegmentLayout | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs, entropy, values), each [T - burn_in, B], of stored raw ``actions`` [T, B, ...] along
+        obs [T, B, ...] from ``state`` [B, S] with ``episode_starts`` [T, B] (see ``sequence_outputs``)."""
+        T, B = episode_starts.shape
+        h = self.sequence_outputs(obs, state, episode_starts, burn_in, layout)
+        L = T - burn_in
         logp, entropy = self._score(self.actor(h), actions[burn_in:].reshape(L * B, *actions.shape[2:]))
         return logp.view(L, B), entropy.view(L, B), self.critic(h).view(L, B)
+
+
+@dataclass(frozen=True)
+class SegmentLayout:
+    """Where the steps of B env columns of T steps go when their episode segments are laid side by side as
+    ``count`` sequences of ``length`` steps (``unroll_segments``)."""
+
+    steps: int
+    """T."""
+    columns: int
+    """B."""
+    count: int
+    """K, the number of segments."""
+    length: int
+    """The longest segment."""
+    rows: torch.Tensor | None
+    """[T * B] int64: row of step (t, b) in the padded [length * K] batch; None when no episode starts after
+    step 0 (one segment per column, no padding)."""
+    first: torch.Tensor
+    """[B] int64: the segment each column begins with."""
+    keep: torch.Tensor
+    """[B, 1] float32: 0 where step 0 of a column starts an episode (its stored state is dropped), else 1."""
+
+
+def segment_layout(episode_starts: torch.Tensor) -> SegmentLayout:
+    """The ``SegmentLayout`` of episode_starts [T, B] bool (one host read of the starts)."""
+    T, B = episode_starts.shape
+    device = episode_starts.device
+    keep = (~episode_starts[0]).unsqueeze(-1).float()
+    starts = episode_starts.cpu().numpy()
+    if not starts[1:].any():
+        return SegmentLayout(T, B, B, T, None, torch.arange(B, device=device), keep)
+    offset, seg_of, first, length = _segments(starts)
+    rows = torch.from_numpy((offset * first.shape[0] + seg_of).reshape(-1)).to(device)
+    return SegmentLayout(T, B, first.shape[0], length, rows, torch.from_numpy(seg_of[0].copy()).to(device), keep)
 
 
 def _segments(episode_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -214,4 +265,4 @@ def _segments(episode_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return offset, np.ascontiguousarray(seg_of), seg_t == 0, int(offset.max()) + 1
 
 
-__all__ = ["CELLS", "RecurrentActorCritic"]
+__all__ = ["CELLS", "RecurrentActorCritic", "SegmentLayout", "segment_layout"]

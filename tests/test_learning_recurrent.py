@@ -12,7 +12,7 @@ import pytest
 import rapidrl as rr
 from rapidrl.train.rundir import preset_path, read_toml
 
-CARTPOLE_BUDGET = 300_000
+CARTPOLE_BUDGET = 400_000
 MEMORY_BUDGET = 51_200
 
 
@@ -40,8 +40,9 @@ def train_memory_cue(seed: int, recurrent: bool) -> float:
 
 @pytest.mark.parametrize("seed", [0])
 def test_recurrent_ppo_solves_cartpole_without_velocities_and_an_mlp_does_not(seed):
-    """Eval (20 episodes) at 300k steps, seeds 0 / 1 / 2: recurrent PPO 480.5 / 500.0 / 500.0; MLP PPO 45.2 / 41.5 /
-    44.1. At 150k the recurrent one was 451 / 498 / 242, at 250k 500.0 / 420.8 / 500.0."""
+    """Eval (20 episodes) at 400k steps, seeds 0 / 1 / 2: recurrent PPO 500.0 / 500.0 / 500.0; MLP PPO 43.6 / 43.3 /
+    40.2. At 300k the recurrent one was 500.0 / 466.3 / 420.7 (with the closed-form head gradients;
+    480.5 / 500.0 / 500.0 with autograd through the loss: the same mathematics, a different rounding path)."""
     assert train_cartpole_novel(seed, recurrent=True) >= 475
     assert train_cartpole_novel(seed, recurrent=False) < 475
 

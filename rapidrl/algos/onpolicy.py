@@ -145,6 +145,8 @@ class OnPolicyAlgorithm(Algorithm):
             require(self.supports_recurrent, f"{self.name.upper()} has no recurrent policies (PPO and A2C have)")
             require(not getattr(c, "async_collect", False) and not getattr(c, "vtrace_advantages", False),
                     "recurrent policies support neither async_collect nor vtrace_advantages")
+            require(not getattr(c, "bf16_update", False),
+                    "bf16_update is not supported with a recurrent policy (its update runs in float32)")
             require(c.fused_rollout != "always", "fused_rollout='always' needs a feed-forward MLP policy")
             require(not (isinstance(self.env, TorchVecEnv) or c.env_device != "cpu"),
                     "recurrent policies collect on the host (a TorchVecEnv / env_device is not supported)")

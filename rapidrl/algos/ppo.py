@@ -13,6 +13,7 @@ import torch
 
 from rapidrl.algos.impala import vtrace_targets
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.buffers import RolloutBatch
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
@@ -167,11 +168,13 @@ class PPO(OnPolicyAlgorithm):
         p = self.policy
         self._closed_form = self.config.closed_form_grads and not p.shared and not self.config.bf16_update \
             and not p.multi  # the closed-form gradients cover categorical and Gaussian heads
-        self._closed_form_heads = p.recurrent and self.config.closed_form_grads and not self.config.bf16_update \
-            and not p.multi
+        self._closed_form_heads = p.recurrent and self.config.closed_form_grads and not p.multi
         """Recurrent policies: the linear heads' and the loss's gradients in closed form, autograd below them."""
-        self._actor_layers, self._critic_layers = (linear_layers(p.actor), linear_layers(p.critic)) \
-            if not p.shared else ([], [])
+        if p.recurrent:  # the heads: single Linear layers on the cell's outputs
+            heads = ([p.actor], [p.critic])
+        else:
+            heads = ([], []) if p.shared else (p.actor, p.critic)
+        self._actor_layers, self._critic_layers = (linear_layers(m) for m in heads)
         self._epoch_kernel: tuple[list, PPOEpochKernel] | None = None
         return adam(self.policy.parameters(), self.config.learning_rate, eps=1e-5)
 
@@ -260,11 +263,17 @@ class PPO(OnPolicyAlgorithm):
         """The critic's input in the closed-form gradients (as ``_actor_obs``)."""
         return obs
 
-    def _closed_form_grads(self, mb, clip: float) -> dict[str, torch.Tensor]:
-        """Set every parameter's .grad to d ppo_loss / d parameter for minibatch ``mb``; return the stats."""
+    def _closed_form_grads(self, mb: RolloutBatch, clip: float, actor_x: torch.Tensor | None = None,
+                           critic_x: torch.Tensor | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Set the .grad of the actor and critic layers (and log_std) to d ppo_loss / d parameter for minibatch
+        ``mb``, the layers reading ``actor_x`` and ``critic_x`` (default ``_actor_obs(mb.obs)``,
+        ``_critic_obs(mb.obs)``). Returns (d loss / d actor output [n, A], d loss / d values [n], stats)."""
         c, p = self.config, self.policy
-        head, actor_inputs = mlp_forward(self._actor_obs(mb.obs), self._actor_layers, p.activation)
-        values, critic_inputs = mlp_forward(self._critic_obs(mb.obs), self._critic_layers, p.activation)
+        actor_x = self._actor_obs(mb.obs) if actor_x is None else actor_x
+        critic_x = self._critic_obs(mb.obs) if critic_x is None else critic_x
+        head, actor_inputs = mlp_forward(actor_x, self._actor_layers, p.activation)
+        values, critic_inputs = mlp_forward(critic_x, self._critic_layers, p.activation)
         log_std = None if p.discrete else p.log_std.detach()
         old_log_probs = mb.log_probs
         if not p.discrete and p.squash == "tanh":
@@ -281,7 +290,7 @@ class PPO(OnPolicyAlgorithm):
                 p.log_std.grad = d_log_std
             else:
                 p.log_std.grad.copy_(d_log_std)
-        return stats
+        return d_head, d_values, stats
 
     @torch.no_grad()
     def _vtrace_advantages(self) -> None:
@@ -358,7 +367,7 @@ class PPO(OnPolicyAlgorithm):
         for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
                                           normalize_advantages=norm):
             if self._closed_form:
-                yield self._closed_form_grads(mb, clip)
+                yield self._closed_form_grads(mb, clip)[2]
                 continue
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.bf16_update):
                 new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
@@ -399,9 +408,14 @@ class PPO(OnPolicyAlgorithm):
                    self._columns("returns", idx))
             layout = plan.layout if idx is None else None
             self.optimizer.zero_grad(set_to_none=True)
-            if self._closed_form_heads:
+            if self._closed_form_heads:  # the heads are single Linear layers on the cell's outputs
                 outputs = self._column_outputs(idx, plan.starts, layout)
-                d_outputs, stats = self._head_grads(outputs.detach(), self._columns("actions", idx), *old, clip)
+                h = outputs.detach()
+                d_head, d_values, stats = self._closed_form_grads(
+                    RolloutBatch(h, self._columns("actions", idx), *old), clip, h, h)
+                with torch.no_grad():  # d loss / d outputs through both heads
+                    d_outputs = torch.addmm(d_values.unsqueeze(-1) * self.policy.critic.weight, d_head,
+                                            self.policy.actor.weight)
                 outputs.backward(d_outputs)
                 yield stats
                 continue
@@ -410,29 +424,6 @@ class PPO(OnPolicyAlgorithm):
                                    clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
             loss.backward()
             yield stats
-
-    @torch.no_grad()
-    def _head_grads(self, outputs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor,
-                    old_values: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, clip: float
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Recurrent policies: set the .grad of the linear actor and critic heads (and log_std) to those of
-        ``ppo_loss`` on the cell's outputs [n, size]; return (d loss / d outputs [n, size], stats)."""
-        c, p = self.config, self.policy
-        actor, critic = p.actor, p.critic
-        head = torch.addmm(actor.bias, outputs, actor.weight.t())
-        values = torch.addmm(critic.bias, outputs, critic.weight.t()).squeeze(-1)
-        log_std = None if p.discrete else p.log_std.detach()
-        if not p.discrete and p.squash == "tanh":  # compare Gaussian log-probs on both sides, as _closed_form_grads
-            old_log_probs = old_log_probs + p.squash_log_jacobian(actions)
-        d_head, d_values, d_log_std, stats = ppo_output_grads(
-            head, values, actions, log_std, old_log_probs, old_values, advantages, returns, clip_coef=clip,
-            clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
-        d_values = d_values.unsqueeze(-1)
-        actor.weight.grad, actor.bias.grad = d_head.t() @ outputs, d_head.sum(0)
-        critic.weight.grad, critic.bias.grad = d_values.t() @ outputs, d_values.sum(0)
-        if d_log_std is not None:
-            p.log_std.grad = d_log_std
-        return torch.addmm(d_values * critic.weight, d_head, actor.weight), stats
 
 
 @dataclass(frozen=True)

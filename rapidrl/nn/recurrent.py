@@ -229,8 +229,8 @@ class SegmentLayout:
     rows: torch.Tensor | None
     """[T * B] int64: row of step (t, b) in the padded [length * K] batch; None when no episode starts after
     step 0 (one segment per column, no padding)."""
-    first: torch.Tensor
-    """[B] int64: the segment each column begins with."""
+    first: torch.Tensor | None
+    """[B] int64: the segment each column begins with (None with ``rows``: column b is segment b)."""
     keep: torch.Tensor
     """[B, 1] float32: 0 where step 0 of a column starts an episode (its stored state is dropped), else 1."""
 
@@ -242,7 +242,7 @@ def segment_layout(episode_starts: torch.Tensor) -> SegmentLayout:
     keep = (~episode_starts[0]).unsqueeze(-1).float()
     starts = episode_starts.cpu().numpy()
     if not starts[1:].any():
-        return SegmentLayout(T, B, B, T, None, torch.arange(B, device=device), keep)
+        return SegmentLayout(T, B, B, T, None, None, keep)
     offset, seg_of, first, length = _segments(starts)
     rows = torch.from_numpy((offset * first.shape[0] + seg_of).reshape(-1)).to(device)
     return SegmentLayout(T, B, first.shape[0], length, rows, torch.from_numpy(seg_of[0].copy()).to(device), keep)

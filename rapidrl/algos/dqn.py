@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
-from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
+from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
@@ -124,10 +124,13 @@ class DQN(OffPolicyAlgorithm):
     multi_input = True
     stat_names = ("loss", "q_values", "td_abs")
 
-    def _build_networks(self) -> None:
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
         if not isinstance(self.action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {self.action_space}; PPO and A2C take "
                             "MultiDiscrete, MultiBinary and Box actions")
+
+    def _build_networks(self) -> None:
         c = self.config
         encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
         self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling,
@@ -155,16 +158,16 @@ class DQN(OffPolicyAlgorithm):
         image = self._encoder_kind() != "mlp" and self.observation_space.dtype == np.uint8
         return np.dtype(np.uint8) if image else np.dtype(np.float32)
 
-    def _make_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
+    def _buffer_spec(self):
         c = self.config
         if (c.frame_replay and not c.prioritized and c.n_step == 1 and getattr(self.env, "frame_stack", 1) > 1
                 and self._obs_dtype == np.uint8):
-            return FrameReplayBuffer(c.buffer_size, self.observation_space.shape, num_envs=c.num_envs, gamma=c.gamma,
-                                     seed=c.seed, device=c.device)
+            return FrameReplayBuffer, (c.buffer_size, self.observation_space.shape), \
+                dict(num_envs=c.num_envs, gamma=c.gamma, seed=c.seed, device=c.device)
         if not c.prioritized:
-            return super()._make_buffer()
-        return PrioritizedReplayBuffer(c.buffer_size, self.observation_space.shape, alpha=c.per_alpha,
-                                       beta=c.per_beta, eps=c.per_eps, **self._buffer_kwargs())
+            return super()._buffer_spec()
+        return PrioritizedReplayBuffer, (c.buffer_size, self.observation_space.shape), \
+            dict(alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps, **self._buffer_kwargs())
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:

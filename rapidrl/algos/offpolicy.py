@@ -18,7 +18,10 @@ env's ``info["final_obs"]``), and only ``terminated`` stops bootstrapping.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +29,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
 
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.train.algorithm import Algorithm
-from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 
 
 @dataclass
@@ -61,9 +65,18 @@ class OffPolicyConfig(RuntimeConfig):
     """Run the update under torch.compile (first update compiles for ~10-60 s; falls back to eager on failure)."""
     log_interval: int = 100
     """Updates between two reads of the loss statistics (each read is one host sync)."""
+    replay_storage: str = "memory"
+    """Where the replay buffer lives: "memory", or "mmap" (``.npy`` files under ``replay_dir``, paged in and out
+    by the OS: for a ``buffer_size`` larger than the free memory). Its size is checked against the free memory
+    (or disk) when the model is built."""
+    replay_dir: str | None = None
+    """Directory of the memory-mapped replay files (``replay_storage="mmap"``); None: a new temporary directory,
+    removed when the model is garbage-collected or the process exits."""
 
     def validate(self) -> None:
         super().validate()
+        require(self.replay_storage in ("memory", "mmap"),
+                f"replay_storage must be 'memory' or 'mmap', got {self.replay_storage!r}")
         check_positive(self, "num_envs", "learning_rate", "buffer_size", "batch_size", "train_freq", "gradient_steps",
                        "n_step", "log_interval")
         check_positive(self, "learning_starts", allow_zero=True)
@@ -108,6 +121,33 @@ def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: f
         torch._foreach_lerp_(target, online, tau)
 
 
+def check_box_actions(name: str, space: gym.Space) -> None:
+    """TypeError unless ``space`` is a 1-D Box (the actions of SAC and TD3)."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise TypeError(f"{name} needs a 1-D Box action space, got {space}; for Discrete actions use DQN, PPO or A2C, "
+                        "for MultiDiscrete/MultiBinary PPO or A2C")
+
+
+def check_replay_fits(nbytes: int, buffer_size: int, storage: str, path: Path | None) -> None:
+    """ConfigError when a replay buffer of ``nbytes`` cannot fit: in the memory available now ("memory"), or on
+    the disk under ``path`` ("mmap"). The message names ``buffer_size`` and the memory-mapped storage."""
+    gib = 1024 ** 3
+    if storage == "memory":
+        available = psutil.virtual_memory().available
+        if nbytes > available:
+            raise ConfigError(
+                f"the replay buffer needs {nbytes / gib:.1f} GiB (buffer_size={buffer_size:,} transitions) but "
+                f"{available / gib:.1f} GiB of memory is available: lower buffer_size, or keep the buffer in "
+                "memory-mapped files on disk with replay_storage=\"mmap\" (and replay_dir=DIR)")
+    else:
+        free = shutil.disk_usage(path).free
+        if nbytes > free:
+            raise ConfigError(
+                f"the memory-mapped replay buffer needs {nbytes / gib:.1f} GiB (buffer_size={buffer_size:,} "
+                f"transitions) but {path} has {free / gib:.1f} GiB free: lower buffer_size or choose another "
+                "replay_dir")
+
+
 def buffer_path(path: str | os.PathLike) -> Path:
     """Where ``save(path, include_buffer=True)`` writes the replay buffer: beside the model file."""
     path = Path(path)
@@ -130,11 +170,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def _build(self) -> None:
         c = self.config
-        if not isinstance(self.observation_space, gym.spaces.Box):
-            raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
-        if getattr(self.observation_space, "image_parts", ()) and not self.multi_input:
-            raise TypeError(f"{self.name.upper()}'s networks are MLPs: observations with images inside a Dict or Tuple "
-                            f"({self.observation_space}) train with PPO, A2C or DQN, which put a CNN on each image")
+        self._check_spaces()  # before anything is allocated (a replay buffer can be many GB)
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self.obs_dim = int(np.prod(self.observation_space.shape))
         self._obs_dtype = self._obs_storage_dtype()
@@ -157,12 +193,39 @@ class OffPolicyAlgorithm(Algorithm):
         return dict(obs_dtype=self._obs_dtype, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
                     n_step=c.n_step, gamma=c.gamma, num_envs=c.num_envs, device=c.device)
 
-    def _make_buffer(self) -> ReplayBuffer:
+    def _buffer_spec(self) -> tuple[type, tuple, dict[str, Any]]:
+        """(buffer class, positional args, keyword args) of the replay buffer (DQN picks among three classes)."""
         action_shape = () if self.discrete else self.action_space.shape
-        return ReplayBuffer(self.config.buffer_size, self.observation_space.shape, action_shape,
-                            **self._buffer_kwargs())
+        return ReplayBuffer, (self.config.buffer_size, self.observation_space.shape, action_shape), \
+            self._buffer_kwargs()
+
+    def _make_buffer(self):
+        """The replay buffer of ``_buffer_spec``, after checking that it fits in memory (or on disk, for mmap)."""
+        c = self.config
+        cls, args, kwargs = self._buffer_spec()
+        path = None
+        if c.replay_storage == "mmap":
+            if c.replay_dir is None:
+                path = Path(tempfile.mkdtemp(prefix="rapidrl-replay-"))
+                weakref.finalize(self, shutil.rmtree, path, True)
+            else:
+                path = Path(c.replay_dir)
+                path.mkdir(parents=True, exist_ok=True)
+        check_replay_fits(cls.storage_bytes(*args, **kwargs), c.buffer_size, c.replay_storage, path)
+        return cls(*args, **kwargs, storage=c.replay_storage, path=path)
 
     # -- to be supplied by DQN/SAC/TD3 -----------------------------------------------------------
+    def _check_spaces(self) -> None:
+        """Raise TypeError for observation or action spaces the algorithm cannot train on (called first)."""
+        if not isinstance(self.observation_space, gym.spaces.Box):
+            raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
+        if getattr(self.observation_space, "image_parts", ()) and not self.multi_input:
+            raise TypeError(f"{self.name.upper()}'s networks are MLPs: observations with images inside a Dict or Tuple "
+                            f"({self.observation_space}) train with PPO, A2C or DQN, which put a CNN on each image")
+        if len(self.observation_space.shape) != 1 and not self.multi_input:
+            raise TypeError(f"{self.name.upper()}'s networks are MLPs on flat observations, got shape "
+                            f"{self.observation_space.shape}; image observations train with PPO, A2C or DQN (CNNs)")
+
     def _build_networks(self) -> None:
         raise NotImplementedError
 
@@ -209,6 +272,7 @@ class OffPolicyAlgorithm(Algorithm):
             obs, _ = self.env.reset(seed=c.seed)
             np.copyto(self._obs, obs)
             self._needs_reset = False
+            self.buffer.end_episodes()  # a resumed run's reset env: the stored episodes end where they stopped
         for k in range(c.train_freq):
             self._collect_step(self.num_timesteps + k * c.num_envs)
         steps = c.train_freq * c.num_envs

@@ -109,23 +109,6 @@ class OnPolicyConfig(RuntimeConfig):
                 f"burn_in must be an int in [0, num_steps={self.num_steps}), got {self.burn_in!r}")
 
 
-def _to_tensors(state):
-    """Recursively turn NumPy arrays into tensors (so torch.load(weights_only=True) reads them)."""
-    if isinstance(state, dict):
-        return {k: _to_tensors(v) for k, v in state.items()}
-    if isinstance(state, np.ndarray):
-        return torch.from_numpy(state.copy())
-    return state
-
-
-def _to_arrays(state):
-    if isinstance(state, dict):
-        return {k: _to_arrays(v) for k, v in state.items()}
-    if isinstance(state, torch.Tensor):
-        return state.numpy()
-    return state
-
-
 class OnPolicyAlgorithm(Algorithm):
     """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C/IMPALA)."""
 
@@ -435,17 +418,17 @@ class OnPolicyAlgorithm(Algorithm):
     def _state(self) -> dict:
         state = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.obs_normalizer is not None:
-            state["obs_normalizer"] = _to_tensors(self.obs_normalizer.state_dict())
+            state["obs_normalizer"] = self.obs_normalizer.state_dict()
         if self.reward_scaler is not None:
-            state["reward_scaler"] = _to_tensors(self.reward_scaler.state_dict())
+            state["reward_scaler"] = self.reward_scaler.state_dict()
         return state
 
     def _extra_training_state(self) -> dict:
-        if self.async_collector is not None and self.async_collector.pending:
-            raise NotImplementedError("an exact-resume checkpoint cannot hold the rollout in flight of async_collect; "
-                                      "save without training_state=True")
         # a device env's state is not saved (``env_state``): it is reset on resume
-        state = {"obs": torch.from_numpy(self._obs.copy()),
+        state = {}
+        if self.async_collector is not None:  # first: the rollout in flight finishes, moving the env and obs
+            state["async"] = self.async_collector.state_dict()
+        state |= {"obs": torch.from_numpy(self._obs.copy()),
                  "needs_reset": self._needs_reset or self.device_collector is not None,
                  "generator": self.torch_generator.get_state()}
         if self.policy.recurrent:
@@ -458,11 +441,13 @@ class OnPolicyAlgorithm(Algorithm):
         self.torch_generator.set_state(state["generator"])
         if self.policy.recurrent:
             self._step_collector.load_state_dict(state["recurrent"])
+        if self.async_collector is not None:
+            self.async_collector.load_state_dict(state["async"])
 
     def _load_state(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.obs_normalizer is not None:
-            self.obs_normalizer.load_state_dict(_to_arrays(state["obs_normalizer"]))
+            self.obs_normalizer.load_state_dict(state["obs_normalizer"])
         if self.reward_scaler is not None:
-            self.reward_scaler.load_state_dict(_to_arrays(state["reward_scaler"]))
+            self.reward_scaler.load_state_dict(state["reward_scaler"])

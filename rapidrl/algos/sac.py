@@ -20,11 +20,10 @@ import copy
 import math
 from dataclasses import dataclass
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, polyak_update
 from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
@@ -85,11 +84,12 @@ class SAC(OffPolicyAlgorithm):
     config_class = SACConfig
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
 
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_box_actions("SAC", self.action_space)
+
     def _build_networks(self) -> None:
         space = self.action_space
-        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise TypeError(f"SAC needs a 1-D Box action space, got {space}; for Discrete actions use DQN, PPO or A2C, "
-                            "for MultiDiscrete/MultiBinary PPO or A2C")
         c = self.config
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         act_dim = int(space.shape[0])

@@ -13,11 +13,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, maybe_compile, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, maybe_compile, polyak_update
 from rapidrl.algos.sac import critic_loss
 from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
@@ -66,11 +65,12 @@ class TD3(OffPolicyAlgorithm):
     config_class = TD3Config
     stat_names = ("critic_loss", "q_values", "actor_loss")
 
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_box_actions("TD3", self.action_space)
+
     def _build_networks(self) -> None:
         space = self.action_space
-        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise TypeError(f"TD3 needs a 1-D Box action space, got {space}; for Discrete actions use DQN, PPO or A2C, "
-                            "for MultiDiscrete/MultiBinary PPO or A2C")
         c = self.config
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden).to(self.device)

@@ -18,7 +18,6 @@ cores; DQN: 1), in one process (micro-benchmark).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,10 +26,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rapidrl._system import usable_cpu_count
 from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 20}
-THREADS = {"sac": len(os.sched_getaffinity(0)), "dqn": 1}  # rapidrl's defaults (torch_threads 0 and 1)
+THREADS = {"sac": usable_cpu_count(), "dqn": 1}  # rapidrl's defaults (torch_threads 0 and 1)
 SAC_FLOOR_MS = 4.0
 
 SAC_HP = dict(learning_rate=1e-3, batch_size=256, buffer_size=100_000, learning_starts=100, gamma=0.99, tau=0.005)

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from rapidrl._system import cpu_model
+
 BASELINE = "rapidrl"
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -368,21 +370,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_info() -> dict[str, Any]:
     """CPU, core count, Python and library versions, thread settings and the UTC date."""
     info: dict[str, Any] = {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],

@@ -23,12 +23,14 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable
 
+from rapidrl._system import usable_cpu_count
+
 RESULT_PREFIX = "RESULT "
 
 
 def thread_counts() -> list[int]:
     """Torch thread counts to try each contender at: 1 and all usable cores (one entry on a 1-core machine)."""
-    return sorted({1, len(os.sched_getaffinity(0))})
+    return sorted({1, usable_cpu_count()})
 
 
 def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: float = 3600.0) -> dict:

@@ -28,14 +28,22 @@ Generator and gathers the stacks with one compiled call (no Python loop over row
 that the next ``sample`` of the same size overwrites; the result is a ``ReplayBatch`` (one-step targets:
 ``discounts = gamma (1 - terminated)``). Indices are validated inside the kernel against the ring (a stale or
 out-of-range index is an error, never an out-of-bounds read). Not thread-safe (one thread adds and samples).
+
+``save(dir)`` writes the rings (only the frames written so far), the transition tables and the sampler's RNG
+state as ``.npy`` files (``rapidrl.buffers.persist``); ``load`` reads them back memory-mapped, so a buffer of
+several GB resumes exactly. ``storage="mmap"`` keeps the buffer itself in ``.npy`` files under ``path``.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numba
 import numpy as np
 import torch
 
+from rapidrl.buffers.persist import read_buffer_dir, storage_array, write_buffer_dir
 from rapidrl.buffers.replay import ReplayBatch
 from rapidrl.kernels.validation import check_int, check_scalar
 
@@ -152,11 +160,16 @@ class FrameReplayBuffer:
         seed: seed of the sampling Generator (None: fresh entropy).
         device: where ``sample(as_torch=True)`` puts tensors (CPU: zero-copy views).
         validate: check in ``add`` that stacks slide and continue the stored ones (see the module docstring).
+        storage: "memory" (NumPy arrays) or "mmap" (``.npy`` files in directory ``path``, created or overwritten,
+            for rings larger than RAM).
     """
+
+    _ARRAYS = ("frames", "state", "slot_frame", "actions", "rewards", "terminated", "truncated")
 
     def __init__(self, capacity: int, obs_shape: tuple, *, num_envs: int = 1, action_shape: tuple = (),
                  action_dtype=np.int64, gamma: float = 0.99, seed: int | None = None,
-                 device: str | torch.device = "cpu", validate: bool = True):
+                 device: str | torch.device = "cpu", validate: bool = True, storage: str = "memory",
+                 path: str | os.PathLike | None = None):
         self.num_envs = check_int("num_envs", num_envs, low=1)
         self.capacity = check_int("capacity", capacity, low=self.num_envs)
         obs_shape = tuple(int(s) for s in obs_shape)
@@ -169,20 +182,39 @@ class FrameReplayBuffer:
         self.gamma = check_scalar("gamma", gamma, low=0.0, high=1.0)
         self.device = torch.device(device)
         self.validate = bool(validate)
+        if storage not in ("memory", "mmap"):
+            raise ValueError(f"storage must be 'memory' or 'mmap', got {storage!r}")
+        if storage == "mmap" and path is None:
+            raise ValueError("storage='mmap' needs path (a directory for the .npy files)")
+        self.storage, self.path = storage, None if path is None else Path(path)
+        if self.path is not None and storage == "mmap":
+            self.path.mkdir(parents=True, exist_ok=True)
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         N = self.num_envs
-        K = self.transitions_per_env = self.capacity // N
-        M = self.frames_per_env = K + 2 * self.stack
-        self._frames = np.zeros((N, M, *self.frame_shape), np.uint8)
-        self._state = np.zeros((N, 4), np.int64)
+        self.transitions_per_env = self.capacity // N
+        self.frames_per_env = self.transitions_per_env + 2 * self.stack
+        for name, (shape, dtype) in self._specs().items():
+            setattr(self, f"_{name}", storage_array(storage, self.path, name, shape, dtype))
         self._state[:, _NEW_EPISODE] = 1
-        self._slot_frame = np.zeros((N, K), np.int64)
-        self._actions = np.zeros((N, K, *self.action_shape), self.action_dtype)
-        self._rewards = np.zeros((N, K), np.float32)
-        self._terminated = np.zeros((N, K), np.bool_)
-        self._truncated = np.zeros((N, K), np.bool_)
         self._batches: dict[int, tuple[ReplayBatch, ReplayBatch | None, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _specs(self) -> dict[str, tuple[tuple, np.dtype]]:
+        """Shape and dtype of each stored array (``_ARRAYS`` order)."""
+        N, K, M = self.num_envs, self.transitions_per_env, self.frames_per_env
+        return {"frames": ((N, M, *self.frame_shape), np.dtype(np.uint8)), "state": ((N, 4), np.dtype(np.int64)),
+                "slot_frame": ((N, K), np.dtype(np.int64)),
+                "actions": ((N, K, *self.action_shape), self.action_dtype), "rewards": ((N, K), np.dtype(np.float32)),
+                "terminated": ((N, K), np.dtype(np.bool_)), "truncated": ((N, K), np.dtype(np.bool_))}
+
+    @staticmethod
+    def storage_bytes(capacity: int, obs_shape: tuple, *, num_envs: int = 1, action_shape: tuple = (),
+                      action_dtype=np.int64, **_ignored) -> int:
+        """Bytes the stored arrays of a buffer built with these arguments take (before building it)."""
+        stack, frame = int(obs_shape[0]), int(np.prod(obs_shape[1:]))
+        K = capacity // num_envs
+        per_transition = 8 + int(np.prod(action_shape)) * np.dtype(action_dtype).itemsize + 4 + 2
+        return num_envs * ((K + 2 * stack) * frame + K * per_transition + 4 * 8)
 
     # -- size --------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -227,6 +259,15 @@ class FrameReplayBuffer:
                              "frames)")
         if code == _ADD_NOT_CONTINUING:
             raise ValueError("obs of an env whose episode continues must equal that env's previous next_obs")
+
+    def end_episodes(self) -> None:
+        """Cut every env's open episode as truncated at its newest stored transition, so that the next ``add``
+        starts a new episode (a resumed run whose env state was not saved, and was reset)."""
+        for e in range(self.num_envs):
+            if self._state[e, _COUNT] > 0:
+                newest = (self._state[e, _HEAD] - 1) % self.transitions_per_env
+                self._truncated[e, newest] |= not self._terminated[e, newest]
+        self._state[:, _NEW_EPISODE] = 1
 
     # -- sampling ----------------------------------------------------------------------------------
     def _batch(self, batch_size: int):
@@ -290,8 +331,40 @@ class FrameReplayBuffer:
                 dst.copy_(torch.from_numpy(src))
         return tensors
 
-    def save(self, path) -> None:
-        raise NotImplementedError("FrameReplayBuffer cannot be saved yet; save the model without include_buffer")
+    # -- persistence -------------------------------------------------------------------------------
+    def _config(self) -> dict:
+        return dict(capacity=self.capacity, obs_shape=list(self.obs_shape), num_envs=self.num_envs,
+                    action_shape=list(self.action_shape), action_dtype=self.action_dtype.str, gamma=self.gamma)
 
-    def load(self, path) -> None:
-        raise NotImplementedError("FrameReplayBuffer cannot be loaded yet")
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the buffer to directory ``path`` (replaced atomically): one ``.npy`` per array, the rings cut to
+        the frames written so far, and ``header.json`` (configuration, sampler RNG state). No pickle."""
+        path = Path(path)
+        if self.path is not None and path.resolve() == self.path.resolve():
+            raise ValueError(f"cannot save into the buffer's own mmap directory {path}")
+        written = min(int(self._state[:, _FRAMES].max()), self.frames_per_env)
+        arrays = {name: getattr(self, f"_{name}") for name in self._ARRAYS}
+        arrays["frames"] = self._frames[:, :written]
+        header = {"class": type(self).__name__, "config": self._config(),
+                  "state": {"rng": self._rng.bit_generator.state, "frames_written": written}}
+        return write_buffer_dir(path, header, arrays)
+
+    def load(self, source: str | os.PathLike) -> FrameReplayBuffer:
+        """Read a buffer written by ``save`` into this one (same configuration); returns it."""
+        source = Path(source)
+        header, arrays = read_buffer_dir(source)
+        if header.get("class") != type(self).__name__ or header.get("config") != self._config():
+            raise ValueError(f"{source} holds a {header.get('class')} with {header.get('config')}, not this buffer's "
+                             f"{self._config()}")
+        written = int(header["state"]["frames_written"])
+        for name, (shape, dtype) in self._specs().items():
+            expected = (shape[0], written, *shape[2:]) if name == "frames" else shape
+            src = arrays.get(name)
+            if src is None or src.shape != expected or src.dtype != dtype:
+                raise ValueError(f"{source}/{name}.npy is missing or has the wrong shape or dtype (expected "
+                                 f"{expected} {dtype})")
+        self._frames[:, :written] = arrays["frames"]
+        for name in self._ARRAYS[1:]:
+            getattr(self, f"_{name}")[...] = arrays[name]
+        self._rng.bit_generator.state = header["state"]["rng"]
+        return self

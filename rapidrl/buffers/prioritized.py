@@ -43,6 +43,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ``weights`` and ``indices``; pass ``indices`` back to ``update_priorities``.
     """
 
+    @staticmethod
+    def storage_bytes(capacity: int, obs_shape: tuple, action_shape: tuple = (), **kwargs) -> int:
+        """``ReplayBuffer.storage_bytes`` plus the sum/min tree (2 x 2 x the next power of two float64) and the
+        priority mirror (float64 per row)."""
+        tree = 4 * (1 << (int(capacity) - 1).bit_length()) * 8
+        return ReplayBuffer.storage_bytes(capacity, obs_shape, action_shape, **kwargs) + tree + 8 * int(capacity)
+
     def __init__(self, capacity: int, obs_shape: tuple, action_shape: tuple = (), *, alpha: float = 0.6,
                  beta: float = 0.4, beta_final: float = 1.0, beta_anneal_steps: int | None = None,
                  eps: float = 1e-6, **kwargs):

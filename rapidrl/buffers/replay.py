@@ -35,9 +35,7 @@ for caller-owned storage).
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -51,6 +49,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 from numba.np import numpy_support
 
+from rapidrl.buffers.persist import read_buffer_dir, storage_array, write_buffer_dir
 from rapidrl.kernels import rng as _rng_module
 from rapidrl.kernels import sumtree as _sumtree_module
 from rapidrl.kernels.cache import invalidate_stale_cache
@@ -64,8 +63,6 @@ _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 _INT64 = np.dtype(np.int64)
 _FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated", "truncated")
-_HEADER = "header.json"
-_FORMAT = 1
 
 
 class ReplayBatch(NamedTuple):
@@ -611,6 +608,15 @@ class ReplayBuffer:
         self._set_fast_add(True)
 
     # -- storage -----------------------------------------------------------------------------------
+    @staticmethod
+    def storage_bytes(capacity: int, obs_shape: tuple, action_shape: tuple = (), *, obs_dtype=np.float32,
+                      action_dtype=np.float32, **_ignored) -> int:
+        """Bytes the stored fields of a buffer built with these arguments take (before building it): obs and
+        next_obs, actions, rewards (float32) and two flags per row."""
+        obs = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
+        action = int(np.prod(action_shape)) * np.dtype(action_dtype).itemsize
+        return int(capacity) * (2 * obs + action + 4 + 2)
+
     def _field_specs(self) -> list[tuple[str, tuple, np.dtype]]:
         C = self.capacity
         return [("obs", (C, *self.obs_shape), self.obs_dtype), ("actions", (C, *self.action_shape), self.action_dtype),
@@ -620,13 +626,8 @@ class ReplayBuffer:
     def _allocate(self) -> None:
         if self.storage == "mmap":
             self.path.mkdir(parents=True, exist_ok=True)
-        arrays = []
-        for name, shape, dtype in self._field_specs():
-            if self.storage == "mmap":
-                mm = np.lib.format.open_memmap(self.path / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
-                arrays.append(mm.view(np.ndarray))
-            else:
-                arrays.append(np.zeros(shape, dtype=dtype))
+        arrays = [storage_array(self.storage, self.path, name, shape, dtype)
+                  for name, shape, dtype in self._field_specs()]
         self._store = tuple(arrays)  # in _FIELDS order
         C = self.capacity
         obs, act, rew, nobs, term, trunc = arrays
@@ -684,6 +685,16 @@ class ReplayBuffer:
     def arrays(self) -> dict[str, np.ndarray]:
         """The storage arrays by field name (rows [0, len) are valid; read-only use)."""
         return dict(zip(_FIELDS, self._store))
+
+    def end_episodes(self) -> None:
+        """Cut every episode still open at the newest ``num_envs`` rows (the last add) as truncated there: their
+        targets bootstrap from their stored ``next_obs`` and n-step returns stop. For a writer whose envs restart
+        without the stored episodes ending (a resumed run whose env state was not saved)."""
+        with self._lock:
+            n = min(self.num_envs, self._size)
+            rows = (self._pos - 1 - np.arange(n)) % self.capacity
+            terminated, truncated = self._store[4], self._store[5]
+            truncated[rows] |= ~terminated[rows]
 
     # -- adding ------------------------------------------------------------------------------------
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
@@ -864,21 +875,11 @@ class ReplayBuffer:
         path = Path(path)
         if self.path is not None and path.resolve() == self.path.resolve():
             raise ValueError(f"cannot save into the buffer's own mmap directory {path}")
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
         with self._lock:
             state, extra = self._state()
-            header = {"format": _FORMAT, "class": type(self).__name__, "config": self._config(), "state": state}
-            for name, arr in zip(_FIELDS, self._store):
-                np.save(tmp / f"{name}.npy", arr[: self._size], allow_pickle=False)
-            for name, arr in extra.items():
-                np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
-        (tmp / _HEADER).write_text(json.dumps(header))
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-        return path
+            header = {"class": type(self).__name__, "config": self._config(), "state": state}
+            arrays = {name: arr[: self._size] for name, arr in zip(_FIELDS, self._store)}
+            return write_buffer_dir(path, header, {**arrays, **extra})
 
     @_hybridmethod
     def load(self_or_cls, source: str | os.PathLike, /, **kwargs):
@@ -890,9 +891,11 @@ class ReplayBuffer:
         Returns the buffer.
         """
         source = Path(source)
-        header = json.loads((source / _HEADER).read_text())
-        if header.get("format") != _FORMAT:
-            raise ValueError(f"{source}: unknown replay buffer format {header.get('format')!r}")
+        # Memory-mapped reads: a buffer larger than RAM streams from the files into its storage.
+        header, arrays = read_buffer_dir(source)
+        cls = self_or_cls if isinstance(self_or_cls, type) else type(self_or_cls)
+        if header.get("class") != cls.__name__:
+            raise ValueError(f"{source} holds a {header.get('class')}, not a {cls.__name__}")
         config = header["config"]
         if isinstance(self_or_cls, type):
             buf = self_or_cls(**config, **kwargs)
@@ -905,8 +908,6 @@ class ReplayBuffer:
                                  f"{buf._config()}")
         state = header["state"]
         size = int(state["size"])
-        # Memory-mapped reads: a buffer larger than RAM streams from the files into its storage.
-        arrays = {p.stem: np.load(p, mmap_mode="r", allow_pickle=False) for p in source.glob("*.npy")}
         with buf._lock:
             for name, dst in zip(_FIELDS, buf._store):
                 src = arrays.pop(name)

@@ -235,6 +235,23 @@ class RolloutBuffer:
                 dst[t].copy_(x, non_blocking=True)
         self._pos = t + 1
 
+    # -- persistence -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Every field (CPU tensors, copies) and the write position: what a checkpoint stores of a rollout."""
+        state = {name: getattr(self.tensors, name).detach().cpu().clone() for name in _FIELDS}
+        state["pos"] = self._pos
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of ``state_dict``, in place (views of the fields held elsewhere stay valid)."""
+        for name in _FIELDS:
+            dst, src = getattr(self.tensors, name), state[name]
+            if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
+                raise ValueError(f"saved rollout field {name} is {src.dtype} {tuple(src.shape)}, this buffer holds "
+                                 f"{dst.dtype} {tuple(dst.shape)}")
+            dst.copy_(src)
+        self._pos = int(state["pos"])
+
     # -- advantages --------------------------------------------------------------------------------
     def compute_advantages(self, last_values, *, gamma: float, lam: float) -> None:
         """GAE into ``advantages``/``returns`` in place (``rapidrl.kernels.gae_into`` on the CPU,

@@ -164,5 +164,16 @@ class VecEnvBase(gym.vector.VectorEnv):
         self._done[:] = False
         return (self._obs.copy() if self.copy else self._obs), {}
 
+    # -- exact resume ------------------------------------------------------------------------------
+    def state_dict(self) -> dict | None:
+        """What fixes this env's future exactly, as tensors and plain values (a training checkpoint stores it), or
+        None where the env cannot be captured (engines such as MuJoCo and the ALE, Python envs): a resumed run
+        then starts fresh episodes. The built-in families return their whole arena."""
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()`` in place (views of the outputs held elsewhere stay valid)."""
+        raise NotImplementedError(f"{type(self).__name__} has no state to restore (its state_dict() is None)")
+
     def close_extras(self, **kwargs) -> None:
         self.closed = True

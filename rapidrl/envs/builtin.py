@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numba
 import numpy as np
+import torch
 from numba import prange
 from numba.extending import overload
 
@@ -638,6 +639,16 @@ class BuiltinVecEnv(VecEnvBase):
             raise ValueError(f"actions[{bad}] = {a[bad]} is not in the action space {self.single_action_space}")
         raise TypeError(f"actions dtype {a.dtype} is not supported; use an integer dtype for a Discrete "
                         "space or float32/float64 for a Box space")
+
+    def state_dict(self) -> dict:
+        """The arena (every per-env array: state, RNG keys and counters, TimeLimit counters, episode sums, last
+        outputs) and whether the envs have been reset."""
+        return {"arena": torch.from_numpy(self._arena.copy()), "ready": self._kernel != self._not_ready}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._check_open()
+        np.copyto(self._arena, state["arena"].numpy())
+        self._kernel = self._step_packed if state["ready"] else self._not_ready
 
     def close_extras(self, **kwargs) -> None:
         self._kernel = self._not_ready

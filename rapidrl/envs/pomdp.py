@@ -129,6 +129,14 @@ class CartPoleNoVelVecEnv(VecEnvBase):
             self._mask(info["final_obs"], self._final_obs)
         return self._step_result()
 
+    def state_dict(self) -> dict:
+        """The inner CartPole's state (the masked observations follow from it)."""
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.inner.load_state_dict(state)
+        self._mask(self.inner._obs, self._obs)
+
     def close_extras(self, **kwargs) -> None:
         self.inner.close()
         super().close_extras(**kwargs)

@@ -1,12 +1,24 @@
 """Running statistics for observation normalization and reward scaling (NumPy, float64).
 
 Parallel-merge update of mean and variance (Chan et al.), so a batch of N observations updates the
-statistics in one call. State is plain arrays, saved with the model.
+statistics in one call. ``state_dict()`` holds float64 tensors and Python floats only, so a checkpoint that
+stores it loads with ``torch.load(weights_only=True)``; ``load_state_dict`` takes tensors or arrays.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+
+def _tensor(x) -> torch.Tensor:
+    """A float64 array or NumPy scalar -> a float64 tensor that owns its memory (0-d for scalars)."""
+    return torch.from_numpy(np.array(x, np.float64))
+
+
+def _array(x) -> np.ndarray:
+    """A tensor, array or number from a state dict -> a float64 array that owns its memory."""
+    return np.array(x.numpy() if isinstance(x, torch.Tensor) else x, np.float64)
 
 
 class RunningMeanStd:
@@ -30,11 +42,11 @@ class RunningMeanStd:
         self.count = total
 
     def state_dict(self) -> dict:
-        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}
+        return {"mean": _tensor(self.mean), "var": _tensor(self.var), "count": float(self.count)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.mean = np.asarray(state["mean"], np.float64).copy()
-        self.var = np.asarray(state["var"], np.float64).copy()
+        self.mean = _array(state["mean"])
+        self.var = _array(state["var"])
         self.count = float(state["count"])
 
 
@@ -79,10 +91,10 @@ class RewardScaler:
         return np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip).astype(np.float32)
 
     def state_dict(self) -> dict:
-        return {"rms": self.rms.state_dict(), "returns": self.returns.copy(), "gamma": self.gamma, "clip": self.clip,
+        return {"rms": self.rms.state_dict(), "returns": _tensor(self.returns), "gamma": self.gamma, "clip": self.clip,
                 "eps": self.eps}
 
     def load_state_dict(self, state: dict) -> None:
         self.rms.load_state_dict(state["rms"])
-        self.returns = np.asarray(state["returns"], np.float64).copy()
+        self.returns = _array(state["returns"])
         self.gamma, self.clip, self.eps = float(state["gamma"]), float(state["clip"]), float(state["eps"])

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 import tempfile
-from collections import deque
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -109,6 +109,7 @@ class Algorithm:
         self._returns: deque = deque(maxlen=100)
         self._lengths: deque = deque(maxlen=100)
         self._obs = None
+        self._needs_reset = True  # the env must be reset before the next step (set again after a resume)
         self._schedule: tuple[int, int] | None = None  # (first step, total) of the current learn call
         self._env_seed = env_seed
         self._build()
@@ -333,6 +334,7 @@ class Algorithm:
         }
         if training_state:
             payload["training"] = self._training_state()
+        check_plain(payload)
         atomic_torch_save(payload, path)
         return path
 
@@ -367,6 +369,7 @@ class Algorithm:
         return model
 
     def _training_state(self) -> dict[str, Any]:
+        extra = self._extra_training_state()  # first: it may finish work in flight that moves the env (async)
         return {
             "torch_rng": torch.get_rng_state(),
             "np_rng": self.np_rng.bit_generator.state,
@@ -375,18 +378,20 @@ class Algorithm:
             "lengths": list(self._lengths),
             "num_episodes": self.num_episodes,
             "schedule": list(self._schedule) if self._schedule is not None else None,
-            "extra": self._extra_training_state(),
+            "extra": extra,
         }
 
     def _load_training_state(self, st: dict[str, Any]) -> None:
         torch.set_rng_state(st["torch_rng"])
         self.np_rng.bit_generator.state = st["np_rng"]
-        set_env_state(self.env, st["env"])
+        restored = set_env_state(self.env, st["env"])
         self._returns.extend(st["returns"])
         self._lengths.extend(st["lengths"])
         self.num_episodes = int(st["num_episodes"])
         self._schedule = tuple(st["schedule"]) if st["schedule"] is not None else None
         self._load_extra_training_state(st["extra"])
+        if not restored:  # an engine or Python env, whose state the checkpoint could not hold: fresh episodes
+            self._needs_reset = True
 
     def _extra_training_state(self) -> dict[str, Any]:
         """Algorithm-specific resume state (current observations, generators, ...)."""
@@ -397,23 +402,46 @@ class Algorithm:
 
 
 def env_state(env) -> dict[str, Any]:
-    """What fixes a built-in env's future exactly: its arena of per-env arrays (state, RNG keys and
-    counters, TimeLimit counters, episode sums, last outputs). Other envs: empty, they are reset on resume."""
-    from rapidrl.envs.builtin import BuiltinVecEnv
-
-    env = getattr(env, "inner", env)  # a view of a built-in env (CartPoleNoVel-v1) is fixed by that env
-    if not isinstance(env, BuiltinVecEnv):
-        return {}
-    return {"arena": torch.from_numpy(env._arena.copy()), "ready": env._kernel != env._not_ready}
+    """What fixes the env's future exactly (``VecEnvBase.state_dict``: the built-in families' arenas), or {} for
+    envs that cannot be captured, which a resumed run resets."""
+    state = env.state_dict() if isinstance(env, VecEnvBase) else None
+    return {} if state is None else state
 
 
-def set_env_state(env, state: dict[str, Any]) -> None:
-    """Inverse of ``env_state``, in place (views of the arena held elsewhere stay valid)."""
+def set_env_state(env, state: dict[str, Any]) -> bool:
+    """Inverse of ``env_state``, in place; False (nothing restored) for an empty state."""
     if not state:
+        return False
+    env.load_state_dict(state)
+    return True
+
+
+_PLAIN_SCALARS = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def check_plain(obj, where: str = "checkpoint") -> None:
+    """Raise TypeError unless ``obj`` is made of tensors and plain Python values only (dicts and OrderedDicts with
+    str or int keys, lists, tuples, bool, int, float, str, bytes, None, torch dtypes, devices and sizes): what
+    ``torch.load(weights_only=True)`` reads back.
+
+    A NumPy scalar or array, a dataclass or any other object would make the file unreadable (PyTorch refuses
+    to unpickle it without running code), so it is refused here, at write time, naming where it sits."""
+    if isinstance(obj, torch.Tensor) or type(obj) in _PLAIN_SCALARS:
         return
-    env = getattr(env, "inner", env)
-    np.copyto(env._arena, state["arena"].numpy())
-    env._kernel = env._step_packed if state["ready"] else env._not_ready
+    if type(obj) in (dict, OrderedDict):
+        for key, value in obj.items():
+            if type(key) not in (str, int):
+                raise TypeError(f"{where} has a key of type {type(key).__name__} ({key!r}); a checkpoint's dict "
+                                "keys must be str or int")
+            check_plain(value, f"{where}.{key}")
+        return
+    if type(obj) in (list, tuple):
+        for i, value in enumerate(obj):
+            check_plain(value, f"{where}[{i}]")
+        return
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    raise TypeError(f"{where} is a {kind}; a checkpoint holds tensors and plain Python values only (convert NumPy "
+                    "arrays with torch.from_numpy and NumPy scalars with float()/int())")
 
 
 def atomic_torch_save(obj, path: Path) -> None:

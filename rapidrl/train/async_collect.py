@@ -262,6 +262,56 @@ class AsyncCollector:
             self._thread.join()
             self._thread = None
 
+    def drain(self) -> Rollout | None:
+        """Let the rollout in flight finish (it stays available to ``wait``) and return it; None if none is pending.
+
+        Afterwards the thread touches neither the env nor ``obs`` until the next ``start``: their state is that after
+        the pending rollout, which is what an exact-resume checkpoint must capture."""
+        if self._in_flight:
+            self._ready = self._done.get()
+            self._in_flight = False
+        if self._ready is None:
+            return None
+        slot, error = self._ready
+        if error is not None:
+            self._ready = None
+            raise RuntimeError("the collector thread failed") from error
+        return slot
+
+    def state_dict(self) -> dict:
+        """The pending rollout, finished (``drain``) and copied, and the weight-version counters: with the env's and
+        the learner's state, what resuming needs to continue exactly as an uninterrupted run (tensors and ints)."""
+        slot = self.drain()
+        state = {"version": self.mailbox.version, "taken": self.mailbox.taken, "pending": None}
+        if slot is not None:
+            state["pending"] = {"buffer": slot.buffer.state_dict(), "raw_obs": torch.from_numpy(slot.raw_obs.copy()),
+                                "last_obs": torch.from_numpy(slot.last_obs.copy()),
+                                "last_values": torch.from_numpy(slot.last_values.copy()),
+                                "ep_returns": torch.from_numpy(np.asarray(slot.ep_returns).copy()),
+                                "ep_lengths": torch.from_numpy(np.asarray(slot.ep_lengths).copy()),
+                                "version": slot.version}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of ``state_dict``, on a collector that has not started; the learner's weights (and normalizer)
+        must already be loaded: they are published as the weights of the next rollout, as after the update that
+        preceded the checkpoint."""
+        if self._thread is not None or self.pending:
+            raise RuntimeError("load_state_dict needs a collector that has not started a rollout")
+        self.mailbox.publish()
+        self.mailbox.version, self.mailbox.taken = int(state["version"]), int(state["taken"])
+        pending = state["pending"]
+        if pending is None:
+            return
+        slot = self.slots[self._next_slot ^ 1]  # the next start() writes the other slot
+        slot.buffer.load_state_dict(pending["buffer"])
+        np.copyto(slot.raw_obs, pending["raw_obs"].numpy())
+        np.copyto(slot.last_obs, pending["last_obs"].numpy())
+        np.copyto(slot.last_values, pending["last_values"].numpy())
+        slot.ep_returns, slot.ep_lengths = pending["ep_returns"].numpy(), pending["ep_lengths"].numpy()
+        slot.version = int(pending["version"])
+        self._ready = (slot, None)
+
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             slot, seed = job

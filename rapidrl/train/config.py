@@ -10,9 +10,10 @@ import ctypes
 import dataclasses
 import difflib
 import functools
-import os
 import typing
 from typing import Any
+
+from rapidrl._system import usable_cpu_count
 
 
 class ConfigError(ValueError):
@@ -112,7 +113,7 @@ def apply_runtime(config: RuntimeConfig) -> None:
     import torch
 
     if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads or len(os.sched_getaffinity(0)))
+        torch.set_num_threads(config.torch_threads or usable_cpu_count())
     if config.flush_denormal:
         torch.set_flush_denormal(True)
     if config.keep_heap:

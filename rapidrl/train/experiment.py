@@ -13,7 +13,6 @@ the ``rliable`` package, whose dependencies (pandas, seaborn, arch) are heavier 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rapidrl._system import usable_cpu_count
 from rapidrl.train.loggers import read_csv_metrics
 from rapidrl.train.rundir import METRICS_CSV, SUMMARY_FILE
 
@@ -89,7 +89,7 @@ def run_seeds(exp_dir: Path, seeds: list[int], train_argv: list[str], jobs: int 
     at most ``jobs`` (default: usable cores) at a time; each process's output goes to its run dir's train.log.
     The output of seed K's process goes to ``exp_dir/seed-K.log``. Returns seed -> exit code."""
     exp_dir.mkdir(parents=True, exist_ok=True)
-    jobs = jobs or len(os.sched_getaffinity(0))
+    jobs = jobs or usable_cpu_count()
     (exp_dir / EXPERIMENT_FILE).write_text(json.dumps({"seeds": seeds, "argv": train_argv}, indent=1))
     pending, running, codes = list(seeds), {}, {}
     while pending or running:

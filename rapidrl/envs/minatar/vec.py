@@ -6,6 +6,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from rapidrl.envs.base import VecEnvBase, as_numpy_actions, check_actions
 from rapidrl.envs.builtin import BuiltinVecEnv
@@ -141,6 +142,15 @@ class MinAtarVecEnv(VecEnvBase):
         if self.copy:
             return self._step_result()
         return self._views
+
+    def state_dict(self) -> dict:
+        """The arena (game states, RNG keys and counters, counters, episode sums, last outputs) and readiness."""
+        return {"arena": torch.from_numpy(self._arena.copy()), "ready": self._ready}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._check_open()
+        np.copyto(self._arena, state["arena"].numpy())
+        self._ready = bool(state["ready"])
 
     def close_extras(self, **kwargs) -> None:
         self._ready = False

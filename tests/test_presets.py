@@ -1,0 +1,193 @@
+"""Nothing a user trains is lost: every shipped preset trains, saves, evaluates and resumes from the CLI.
+
+The presets are discovered from the package data (``rapidrl/configs/*.toml``), so a new preset is covered by
+adding it. Each one trains briefly from the command line (its own hyperparameters; only the budget, the warm-up
+of off-policy learners and, for Atari, the length of a game are cut), then:
+- ``model.pt`` and every checkpoint load with ``torch.load(weights_only=True)`` and hold nothing but tensors and
+  plain Python values; ``rapidrl eval RUN_DIR`` and ``ALGO.load`` read them; ``model.pt`` and the final checkpoint
+  act alike;
+- the run resumes from its first checkpoint (as ``rapidrl train --resume`` after a crash) to completion, and
+  where the checkpoint holds the env's state (the built-in envs) it ends with exactly the parameters of the
+  uninterrupted run;
+- a representative of each algorithm and env family is killed with SIGKILL mid-run, in its own process, and
+  resumed to completion.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rapidrl import cli
+from rapidrl.algos import ALGORITHMS
+from rapidrl.train.algorithm import load_checkpoint
+from rapidrl.train.checkpoint import list_checkpoints
+from rapidrl.train.rundir import env_family, list_presets, read_summary, read_toml
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = {p.stem: p for p in list_presets()}
+PLAIN = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def test_the_shipped_presets_are_found_in_the_package_data():
+    assert len(PRESETS) >= 26
+    assert {"ppo_cartpole", "dqn_atari", "impala_cartpole", "ppo_hopper", "sac_halfcheetah"} <= set(PRESETS)
+
+
+def brief(name: str, rollouts: int = 1, phases: int = 16) -> tuple[list[str], int, int]:
+    """(CLI arguments, total steps, checkpoint interval) of a short run of preset ``name`` with a checkpoint half-way:
+    ``rollouts`` on-policy rollouts per checkpoint, or (off-policy) learning from when one batch is stored and
+    ``phases`` update phases (at least 2) before each checkpoint."""
+    data = read_toml(PRESETS[name])
+    run, algo = data["run"], data.get("algo", {})
+    config = ALGORITHMS[run["algo"]].config_class()
+    get = lambda key: algo.get(key, getattr(config, key))  # noqa: E731
+    sets: list[str] = []
+    if hasattr(config, "num_steps"):  # on-policy
+        every = total = rollouts * get("num_envs") * get("num_steps")
+    else:  # off-policy
+        phase = get("train_freq") * get("num_envs")  # env steps between two update phases
+        warmup = -(-max(get("batch_size"), phase) // phase) * phase
+        total = phase * max(2, -(-phases // phase))
+        every = warmup + total
+        sets += ["--set", f"algo.learning_starts={warmup}"]
+    if env_family(run["env"]) == "atari":  # an untrained agent's game is cut at 1,000 agent steps
+        sets += ["--set", "env.max_episode_frames=4000"]
+    total += every
+    return ["--config", str(PRESETS[name]), "--timesteps", str(total), "--eval-episodes", "1", "--headless",
+            "--set", f"run.checkpoint_every={every}", "--set", "run.checkpoint_keep=5", *sets], total, every
+
+
+def assert_plain(obj, where: str = "payload") -> None:
+    """Only tensors and plain Python values (what ``torch.load(weights_only=True)`` reads) anywhere in ``obj``."""
+    if isinstance(obj, torch.Tensor) or type(obj) in PLAIN:
+        return
+    assert isinstance(obj, (dict, list, tuple)), f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    for key, value in items:
+        assert_plain(value, f"{where}.{key}")
+
+
+def same_tensors(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_tensors(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_tensors(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def observations(model, n: int = 8) -> np.ndarray:
+    """n observations of the model's env after a few random steps (the policy's raw input)."""
+    from rapidrl.envs import make_vec
+
+    env = make_vec(model.env_id, n, seed=123, flatten_observations=True, **model.env_kwargs)
+    obs, _ = env.reset(seed=123)
+    for _ in range(3):
+        obs, *_ = env.step(env.action_space.sample())
+    obs = np.array(obs)
+    env.close()
+    return obs
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_trains_saves_evaluates_and_resumes(name, tmp_path, capsys):
+    args, total, every = brief(name)
+    algo = read_toml(PRESETS[name])["run"]["algo"]
+    cls = ALGORITHMS[algo]
+    run = tmp_path / "run"
+    assert cli.main(["train", *args, "--run-dir", str(run)]) == 0, capsys.readouterr().err
+    summary = read_summary(run)
+    assert summary["status"] == "finished" and summary["timesteps"] == total
+    steps = [s for s, _ in list_checkpoints(run / "checkpoints")]
+    assert steps == [every, total]
+
+    # every file loads without running code and holds only tensors and plain values
+    for path in [run / "model.pt", *(p for _, p in list_checkpoints(run / "checkpoints"))]:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        assert_plain(payload, path.name)
+        assert load_checkpoint(path)["num_timesteps"] in (every, total)
+
+    # rapidrl eval reads the run; model.pt and the final checkpoint hold the same policy
+    assert cli.main(["eval", str(run), "--episodes", "1"]) == 0
+    assert "eval return" in capsys.readouterr().out
+    final = cls.load(run / "model.pt")
+    last = cls.load(run / "checkpoints" / f"step_{total:012d}.pt")
+    obs = observations(final)
+    np.testing.assert_array_equal(act(final, obs), act(last, obs))
+    for m in (final, last):
+        m.env.close()
+
+    # resume from the first checkpoint, as `rapidrl train --resume` after a crash right after it
+    uninterrupted = load_checkpoint(run / "model.pt")
+    first = load_checkpoint(run / "checkpoints" / f"step_{every:012d}.pt")
+    captured = bool(first["training"]["env"])  # the env's state is in the checkpoint (built-in envs)
+    for item in [run / "model.pt", run / "summary.json", *(run / "checkpoints").glob(f"step_{total:012d}.pt*")]:
+        shutil.rmtree(item) if item.is_dir() else item.unlink()
+    assert cli.main(["train", "--resume", str(run), "--headless"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"resuming from {run / 'checkpoints'}" in out and f"(step {every:,})" in out
+    summary = read_summary(run)
+    assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
+    resumed = load_checkpoint(run / "model.pt")
+    if captured:
+        assert same_tensors(resumed["state"], uninterrupted["state"]), "the resumed run ended elsewhere"
+
+
+def act(model, obs: np.ndarray) -> np.ndarray:
+    """Deterministic actions for obs [B, ...] (a recurrent policy from a fresh state)."""
+    if getattr(getattr(model, "policy", None), "recurrent", False):
+        return model.predict(obs, deterministic=True)[0]
+    return model.predict(obs, deterministic=True)
+
+
+# One preset per algorithm and per env family, with the size of its brief run: long enough after the first
+# checkpoint (a fraction of a second at least) that the run is still going when it is killed there.
+KILLED = {
+    "ppo_cartpolenovel": dict(rollouts=16),  # PPO, recurrent, the partially observed family
+    "a2c_cartpole": dict(rollouts=200),  # A2C, classic control
+    "impala_cartpole": dict(rollouts=16),  # IMPALA, overlapped collection
+    "ppo_minatar": dict(rollouts=2),  # MinAtar
+    "dqn_atari": dict(phases=32),  # DQN, Atari, frame replay
+    "sac_hopper": dict(phases=64),  # SAC, MuJoCo
+    "td3_pendulum": dict(phases=64),  # TD3
+}
+
+
+@pytest.mark.parametrize("name", sorted(KILLED))
+def test_preset_killed_with_sigkill_resumes_to_completion(name, tmp_path, capsys):
+    args, total, _ = brief(name, **KILLED[name])
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rapidrl", "train", *args, "--run-dir", str(run)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and not list_checkpoints(run / "checkpoints"):
+            time.sleep(0.005)
+        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    killed_at = list_checkpoints(run / "checkpoints")[-1][0]
+    assert killed_at < total and read_summary(run) is None
+    assert cli.main(["train", "--resume", str(run), "--headless"]) == 0, capsys.readouterr().err
+    assert f"resuming from {run / 'checkpoints'}" in capsys.readouterr().out
+    summary = read_summary(run)
+    assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
+    model = ALGORITHMS[summary["algo"]].load(run / "model.pt")
+    assert model.num_timesteps == total
+    model.env.close()

@@ -160,10 +160,12 @@ def test_dqn_smoke_on_breakout_uses_frame_replay_save_load_predict(tmp_path):
     np.testing.assert_array_equal(model.predict(obs, deterministic=True), loaded.predict(obs, deterministic=True))
 
 
-def test_docs_examples_run():
-    """Every python block of docs/atari.md runs, in order, in one namespace."""
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """Every python block of docs/atari.md runs, in order, in one namespace (in a scratch directory)."""
     import re
     from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
 
     src = (Path(__file__).resolve().parents[1] / "docs" / "atari.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
@@ -172,3 +174,4 @@ def test_docs_examples_run():
     for block in blocks:
         exec(compile(block, "docs/atari.md", "exec"), ns)
     assert ns["batch"].obs.shape == (8, 4, 84, 84) and ns["model"].policy.encoder_kind == "minatar"
+    assert (tmp_path / "frames.buffer" / "frames.npy").is_file()

@@ -169,3 +169,11 @@ def test_docs_examples_run():
     for block in blocks:
         exec(compile(block, "docs/mujoco.md", "exec"), ns)
     assert type(ns["envs"]).__name__ == "MujocoVecEnv" and ns["sac"].num_timesteps == 512
+
+
+def test_next_step_autoreset_is_refused_at_construction():
+    """Only SAME_STEP is implemented: NEXT_STEP fails when the env is made, not at the first episode end."""
+    with pytest.raises(ValueError, match="same_step"):
+        MujocoVecEnv("Hopper-v5", 2, autoreset_mode="next_step")
+    with pytest.raises(ValueError, match="same_step"):
+        rr.make_vec("HalfCheetah-v5", 2, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)

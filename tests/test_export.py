@@ -54,3 +54,15 @@ def test_export_cli_and_bad_input(tmp_path, capsys):
     assert "--format must be one of" in capsys.readouterr().err
     assert cli.main(["export", str(tmp_path / "nothing")]) == 2
     assert "no run directory" in capsys.readouterr().err
+
+
+def test_export_of_a_recurrent_run_is_one_clear_line(tmp_path, capsys):
+    """A recurrent run's files load (they are plain tensors); exporting says it is not supported, no traceback."""
+    run = tmp_path / "run"
+    assert cli.main(["train", "ppo", "CartPoleNoVel-v1", "--timesteps", "512", "--run-dir", str(run), "--headless",
+                     "--eval-episodes", "0", "--set", "algo.recurrent_size=8",
+                     "--set", "algo.normalize_reward=true"]) == 0
+    capsys.readouterr()
+    assert cli.main(["export", str(run), "--format", "onnx"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rapidrl: error: exporting recurrent policies is not supported") and err.count("\n") == 1

@@ -7,42 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from space_envs import DictCartPole, ImageSide, ImageSideBytes  # noqa: F401  (registers the test ids)
+from space_envs import DictCartPole, ImageSide, ImageSideBytes, Switches  # noqa: F401  (registers the test ids)
 
 import rapidrl as rr
 from rapidrl.envs.spaces import EncodedBox, FlattenStructuredObservation, encode_observation, flat_box
 from rapidrl.train.callbacks import EvalCallback
-
-
-class Switches(gym.Env):
-    """Set each of three switches to the value the observation shows: MultiDiscrete([3, 3, 3]) observations and
-    actions, reward = fraction of switches right, 20 steps. A uniform random policy earns 20/3 per episode."""
-
-    def __init__(self, binary: bool = False):
-        self.binary = binary
-        self.observation_space = gym.spaces.MultiBinary(3) if binary else gym.spaces.MultiDiscrete([3, 3, 3])
-        self.action_space = gym.spaces.MultiBinary(3) if binary else gym.spaces.MultiDiscrete([3, 3, 3], start=[1] * 3)
-
-    def _draw(self):
-        self.target = self.np_random.integers(0, 2 if self.binary else 3, 3)
-        return self.target.astype(np.int8) if self.binary else self.target.copy()
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw(), {}
-
-    def step(self, action):
-        assert self.action_space.contains(np.asarray(action, self.action_space.dtype)), action
-        shift = 0 if self.binary else 1  # MultiDiscrete actions start at 1
-        reward = float((np.asarray(action) - shift == self.target).sum()) / 3
-        self.t += 1
-        return self._draw(), reward, False, self.t >= 20, {}
-
-
-for _id, _kw in (("Switches-v0", {}), ("BinarySwitches-v0", {"binary": True})):
-    if _id not in gym.registry:
-        gym.register(_id, entry_point=Switches, kwargs=_kw)
 
 
 def test_encodings_by_hand():

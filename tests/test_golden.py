@@ -1,0 +1,155 @@
+"""Golden runs: short fixed-seed runs of every algorithm and of every path a setting selects, whose final state
+(parameters, optimizer moments, normalizers) must not change when code moves.
+
+``tests/golden/runs.json`` holds, per run, a SHA-256 of the final state and, per tensor, its float64 sum and sum
+of squares. On the CPU the recording was made on (same torch CPU capability), the hash must match bit for bit:
+a refactor keeps training bitwise identical. On another instruction set (float rounding may differ in the last
+bits), the sums must agree to 1e-4 relative: the same mathematics. A deliberate change re-records the file with
+
+    python tests/test_golden.py            # all runs;  python tests/test_golden.py ppo_tanh sac   (some)
+
+and the commit message says which runs changed and why that is correct.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "runs.json"
+
+# name -> (algorithm, env id ("torch:<id>": the PyTorch env), hyperparameters, env steps). Each path a setting
+# selects has a run of its own.
+_PPO = dict(num_envs=4, num_steps=32, minibatch_size=64, update_epochs=2, hidden=(32, 32))
+RUNS: dict[str, tuple[str, str, dict, int]] = {
+    # PPO collection paths x gradient paths
+    "ppo_discrete": ("PPO", "CartPole-v1", _PPO, 512),  # fused rollout, compiled epoch
+    "ppo_discrete_closed_form": ("PPO", "CartPole-v1", {**_PPO, "fused_update": False}, 512),
+    "ppo_discrete_autograd": ("PPO", "CartPole-v1", {**_PPO, "closed_form_grads": False}, 512),
+    "ppo_discrete_per_step": ("PPO", "CartPole-v1", {**_PPO, "fused_rollout": "never"}, 512),
+    "ppo_discrete_shared": ("PPO", "CartPole-v1", {**_PPO, "shared": True}, 512),
+    "ppo_discrete_async": ("PPO", "CartPole-v1", {**_PPO, "async_collect": True}, 512),
+    "ppo_discrete_vtrace": ("PPO", "CartPole-v1", {**_PPO, "async_collect": True, "vtrace_advantages": True}, 512),
+    "ppo_discrete_bf16": ("PPO", "CartPole-v1", {**_PPO, "bf16_update": True}, 512),
+    "ppo_discrete_torch_env": ("PPO", "torch:CartPole-v1", {**_PPO, "fused_rollout": "never"}, 512),  # device path
+    "ppo_gaussian": ("PPO", "Pendulum-v1", {**_PPO, "normalize_obs": True, "normalize_reward": True}, 512),
+    "ppo_gaussian_autograd": ("PPO", "Pendulum-v1", {**_PPO, "closed_form_grads": False}, 512),
+    "ppo_tanh": ("PPO", "Pendulum-v1", {**_PPO, "squash": "tanh"}, 512),
+    "ppo_multidiscrete": ("PPO", "Switches-v0", {**_PPO, "num_steps": 16}, 256),
+    "ppo_recurrent": ("PPO", "CartPoleNoVel-v1", {**_PPO, "recurrent": "lstm", "recurrent_size": 16}, 512),
+    "ppo_recurrent_autograd": ("PPO", "CartPoleNoVel-v1",
+                               {**_PPO, "recurrent": "gru", "recurrent_size": 16, "closed_form_grads": False}, 512),
+    "ppo_cnn": ("PPO", "MinAtar/Breakout-v1", {**_PPO, "num_steps": 16, "minibatch_size": 32}, 256),
+    "a2c": ("A2C", "CartPole-v1", dict(num_envs=4, hidden=(32, 32)), 400),
+    "a2c_recurrent": ("A2C", "CartPoleNoVel-v1", dict(num_envs=4, hidden=(32,), recurrent="gru",
+                                                      recurrent_size=16), 400),
+    "impala": ("IMPALA", "CartPole-v1", dict(num_envs=4, num_steps=32, hidden=(32, 32)), 512),
+    "mappo": ("MAPPO", "MPE/simple_spread-v3", dict(num_envs=6, num_steps=16, minibatch_size=48, update_epochs=2,
+                                                    hidden=(32, 32)), 384),
+    "ippo": ("IPPO", "MPE/simple_spread-v3", dict(num_envs=6, num_steps=16, minibatch_size=48, update_epochs=2,
+                                                  hidden=(32, 32)), 384),
+    # off-policy update paths
+    "dqn_mlp": ("DQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16, gradient_steps=8,
+                                           hidden=(32, 32), buffer_size=2000), 512),
+    "dqn_mlp_autograd": ("DQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
+                                                    gradient_steps=8, hidden=(32, 32), buffer_size=2000,
+                                                    dueling=True), 512),
+    "dqn_prioritized_nstep": ("DQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
+                                                         gradient_steps=8, hidden=(32, 32), buffer_size=2000,
+                                                         prioritized=True, n_step=3), 512),
+    "dqn_cnn": ("DQN", "MinAtar/Breakout-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
+                                                   gradient_steps=4, buffer_size=2000), 256),
+    "sac": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+    "td3": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+}
+
+
+def _register_test_envs() -> None:
+    """Test-only env ids some runs use (a MultiDiscrete-action task)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import space_envs  # noqa: F401  (registers Switches-v0)
+
+
+def final_state(name: str) -> dict:
+    """Train run ``name`` from scratch and return its final ``_state()`` (tensors and plain values)."""
+    import rapidrl as rr
+
+    _register_test_envs()
+    algo, env_id, hyperparameters, steps = RUNS[name]
+    threads = torch.get_num_threads()
+    try:
+        env = env_id
+        if env_id.startswith("torch:"):  # the built-in env's PyTorch dynamics (the device collection path)
+            env = rr.make_vec(env_id[6:], hyperparameters["num_envs"], seed=0, vectorization="torch")
+        model = getattr(rr, algo)(env, seed=0, torch_threads=1, **hyperparameters)
+        model.learn(steps, progress_bar=False)
+        state = model._state()
+        model.env.close()
+    finally:
+        torch.set_num_threads(threads)
+    return state
+
+
+def _tensors(obj, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) of every tensor in ``obj`` in a fixed order (dict keys sorted)."""
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in _tensors(obj[k], f"{prefix}.{k}")]
+    if isinstance(obj, (list, tuple)):
+        return [t for i, v in enumerate(obj) for t in _tensors(v, f"{prefix}[{i}]")]
+    return []
+
+
+def fingerprint(state: dict) -> dict:
+    """SHA-256 over every tensor's path, dtype, shape and bytes; per tensor its float64 sum and sum of squares."""
+    digest = hashlib.sha256()
+    sums = {}
+    for path, t in _tensors(state):
+        t = t.detach().cpu().contiguous()
+        digest.update(f"{path}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.is_floating_point():
+            x = t.double()
+            sums[path] = [float(x.sum()), float(x.square().sum())]
+    return {"sha256": digest.hexdigest(), "sums": sums}
+
+
+def capability() -> str:
+    return f"{torch.backends.cpu.get_cpu_capability()} torch {torch.__version__.split('+')[0]}"
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_golden_run(name):
+    golden = json.loads(GOLDEN.read_text())
+    assert name in golden["runs"], f"{name} has no recording: python tests/test_golden.py {name}"
+    expected = golden["runs"][name]
+    got = fingerprint(final_state(name))
+    if golden["capability"] == capability():
+        assert got["sha256"] == expected["sha256"], f"{name}: training is no longer bitwise identical"
+    assert got["sums"].keys() == expected["sums"].keys()
+    for path, value in expected["sums"].items():
+        np.testing.assert_allclose(got["sums"][path], value, rtol=1e-4, atol=1e-6, err_msg=f"{name}: {path}")
+
+
+def record(names: list[str]) -> None:
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {"runs": {}}
+    if golden.get("capability") not in (None, capability()) and set(names) != set(RUNS):
+        raise SystemExit(f"the recording was made on {golden['capability']}, this is {capability()}: re-record all")
+    golden["capability"] = capability()
+    for name in names:
+        golden["runs"][name] = fingerprint(final_state(name))
+        print(f"{name}: {golden['runs'][name]['sha256'][:16]}")
+    golden["runs"] = dict(sorted(golden["runs"].items()))
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    record(sys.argv[1:] or sorted(RUNS))

@@ -15,17 +15,12 @@ of off-policy learners and, for Atari, the length of a game are cut), then:
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from checkpoint_checks import assert_plain, kill_when, python_rapidrl, same
 
 from rapidrl import cli
 from rapidrl.algos import ALGORITHMS
@@ -33,9 +28,7 @@ from rapidrl.train.algorithm import load_checkpoint
 from rapidrl.train.checkpoint import list_checkpoints
 from rapidrl.train.rundir import env_family, list_presets, read_summary, read_toml
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESETS = {p.stem: p for p in list_presets()}
-PLAIN = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
 def test_the_shipped_presets_are_found_in_the_package_data():
@@ -65,26 +58,6 @@ def brief(name: str, rollouts: int = 1, phases: int = 16) -> tuple[list[str], in
     total += every
     return ["--config", str(PRESETS[name]), "--timesteps", str(total), "--eval-episodes", "1", "--headless",
             "--set", f"run.checkpoint_every={every}", "--set", "run.checkpoint_keep=5", *sets], total, every
-
-
-def assert_plain(obj, where: str = "payload") -> None:
-    """Only tensors and plain Python values (what ``torch.load(weights_only=True)`` reads) anywhere in ``obj``."""
-    if isinstance(obj, torch.Tensor) or type(obj) in PLAIN:
-        return
-    assert isinstance(obj, (dict, list, tuple)), f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}"
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-    for key, value in items:
-        assert_plain(value, f"{where}.{key}")
-
-
-def same_tensors(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_tensors(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_tensors(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def observations(model, n: int = 8) -> np.ndarray:
@@ -141,7 +114,7 @@ def test_preset_trains_saves_evaluates_and_resumes(name, tmp_path, capsys):
     assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
     resumed = load_checkpoint(run / "model.pt")
     if captured:
-        assert same_tensors(resumed["state"], uninterrupted["state"]), "the resumed run ended elsewhere"
+        assert same(resumed["state"], uninterrupted["state"]), "the resumed run ended elsewhere"
 
 
 def act(model, obs: np.ndarray) -> np.ndarray:
@@ -168,20 +141,8 @@ KILLED = {
 def test_preset_killed_with_sigkill_resumes_to_completion(name, tmp_path, capsys):
     args, total, _ = brief(name, **KILLED[name])
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "rapidrl", "train", *args, "--run-dir", str(run)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None and not list_checkpoints(run / "checkpoints"):
-            time.sleep(0.005)
-        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+    kill_when(python_rapidrl("train", *args, "--run-dir", str(run)),
+              lambda: bool(list_checkpoints(run / "checkpoints")), timeout=240)
     killed_at = list_checkpoints(run / "checkpoints")[-1][0]
     assert killed_at < total and read_summary(run) is None
     assert cli.main(["train", "--resume", str(run), "--headless"]) == 0, capsys.readouterr().err

@@ -4,16 +4,12 @@ clear messages and keep the last good checkpoint."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_checks import kill_when, python_rapidrl, same
 
 import rapidrl as rr
 from rapidrl import cli
@@ -23,13 +19,8 @@ from rapidrl.train.checkpoint import Checkpointer, latest_checkpoint, list_check
 from rapidrl.train.loggers import CSVLogger, read_csv_metrics
 from rapidrl.train.rundir import read_summary
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64", "--set", "algo.minibatch_size=128",
          "--set", "algo.update_epochs=2"]
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
 def _load_all(directory: Path) -> int:
@@ -47,25 +38,18 @@ def _load_all(directory: Path) -> int:
 def test_sigkill_mid_run_then_resume_completes(tmp_path, capsys):
     run = tmp_path / "run"
     total = 256 * 120  # long enough that the run is still going when the third checkpoint appears
-    argv = [sys.executable, "-m", "rapidrl", "train", "ppo", "CartPole-v1", "--timesteps", str(total), "--run-dir",
+    argv = [*python_rapidrl("train", "ppo", "CartPole-v1"), "--timesteps", str(total), "--run-dir",
             str(run), "--headless", "--eval-episodes", "2", *SMALL, "--set", "algo.update_epochs=4",
             "--set", "algo.minibatch_size=64", "--set", "run.checkpoint_every=256", "--set", "run.checkpoint_keep=2"]
-    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        loads, end = 0, time.monotonic() + 300
-        while time.monotonic() < end and proc.poll() is None:
-            loads += _load_all(run / "checkpoints")  # every file that ever appears loads (atomic writes)
-            found = list_checkpoints(run / "checkpoints")
-            if found and found[-1][0] >= 256 * 3:
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+    loads = [0]
+
+    def third_checkpoint() -> bool:
+        loads[0] += _load_all(run / "checkpoints")  # every file that ever appears loads (atomic writes)
+        found = list_checkpoints(run / "checkpoints")
+        return bool(found) and found[-1][0] >= 256 * 3
+
+    kill_when(argv, third_checkpoint, poll=0.01)
+    loads = loads[0]
     assert loads > 0
     killed_at = list_checkpoints(run / "checkpoints")[-1][0]
     assert _load_all(run / "checkpoints") == len(list_checkpoints(run / "checkpoints")) <= 2  # keep-last-2
@@ -109,22 +93,12 @@ def test_resume_at_a_checkpoint_boundary_equals_the_uninterrupted_run(tmp_path, 
     assert cli.main(["train", "--resume", str(b), "--headless"]) == 0
     sa, sb = load_checkpoint(a / "model.pt"), load_checkpoint(b / "model.pt")
     assert sa["num_timesteps"] == sb["num_timesteps"] == 2048
-    assert _same(sa["state"], sb["state"]), "parameters or optimizer state differ after resume"
+    assert same(sa["state"], sb["state"]), "parameters or optimizer state differ after resume"
     ca, cb = read_csv_metrics(a / "metrics.csv"), read_csv_metrics(b / "metrics.csv")
     after = [i for i, step in enumerate(ca["global_step"]) if step > 1024]
     assert cb["global_step"] == [ca["global_step"][i] for i in after]
     for key in [k for k in ca if k.startswith("losses/")] + ["charts/episodic_return"]:
         assert cb[key] == [ca[key][i] for i in after], key
-
-
-def _same(x, y) -> bool:
-    if isinstance(x, torch.Tensor):
-        return torch.equal(x, y)
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    if isinstance(x, (list, tuple)):
-        return len(x) == len(y) and all(_same(u, v) for u, v in zip(x, y))
-    return x == y
 
 
 def test_corrupt_and_foreign_checkpoints_are_clear_errors(tmp_path, capsys):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from checkpoint_checks import assert_plain, same
 from space_envs import DictCartPole  # noqa: F401  (registers the test env ids)
 
 import rapidrl as rr
@@ -21,8 +22,6 @@ from rapidrl.algos.offpolicy import OffPolicyAlgorithm
 from rapidrl.envs import make_vec
 from rapidrl.train.checkpoint import Checkpointer, list_checkpoints
 from rapidrl.train.config import ConfigError
-
-PLAIN = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 # observation kinds: (discrete-action env, continuous-action env)
 VECTOR = ("CartPole-v1", "Pendulum-v1")
@@ -41,26 +40,6 @@ SMALL = {
     "TD3": dict(learning_starts=8, batch_size=8, buffer_size=256, hidden=(16,), policy_delay=2),
 }
 ON_POLICY = ("PPO", "A2C", "IMPALA")
-
-
-def assert_plain(obj, where: str) -> None:
-    if isinstance(obj, torch.Tensor) or type(obj) in PLAIN:
-        return
-    assert isinstance(obj, (dict, list, tuple)), f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}"
-    for key, value in (obj.items() if isinstance(obj, dict) else enumerate(obj)):
-        assert_plain(value, f"{where}.{key}")
-
-
-def same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, np.ndarray):
-        return np.array_equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def iteration_steps(model) -> int:

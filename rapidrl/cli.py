@@ -201,10 +201,10 @@ def _check_buildable(config) -> None:
 
 def _build_model(config, run_dir: Path):
     """A fresh model, or the latest checkpoint's (returns model, resumed)."""
-    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint, saves_buffer
+    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
 
     cls, run = config.algo_class, config.run
-    with_buffer = saves_buffer(cls)
+    with_buffer = cls.has_replay_buffer
     ckpt = latest_checkpoint(run_dir / CHECKPOINT_DIR, with_buffer=with_buffer)
     try:
         if ckpt is None:

@@ -18,7 +18,7 @@ import pytest
 import torch.distributed as dist
 
 import rapidrl
-from rapidrl.dist.ddp import DistributedContext
+from rapidrl.train.ddp import DistributedContext
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 TIMEOUT = 600  # seconds; start-up (imports, Numba cache) dominates on a loaded machine

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import rapidrl as rr
-from rapidrl.algos.impala import impala_loss, vtrace_targets
+from rapidrl.algos.impala import impala_loss
+from rapidrl.buffers import vtrace_targets
 from rapidrl.kernels import lambda_returns
 from rapidrl.train.callbacks import EvalCallback
 from rapidrl.train.config import ConfigError

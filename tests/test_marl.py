@@ -10,7 +10,7 @@ from mpe2 import simple_spread_v3
 from pettingzoo import ParallelEnv
 
 import rapidrl as rr
-from rapidrl.algos.mappo import MaskedRolloutBuffer, MultiAgentActorCritic
+from rapidrl.algos.mappo import MultiAgentActorCritic
 from rapidrl.envs.mpe import SimpleSpreadVecEnv
 from rapidrl.envs.pettingzoo_vec import PettingZooVecEnv
 
@@ -151,7 +151,7 @@ def test_critic_inputs(algo, centralized):
     """MAPPO's critic reads [one-hot | global state], IPPO's [local obs | one-hot]; actors never read the state."""
     model = algo("MPE/simple_spread-v3", num_envs=6, num_steps=8, minibatch_size=48, seed=0)
     p, env = model.policy, model.env
-    assert isinstance(p, MultiAgentActorCritic) and isinstance(model.buffer, MaskedRolloutBuffer)
+    assert isinstance(p, MultiAgentActorCritic)
     o, n = env.local_obs_dim, env.num_agents
     obs, _ = env.reset()
     obs = obs.copy()
@@ -201,11 +201,25 @@ def test_mappo_on_the_adapter_drops_departed_agents_from_the_loss():
     model = rr.IPPO(env, num_steps=8, minibatch_size=16, update_epochs=1, seed=0)
     model.learn(8 * 12, progress_bar=False)
     active = model.buffer.active
-    assert active is not None and active.shape == (8, 12) and 0 < active.sum() < active.size
+    assert model.buffer.masked and active.shape == (8, 12) and 0 < active.sum() < active.size
     batches = list(model.buffer.minibatches(16, generator=torch.Generator().manual_seed(0)))
     assert sum(len(mb.obs) for mb in batches) == active.sum()
     assert all(mb.obs[:, 0].max() > 0 or mb.obs[:, 3:6].sum() == len(mb.obs) for mb in batches)
     assert "charts/team_return" in model.history[-1]
+
+
+@pytest.mark.parametrize("algo,kwargs", [(rr.PPO, dict(minibatch_size=16)), (rr.A2C, {})])
+def test_single_agent_algorithms_get_the_loss_masks_too(algo, kwargs):
+    """The masks travel in the rollout storage (no env side channel): PPO and A2C on a multi-agent env whose
+    agents leave train on the active rows only."""
+    env = PettingZooVecEnv(Leaving, 4)
+    model = algo(env, num_envs=12, num_steps=8, seed=0, **kwargs)
+    model.learn(8 * 12 * 2, progress_bar=False)
+    b = model.buffer
+    assert b.masked and 0 < b.active.sum() < b.active.size
+    batches = list(b.minibatches(8 * 12, generator=torch.Generator().manual_seed(0)))
+    assert len(batches) == 1 and len(batches[0].obs) == b.active.sum()
+    np.testing.assert_array_equal(np.sort(b.active_indices().numpy()), np.flatnonzero(b.active.reshape(-1)))
 
 
 def test_bad_arguments():

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from rapidrl.algos.dqn import DQN
-from rapidrl.algos.sac import SAC, actor_loss, critic_loss, soft_target, temperature_loss
+from rapidrl.algos.offpolicy import critic_loss
+from rapidrl.algos.sac import SAC, actor_loss, soft_target, temperature_loss
 from rapidrl.algos.td3 import TD3, smoothed_target_actions, td3_target
 from rapidrl.envs.gym_vec import SyncVecEnv
 from rapidrl.train.callbacks import EvalCallback

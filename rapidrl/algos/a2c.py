@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.buffers import normalize_advantages
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
 
@@ -68,7 +69,7 @@ class A2C(OnPolicyAlgorithm):
             log_probs, entropy, values = (x.reshape(-1) for x in self._score_columns(idx))
             advantages, returns = self._columns("advantages", idx), self._columns("returns", idx)
             if norm:
-                advantages = (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-8)
+                advantages = normalize_advantages(advantages)
         else:
             (mb,) = list(self.buffer.minibatches(batch, generator=self.torch_generator, normalize_advantages=norm))
             log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)

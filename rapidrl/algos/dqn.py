@@ -19,10 +19,10 @@ from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
-from rapidrl.train.fused import ACTING_FORWARD_MAX_ROWS, MLPForward
 
 
 @dataclass

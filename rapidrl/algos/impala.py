@@ -2,8 +2,9 @@
 
 A collector thread acts with a behaviour copy of the policy while the learner trains (``async_collect``,
 ``rapidrl.train.async_collect``): each rollout is one or more updates stale (policy lag >= 1). V-trace
-(``rapidrl.kernels.vtrace``, truncated importance weights rho = min(rho_bar, pi/mu), c = min(c_bar, pi/mu))
-turns it into value targets ``vs`` and policy-gradient advantages for the learner's current policy.
+(``rapidrl.buffers.vtrace_targets`` on ``rapidrl.kernels.vtrace``; truncated importance weights
+rho = min(rho_bar, pi/mu), c = min(c_bar, pi/mu)) turns it into value targets ``vs`` and policy-gradient
+advantages for the learner's current policy.
 
 Read top to bottom: the config, the targets and the loss (pure functions), the update. Collection comes
 from the shared on-policy core (``rapidrl.algos.onpolicy``); GAE is not used (``gae_lambda`` is ignored).
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
-from rapidrl.kernels import vtrace
+from rapidrl.buffers import normalize_advantages, vtrace_targets
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
 
-__all__ = ["IMPALA", "IMPALAConfig", "impala_loss", "vtrace_targets"]
+__all__ = ["IMPALA", "IMPALAConfig", "impala_loss"]
 
 
 @dataclass
@@ -57,22 +58,6 @@ class IMPALAConfig(OnPolicyConfig):
                 "IMPALA runs on the CPU (its V-trace kernel is NumPy/Numba): device and env_device must be 'cpu'")
 
 
-def vtrace_targets(log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor, rewards: torch.Tensor,
-                   values: torch.Tensor, bootstrap_value: torch.Tensor, terminated: torch.Tensor,
-                   truncated: torch.Tensor, final_values: torch.Tensor, *, gamma: float, rho_bar: float,
-                   c_bar: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """V-trace value targets and policy-gradient advantages of the learner's policy; CPU tensors [T, N].
-
-    log_rhos = log pi(a|s) - log mu(a|s) (learner over behaviour). bootstrap_value [N] = V(s_T); final_values
-    [T, N] = V(final observation) where an episode was truncated. Returns (vs, pg_advantages), [T, N] each.
-    """
-    log_rhos = (log_probs - behaviour_log_probs).numpy()
-    vs, pg = vtrace(log_rhos, rewards.numpy(), values.numpy(), bootstrap_value.numpy(), terminated.numpy(),
-                    gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, truncated=truncated.numpy(),
-                    final_values=final_values.numpy())
-    return torch.from_numpy(vs), torch.from_numpy(pg)
-
-
 def impala_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, vs: torch.Tensor,
                 pg_advantages: torch.Tensor, *, ent_coef: float, vf_coef: float
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -90,6 +75,7 @@ class IMPALA(OnPolicyAlgorithm):
     name = "impala"
     config_class = IMPALAConfig
     uses_gae = False
+    supports_loss_masks = False
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
@@ -112,7 +98,7 @@ class IMPALA(OnPolicyAlgorithm):
                                             gamma=c.gamma, rho_bar=c.rho_bar, c_bar=c.c_bar)
                 pg_adv = pg_adv.reshape(-1)
                 if c.normalize_advantage:
-                    pg_adv = (pg_adv - pg_adv.mean()) / (pg_adv.std(correction=0) + 1e-8)
+                    pg_adv = normalize_advantages(pg_adv)
             loss, stats = impala_loss(log_probs, entropy, values, vs.reshape(-1), pg_adv, ent_coef=c.ent_coef,
                                       vf_coef=c.vf_coef)
             self.optimizer.zero_grad(set_to_none=True)

@@ -2,8 +2,9 @@
 
 Both run PPO unchanged (``rapidrl.algos.ppo``: the same loss, GAE, update loop and collectors) on a multi-agent
 vector env (``rapidrl.envs.multiagent``: agents of E copies as rows ``[local obs | agent one-hot | global
-state]``). What differs is only which columns each network reads, and that rows of agents that left mid-episode
-are kept out of the loss:
+state]``). What differs is only which columns each network reads. Rows of agents that left mid-episode are kept
+out of the loss by the rollout's loss masks (``RolloutBuffer.active``, from the env's ``info["active"]``), as for
+PPO and A2C on the same envs:
 
 - parameter sharing: one actor for all agents, reading ``[local obs | agent one-hot]``;
 - IPPO: the critic reads the same columns as the actor (each agent's own observation and id);
@@ -23,7 +24,6 @@ import numpy as np
 import torch
 
 from rapidrl.algos.ppo import PPO, PPOConfig
-from rapidrl.buffers.rollout import RolloutBatch, RolloutBuffer
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.nn.policies import ActorCritic, mlp
 from rapidrl.train.config import require
@@ -60,49 +60,6 @@ class MultiAgentActorCritic(ActorCritic):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(self.critic_input(obs)).squeeze(-1)
-
-
-class MaskedRolloutBuffer(RolloutBuffer):
-    """A RolloutBuffer whose minibatches hold only the samples marked active (``set_active``).
-
-    When every sample is active it is RolloutBuffer exactly; otherwise each epoch is a random permutation of
-    the active samples cut into minibatches of ``batch_size`` (the last one smaller), advantages normalized over
-    the active samples only.
-    """
-
-    active: np.ndarray | None = None
-
-    def set_active(self, active: np.ndarray | None) -> None:
-        """active: bool [T, N] (rows whose agent acted at that step), or None for all."""
-        if active is not None and active.shape != (self.num_steps, self.num_envs):
-            raise ValueError(f"active must have shape {(self.num_steps, self.num_envs)}, got {active.shape}")
-        self.active = None if active is None or active.all() else active.copy()
-
-    def minibatches(self, batch_size: int, *, generator=None, normalize_advantages="minibatch", epochs: int = 1):
-        if self.active is None:
-            yield from super().minibatches(batch_size, generator=generator,
-                                           normalize_advantages=normalize_advantages, epochs=epochs)
-            return
-        index = torch.from_numpy(np.flatnonzero(self.active.reshape(-1))).to(self.device)
-        if len(index) == 0:
-            return
-        fields = [self.flat(f) for f in RolloutBatch._fields]
-        adv_all = self.flat("advantages")[index]
-        mean, std = adv_all.mean(), adv_all.std(correction=0) + 1e-8
-        for _ in range(epochs):
-            if isinstance(generator, np.random.Generator):
-                order = torch.from_numpy(generator.permutation(len(index)))
-            else:
-                order = torch.randperm(len(index), generator=generator)
-            chosen = index[order.to(self.device)]
-            for start in range(0, len(chosen), batch_size):
-                idx = chosen[start:start + batch_size]
-                mb = RolloutBatch(*(f[idx] for f in fields))
-                if normalize_advantages == "minibatch":
-                    mean, std = mb.advantages.mean(), mb.advantages.std(correction=0) + 1e-8
-                if normalize_advantages is not None:
-                    mb.advantages.sub_(mean).div_(std)
-                yield mb
 
 
 @dataclass
@@ -202,21 +159,9 @@ class MAPPO(PPO):
     def _critic_obs(self, obs: torch.Tensor) -> torch.Tensor:
         return self.policy.critic_input(obs)
 
-    def _make_buffer(self) -> RolloutBuffer:
-        c = self.config
-        discrete = isinstance(self.action_space, gym.spaces.Discrete)
-        return MaskedRolloutBuffer(c.num_steps, c.num_envs, self.observation_space.shape,
-                                   () if discrete else self.action_space.shape, obs_dtype=self._obs_dtype,
-                                   action_dtype=np.int64 if discrete else np.float32, device=c.device)
-
     def _collect(self) -> None:
-        """PPO's collection, with the env's per-step ``active`` masks handed to the buffer, then team statistics."""
-        self.env.active_log = []
-        try:
-            super()._collect()
-            self.buffer.set_active(np.stack(self.env.active_log) if self.env.active_log else None)
-        finally:
-            self.env.active_log = None
+        """PPO's collection (the env's ``info["active"]`` loss masks go into the rollout), then team statistics."""
+        super()._collect()
         team, agents = self.env.pop_finished()
         if len(team):
             record = {"charts/team_return": float(team.mean())}

@@ -121,6 +121,11 @@ def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: f
         torch._foreach_lerp_(target, online, tau)
 
 
+def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sum over critics of 0.5 * mean squared error: q [n, B], target [B] (SAC's and TD3's critic ensembles)."""
+    return 0.5 * (q - target).square().mean(1).sum()
+
+
 def check_box_actions(name: str, space: gym.Space) -> None:
     """TypeError unless ``space`` is a 1-D Box (the actions of SAC and TD3)."""
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
@@ -165,6 +170,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     stat_names: tuple[str, ...] = ()
     report_steps = 100
+    has_replay_buffer = True
     multi_input = False
     """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
 

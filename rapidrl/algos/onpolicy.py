@@ -117,6 +117,9 @@ class OnPolicyAlgorithm(Algorithm):
     supports_distributed: ClassVar[bool] = True
     supports_recurrent: ClassVar[bool] = False
     """The update can train a recurrent policy on whole sequences (PPO, A2C)."""
+    supports_loss_masks: ClassVar[bool] = True
+    """The update can leave inactive samples out (``RolloutBuffer.active``: agents that left a multi-agent
+    episode); IMPALA's V-trace and recurrent policies train on whole env columns and refuse such rollouts."""
 
     def _build(self) -> None:
         from rapidrl.envs.torch_envs import TorchVecEnv
@@ -361,6 +364,10 @@ class OnPolicyAlgorithm(Algorithm):
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
         self._collect()
+        if self.buffer.masked and (self.policy.recurrent or not self.supports_loss_masks):
+            what = "a recurrent policy" if self.policy.recurrent else self.name.upper()
+            raise ValueError(f"{what} trains on whole env columns and cannot leave out the rows of agents that left "
+                             "mid-episode (the env's info['active']): use a feed-forward PPO, A2C, MAPPO or IPPO")
         with self.timer.phase("update"):
             self._update()
         if self.async_collector is not None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rapidrl.algos.impala import vtrace_targets
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
-from rapidrl.buffers import RolloutBatch
+from rapidrl.buffers import RolloutBatch, normalize_advantages, vtrace_targets
+from rapidrl.buffers.advantages import advantage_moments
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.optim import adam, optimizer_step
@@ -244,7 +244,7 @@ class PPO(OnPolicyAlgorithm):
         """One epoch of minibatch updates in one compiled call; returns per-minibatch stats [n, 5]."""
         c, b, group = self.config, self.buffer, self.optimizer.param_groups[0]
         kernel = self._bound_epoch_kernel(params)
-        perm = b.permutation(self.torch_generator).numpy()
+        perm = (b.active_permutation(self.torch_generator) if b.masked else b.permutation(self.torch_generator)).numpy()
         flat = {f: b.flat(f).numpy() for f in ("obs", "actions", "log_probs", "values", "advantages", "returns")}
         obs = flat["obs"].reshape(flat["obs"].shape[0], -1)
         actions = flat["actions"] if self.policy.discrete else flat["actions"].reshape(obs.shape[0], -1)
@@ -318,6 +318,8 @@ class PPO(OnPolicyAlgorithm):
         if fused is not None and self.buffer.flat("actions").dtype in (torch.int64, torch.float32) \
                 and self.buffer.flat("obs").dtype == torch.float32:
             adv = self.buffer.flat("advantages")
+            if self.buffer.masked:
+                adv = adv[self.buffer.active_indices()]
             batch_stats = (float(adv.mean()), float(adv.std(correction=0)) + 1e-8) if norm == "batch" else (0.0, 1.0)
             sums = np.zeros(len(STAT_NAMES))
             for _epoch in range(c.update_epochs):
@@ -382,11 +384,8 @@ class PPO(OnPolicyAlgorithm):
         """What every epoch of a recurrent update shares (computed once per update)."""
         c = self.config
         starts = self._rollout_starts()
-        mean = std = None
-        if norm == "batch":
-            adv = self.buffer.tensors.advantages[c.burn_in:]
-            mean, std = adv.mean(), adv.std(correction=0) + 1e-8
-        return SequencePlan(starts, segment_layout(starts[c.burn_in:]), mean, std)
+        moments = advantage_moments(self.buffer.tensors.advantages[c.burn_in:]) if norm == "batch" else None
+        return SequencePlan(starts, segment_layout(starts[c.burn_in:]), moments)
 
     def _sequence_gradients(self, clip: float, norm: str | None, plan: SequencePlan):
         """``_epoch_gradients`` for a recurrent policy: each minibatch is ``minibatch_size // num_steps`` whole env
@@ -394,16 +393,13 @@ class PPO(OnPolicyAlgorithm):
         (truncated backpropagation through time over the rollout, as CleanRL's ppo_atari_lstm)."""
         c = self.config
         per_batch = c.minibatch_size // c.num_steps
-        mean, std = plan.adv_mean, plan.adv_std
         perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(plan.starts.device)
         for start in range(0, c.num_envs, per_batch):
             # one minibatch of all columns: their order cannot change the loss, so no gather
             idx = perm[start:start + per_batch] if per_batch < c.num_envs else None
             advantages = self._columns("advantages", idx)
-            if norm == "minibatch":
-                mean, std = advantages.mean(), advantages.std(correction=0) + 1e-8
-            if norm is not None:
-                advantages = (advantages - mean) / std
+            if norm is not None:  # "minibatch": these columns' own moments
+                advantages = normalize_advantages(advantages, plan.adv_moments)
             old = (self._columns("log_probs", idx), self._columns("values", idx), advantages,
                    self._columns("returns", idx))
             layout = plan.layout if idx is None else None
@@ -434,7 +430,5 @@ class SequencePlan:
     """[T, N] bool: the rollout's episode starts."""
     layout: SegmentLayout
     """The segment layout of all N columns past the burn-in (``starts[burn_in:]``)."""
-    adv_mean: torch.Tensor | None
-    """The rollout's advantage mean past the burn-in (norm_adv "batch"), else None."""
-    adv_std: torch.Tensor | None
-    """Their standard deviation + 1e-8 (norm_adv "batch"), else None."""
+    adv_moments: tuple[torch.Tensor, torch.Tensor] | None
+    """The rollout's advantage (mean, std) past the burn-in (norm_adv "batch"), else None."""

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, critic_loss, polyak_update
 from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_layers, mlp_backward, mlp_forward
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor, squashed_gaussian, squashed_gaussian_backward
 from rapidrl.train.config import check_positive, require
-from rapidrl.train.fused import ACTING_FORWARD_MAX_ROWS, MLPForward
 
 
 @dataclass
@@ -54,11 +54,6 @@ class SACConfig(OffPolicyConfig):
                 f"ent_coef must be 'auto' or a number >= 0, got {self.ent_coef!r}")
         require(self.target_entropy == "auto" or isinstance(self.target_entropy, (int, float)),
                 f"target_entropy must be 'auto' or a number, got {self.target_entropy!r}")
-
-
-def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Sum over critics of 0.5 * mean squared error: q [n, B], target [B]."""
-    return 0.5 * (q - target).square().mean(1).sum()
 
 
 def soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,

@@ -16,8 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, maybe_compile, polyak_update
-from rapidrl.algos.sac import critic_loss
+from rapidrl.algos.offpolicy import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    check_box_actions,
+    critic_loss,
+    maybe_compile,
+    polyak_update,
+)
 from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive

@@ -10,10 +10,11 @@ in every buffer (``RolloutBuffer(obs_dtype=np.uint8)``, ``ReplayBuffer(obs_dtype
 
 from __future__ import annotations
 
+from rapidrl.buffers.advantages import gae_torch, normalize_advantages, vtrace_targets
 from rapidrl.buffers.frame_replay import FrameReplayBuffer
 from rapidrl.buffers.prioritized import PrioritizedReplayBuffer
 from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, ReplaySampler
-from rapidrl.buffers.rollout import RolloutBatch, RolloutBuffer, RolloutStorage, gae_torch
+from rapidrl.buffers.rollout import RolloutBatch, RolloutBuffer, RolloutStorage
 
 __all__ = [
     "FrameReplayBuffer",
@@ -25,4 +26,6 @@ __all__ = [
     "RolloutBuffer",
     "RolloutStorage",
     "gae_torch",
+    "normalize_advantages",
+    "vtrace_targets",
 ]

@@ -11,6 +11,12 @@ Episode ends follow ``rapidrl.kernels.advantages``: ``terminated[t]`` cuts the t
 Minibatches are gathered from a shuffled flat index ``[T * N]`` with one ``index_select`` per field into
 tensors that are allocated once per batch size and reused: a yielded ``RolloutBatch`` is valid until
 the next one is produced.
+
+Loss masks: ``active[t, n]`` is False where row n took no part in step t (an agent that left a multi-agent
+episode: the env's ``info["active"]``, stored by the per-step collector through ``add(..., active=)``). When a
+rollout has such samples (``masked``), minibatches and the compiled PPO epoch draw from the active samples
+only, and advantage statistics are theirs. A rollout written without masks has ``masked`` False and costs
+nothing extra.
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from rapidrl.buffers.advantages import advantage_moments, gae_torch
+from rapidrl.buffers.advantages import normalize_advantages as _normalize_advantages
 from rapidrl.kernels import gae_into
-from rapidrl.kernels.validation import check_int, check_scalar
+from rapidrl.kernels.validation import check_int
 
-__all__ = ["RolloutBatch", "RolloutBuffer", "gae_torch"]
+__all__ = ["RolloutBatch", "RolloutBuffer", "RolloutStorage"]
 
 _FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values",
-           "advantages", "returns")
+           "advantages", "returns", "active")
 _ADDED = _FIELDS[:8]  # written by add(), in its argument order
 _BATCH = ("obs", "actions", "log_probs", "values", "advantages", "returns")
 _NORMALIZE = ("minibatch", "batch", None)
@@ -57,52 +65,7 @@ class RolloutStorage(NamedTuple):
     final_values: object
     advantages: object
     returns: object
-
-
-def gae_torch(rewards: torch.Tensor, values: torch.Tensor, last_values: torch.Tensor, terminated: torch.Tensor,
-              truncated: torch.Tensor, *, gamma: float, lam: float, final_values: torch.Tensor | None = None,
-              out_advantages: torch.Tensor | None = None, out_returns: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rapidrl.kernels.gae`` for torch tensors on any device (same semantics, same argument shapes).
-
-    rewards, values: [T, N] float; last_values: [N]; terminated, truncated: [T, N] bool;
-    final_values: [T, N] (read where truncated; None only if nothing is truncated).
-    Vectorized over time except the advantage recursion, one fused op per step:
-
-        nv[t] = 0 if terminated[t] else final_values[t] if truncated[t] else values[t+1] (last_values)
-        delta[t] = r[t] + gamma * nv[t] - V[t]
-        A[t] = delta[t] + gamma * lam * (1 - ended[t]) * A[t+1],  returns = A + V
-
-    Writes into out_advantages/out_returns ([T, N], rewards' dtype/device) when given. Returns them.
-    """
-    if rewards.ndim != 2:
-        raise ValueError(f"rewards must have shape [T, N], got {tuple(rewards.shape)}")
-    T, N = rewards.shape
-    for name, x, shape in (("values", values, (T, N)), ("last_values", last_values, (N,)),
-                           ("terminated", terminated, (T, N)), ("truncated", truncated, (T, N)),
-                           ("final_values", final_values, (T, N)), ("out_advantages", out_advantages, (T, N)),
-                           ("out_returns", out_returns, (T, N))):
-        if x is not None and tuple(x.shape) != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
-    if terminated.dtype != torch.bool or truncated.dtype != torch.bool:
-        raise TypeError("terminated and truncated must be torch.bool tensors")
-    gamma = check_scalar("gamma", gamma, low=0.0, high=1.0)
-    lam = check_scalar("lam", lam, low=0.0, high=1.0)
-    if final_values is None:
-        if bool((truncated & ~terminated).any()):
-            raise ValueError("final_values is None but some steps are truncated (and not terminated)")
-        final_values = values
-    adv = torch.empty_like(rewards) if out_advantages is None else out_advantages
-    ret = torch.empty_like(rewards) if out_returns is None else out_returns
-    next_values = torch.cat([values[1:], last_values.unsqueeze(0)])  # [T, N]
-    nv = torch.where(truncated, final_values, next_values).masked_fill_(terminated, 0.0)  # [T, N]
-    delta = rewards + gamma * nv - values  # [T, N]
-    carry = (~(terminated | truncated)).to(rewards.dtype).mul_(gamma * lam)  # [T, N]
-    adv[T - 1] = delta[T - 1]
-    for t in range(T - 2, -1, -1):
-        torch.addcmul(delta[t], carry[t], adv[t + 1], out=adv[t])
-    torch.add(adv, values, out=ret)
-    return adv, ret
+    active: object
 
 
 def _kind(x) -> str:
@@ -132,7 +95,7 @@ class RolloutBuffer:
         device: "cpu" (NumPy storage + torch views) or a torch device (torch storage).
 
     Fields (``[T, N]`` unless noted): obs ``[T, N, *obs_shape]``, actions ``[T, N, *action_shape]``,
-    log_probs, values, rewards, final_values, advantages, returns (float32); terminated, truncated (bool).
+    log_probs, values, rewards, final_values, advantages, returns (float32); terminated, truncated, active (bool).
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple = (), *,
@@ -151,7 +114,7 @@ class RolloutBuffer:
                  "actions": ((T, N, *self.action_shape), self.action_dtype),
                  **{f: ((T, N), np.dtype(np.float32)) for f in ("log_probs", "values", "rewards", "final_values",
                                                                "advantages", "returns")},
-                 "terminated": ((T, N), np.dtype(np.bool_)), "truncated": ((T, N), np.dtype(np.bool_))}
+                 **{f: ((T, N), np.dtype(np.bool_)) for f in ("terminated", "truncated", "active")}}
         self._specs = {f: specs[f] for f in _FIELDS}
         if self.device.type == "cpu":
             self.arrays = RolloutStorage(*(np.zeros(s, dtype=d) for s, d in self._specs.values()))
@@ -166,7 +129,10 @@ class RolloutBuffer:
             setattr(self, name, x)
         self._flat = {f: getattr(self.tensors, f).reshape(T * N, *getattr(self.tensors, f).shape[2:])
                       for f in _BATCH}
+        self.active[...] = True
         self._pos = 0
+        self.masked = False
+        """Some stored sample is inactive (``active`` False): minibatches then draw from the active ones only."""
         self._minibatch_cache: dict[int, RolloutBatch] = {}
         self._perm = torch.empty(T * N, dtype=torch.int64)
         self._arange = np.arange(T * N, dtype=np.int64)
@@ -185,13 +151,17 @@ class RolloutBuffer:
 
     def reset(self) -> None:
         """Start a new rollout (storage is overwritten by the next adds)."""
+        if self.masked:
+            self.active[:] = True
+            self.masked = False
         self._pos = 0
 
     def mark_full(self) -> None:
         """Declare all T steps written by a writer other than ``add`` (the fused rollout collector)."""
         self._pos = self.num_steps
 
-    def add(self, obs, actions, log_probs, values, rewards, terminated, truncated, final_values=None) -> None:
+    def add(self, obs, actions, log_probs, values, rewards, terminated, truncated, final_values=None,
+            active: np.ndarray | None = None) -> None:
         """Write one time step for all N envs at ``pos`` and advance.
 
         obs [N, *obs_shape], actions [N, *action_shape], log_probs/values/rewards [N], terminated/
@@ -199,6 +169,8 @@ class RolloutBuffer:
         None is allowed only when no env is truncated-not-terminated). NumPy arrays or torch tensors
         (any device); numbers are cast to the storage dtype within their kind family (bool < int <
         float), flags must be bool. Everything is checked before anything is written.
+        active: None (every row took part in this step) or a NumPy bool [N] loss mask (False: leave the row's
+        sample out of the update, e.g. an agent that left a multi-agent episode).
         """
         if self._pos >= self.num_steps:
             raise ValueError(f"rollout is full ({self.num_steps} steps); call reset() first")
@@ -224,7 +196,14 @@ class RolloutBuffer:
             args[k] = x
         if final_values is None and bool((args[6] & ~args[5]).any()):
             raise ValueError("final_values is None but an env is truncated: pass the value of its final observation")
+        if active is not None:
+            if not (isinstance(active, np.ndarray) and active.dtype == np.bool_ and active.shape == (self.num_envs,)):
+                raise TypeError(f"active must be None or a NumPy bool array of shape ({self.num_envs},)")
+            active = None if active.all() else active
         t = self._pos
+        if active is not None:
+            self.active[t] = active if cpu else torch.from_numpy(active).to(self.device)
+            self.masked = True
         for name, x in zip(_ADDED, args):
             dst = getattr(self, name)
             if x is None:
@@ -240,17 +219,22 @@ class RolloutBuffer:
         """Every field (CPU tensors, copies) and the write position: what a checkpoint stores of a rollout."""
         state = {name: getattr(self.tensors, name).detach().cpu().clone() for name in _FIELDS}
         state["pos"] = self._pos
+        state["masked"] = self.masked
         return state
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of ``state_dict``, in place (views of the fields held elsewhere stay valid)."""
         for name in _FIELDS:
+            if name == "active" and name not in state:  # a rollout saved before loss masks existed
+                self.tensors.active.fill_(True)
+                continue
             dst, src = getattr(self.tensors, name), state[name]
             if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
                 raise ValueError(f"saved rollout field {name} is {src.dtype} {tuple(src.shape)}, this buffer holds "
                                  f"{dst.dtype} {tuple(dst.shape)}")
             dst.copy_(src)
         self._pos = int(state["pos"])
+        self.masked = bool(state.get("masked", False))
 
     # -- advantages --------------------------------------------------------------------------------
     def compute_advantages(self, last_values, *, gamma: float, lam: float) -> None:
@@ -284,7 +268,8 @@ class RolloutBuffer:
         normalize_advantages: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the mean and
         std of the whole rollout) or None. Std is the population std (+1e-8), so a 1-sample minibatch
         gives 0, not NaN. The stored advantages are never modified.
-        Yields ``RolloutBatch`` views of reused tensors (overwritten by the next minibatch).
+        Yields ``RolloutBatch`` views of reused tensors (overwritten by the next minibatch). A ``masked`` rollout
+        yields fresh tensors holding its active samples only (each once per epoch).
         """
         total = self.num_steps * self.num_envs
         batch_size = check_int("batch_size", batch_size, low=1, high=total)
@@ -301,9 +286,10 @@ class RolloutBuffer:
             out = RolloutBatch(*(torch.empty((batch_size, *self._flat[f].shape[1:]), dtype=self._flat[f].dtype,
                                              device=self.device) for f in _BATCH))
             self._minibatch_cache[batch_size] = out
-        if normalize_advantages == "batch":
-            adv = self.tensors.advantages
-            mean, std = adv.mean(), adv.std(correction=0) + 1e-8
+        if self.masked:
+            yield from self._active_minibatches(batch_size, generator, normalize_advantages, epochs)
+            return
+        moments = advantage_moments(self.tensors.advantages) if normalize_advantages == "batch" else None
         for _ in range(epochs):
             self._shuffle(generator)
             for start in range(0, total, batch_size):
@@ -312,11 +298,47 @@ class RolloutBuffer:
                 mb = RolloutBatch(*(x[:m] for x in out)) if m < batch_size else out
                 for name, dst in zip(_BATCH, mb):
                     torch.index_select(self._flat[name], 0, idx, out=dst)
-                if normalize_advantages == "minibatch":
-                    mean, std = mb.advantages.mean(), mb.advantages.std(correction=0) + 1e-8
                 if normalize_advantages is not None:
-                    mb.advantages.sub_(mean).div_(std)
+                    _normalize_advantages(mb.advantages, moments, inplace=True)
                 yield mb
+
+    def _active_minibatches(self, batch_size: int, generator, normalize: str | None, epochs: int
+                            ) -> Iterator[RolloutBatch]:
+        """``minibatches`` of a masked rollout: each epoch a random permutation of the active samples cut into
+        minibatches of ``batch_size`` (the last one smaller); "batch" normalisation uses the active samples'
+        moments. Fresh tensors per minibatch."""
+        index = self.active_indices()
+        if len(index) == 0:
+            return
+        fields = [self._flat[f] for f in _BATCH]
+        moments = advantage_moments(self._flat["advantages"][index]) if normalize == "batch" else None
+        for _ in range(epochs):
+            chosen = index[self._draw_order(len(index), generator).to(index.device)]
+            for start in range(0, len(chosen), batch_size):
+                idx = chosen[start:start + batch_size]
+                mb = RolloutBatch(*(f[idx] for f in fields))
+                if normalize is not None:
+                    _normalize_advantages(mb.advantages, moments, inplace=True)
+                yield mb
+
+    def active_indices(self) -> torch.Tensor:
+        """Flat indices [K] (int64, on the buffer's device) of the active samples, in order."""
+        active = self.active.reshape(-1)
+        if isinstance(active, np.ndarray):
+            return torch.from_numpy(np.flatnonzero(active)).to(self.device)
+        return torch.nonzero(active).reshape(-1)
+
+    def active_permutation(self, generator=None) -> torch.Tensor:
+        """The active samples' flat indices in a random order: what one epoch of ``minibatches`` of a masked
+        rollout draws (``permutation`` for rollouts without masks)."""
+        index = self.active_indices()
+        return index[self._draw_order(len(index), generator).to(index.device)]
+
+    @staticmethod
+    def _draw_order(n: int, generator) -> torch.Tensor:
+        if isinstance(generator, np.random.Generator):
+            return torch.from_numpy(generator.permutation(n))
+        return torch.randperm(n, generator=generator)
 
     def flat(self, name: str) -> torch.Tensor:
         """The ``[T*N, ...]`` view of stored field ``name`` (one of obs, actions, log_probs, values, advantages,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "DistributedContext": "rapidrl.dist.ddp",
+    "DistributedContext": "rapidrl.train.ddp",
     "RayVecEnv": "rapidrl.dist.ray_vec",
 }
 

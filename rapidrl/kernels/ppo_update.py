@@ -12,12 +12,13 @@ The reference is the PyTorch path of ``rapidrl.algos.ppo`` (``ppo_output_grads``
 updates. Shapes (M = T*N samples, B = minibatch size, D = obs size, A = actions or logits):
 
 - obs [M, D] float32; actions_discrete [M] int64 (discrete) / actions_continuous [M, A] float32;
-- old_log_probs, old_values, advantages, returns [M] float32; perm [M] int64 (the epoch's permutation);
+- old_log_probs, old_values, advantages, returns [M] float32; perm [P] int64 (the epoch's samples in order: a
+  permutation of all M, or of the P active ones of a masked rollout);
 - params, grads, exp_avgs, exp_avg_sqs: tuples of K contiguous 1-D float32 arrays (views of the parameters
   and their state), in the order actor layers (weight, bias)..., critic layers (weight, bias)..., [log_std];
   steps: tuple of K 1-element float32 arrays (Adam's step counters); shapes [K, 2] int64 (rows, cols; a bias
   or log_std has cols 1).
-- stats_out [ceil(M / B), 5] float64: per minibatch policy_loss, value_loss, entropy, approx_kl, clipfrac.
+- stats_out [ceil(P / B), 5] float64: per minibatch policy_loss, value_loss, entropy, approx_kl, clipfrac.
 
 Non-finite values propagate as in PyTorch (``error_model="numpy"``: no exception on division by zero), so the
 training driver's finiteness check reports a diverged run the same way on both paths.
@@ -273,29 +274,31 @@ class PPOEpochKernel:
                  norm_mode: int, batch_mean: float, batch_std: float, clip_coef: float, clip_vloss: bool,
                  ent_coef: float, vf_coef: float, max_grad_norm: float, lr: float, beta1: float, beta2: float,
                  eps: float) -> np.ndarray:
-        """One epoch over ``perm``; returns the per-minibatch statistics [n_minibatches, 5] (``STAT_NAMES``)."""
-        total = perm.shape[0] if isinstance(perm, np.ndarray) else -1
+        """One epoch over ``perm`` [P] (indices of the M samples to train on, in minibatch order: all M, or the
+        active ones of a masked rollout), cut into minibatches of ``batch_size`` (the last one smaller); returns
+        the per-minibatch statistics [ceil(P / batch_size), 5] (``STAT_NAMES``)."""
         _check("perm", perm, np.int64, 1)
-        _check("obs", obs, np.float32, 2, total)
+        _check("obs", obs, np.float32, 2)
+        total, rows = perm.shape[0], obs.shape[0]
         if obs.shape[1] != self.obs_dim:
             raise ValueError(f"obs must have {self.obs_dim} columns, got {obs.shape[1]}")
         for name, a in (("old_log_probs", old_log_probs), ("old_values", old_values), ("advantages", advantages),
                         ("returns", returns)):
-            _check(name, a, np.float32, 1, total)
+            _check(name, a, np.float32, 1, rows)
         if self.discrete:
-            _check("actions", actions, np.int64, 1, total)
+            _check("actions", actions, np.int64, 1, rows)
             a_d, a_c = actions, np.zeros((1, 1), np.float32)
-            if total and (actions.min() < 0 or actions.max() >= self.n_out):
+            if rows and (actions.min() < 0 or actions.max() >= self.n_out):
                 raise ValueError(f"actions must lie in [0, {self.n_out})")
         else:
-            _check("actions", actions, np.float32, 2, total)
+            _check("actions", actions, np.float32, 2, rows)
             if actions.shape[1] != self.n_out:
                 raise ValueError(f"actions must have {self.n_out} columns, got {actions.shape[1]}")
             a_d, a_c = np.zeros(1, np.int64), actions
-        if total and (perm.min() < 0 or perm.max() >= total):
-            raise ValueError(f"perm must index [0, {total})")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= max(total, 1):
-            raise ValueError(f"batch_size must be an int in [1, {total}], got {batch_size!r}")
+        if total and (perm.min() < 0 or perm.max() >= rows):
+            raise ValueError(f"perm must index [0, {rows})")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if norm_mode not in (NORM_NONE, NORM_MINIBATCH, NORM_BATCH):
             raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
         stats = np.zeros((-(-total // batch_size), 5), np.float64)

@@ -22,6 +22,7 @@ import torch
 from rapidrl.envs.base import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
+from rapidrl.train.finite import non_finite_loss
 from rapidrl.train.progress import TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
@@ -39,18 +40,14 @@ def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwa
     return make_vec(env_id, num_envs, seed=seed, device=device, flatten_observations=True, **env_kwargs)
 
 
-def non_finite_loss(metrics: dict) -> str | None:
-    """The first ``losses/*`` metric that is NaN or inf, or None."""
-    return next((k for k, v in metrics.items()
-                 if k.startswith("losses/") and isinstance(v, float) and not math.isfinite(v)), None)
-
-
 class Algorithm:
     """Base class of PPO, A2C, DQN, SAC, TD3 (see each for the hyperparameters)."""
 
     name: ClassVar[str] = "algorithm"
     config_class: ClassVar[type]
     supports_distributed: ClassVar[bool] = False  # True where every gradient step calls _sync_grads
+    has_replay_buffer: ClassVar[bool] = False
+    """``save`` takes ``include_buffer=True`` and writes the replay buffer beside the model (off-policy)."""
     # Env steps between two reports (finiteness check, metrics flush to history and loggers, progress bar):
     # after the first iteration that reaches each multiple of it (0: after every iteration). Off-policy
     # iterations can be a single env step, for which that bookkeeping (~1 ms for SAC) would cost more than
@@ -70,14 +67,14 @@ class Algorithm:
         self.device = torch.device(config.device)
         apply_runtime(config)
         self.env_kwargs = dict(env_kwargs or {})
-        # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.dist.ddp.
+        # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.train.ddp.
         self.dist = None
         if distributed:
             if not self.supports_distributed:
                 raise NotImplementedError(
                     f"distributed=True is not supported by {self.name.upper()}; algorithms that average gradients "
                     "over ranks: PPO, A2C, IMPALA")
-            from rapidrl.dist.ddp import DistributedContext
+            from rapidrl.train.ddp import DistributedContext
 
             self.dist = DistributedContext.from_env()
         rank = 0 if self.dist is None else self.dist.rank

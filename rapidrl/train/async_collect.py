@@ -92,7 +92,8 @@ class StepCollector:
                     with torch.no_grad():
                         final_values[bootstrap] = self._final_values(torch.from_numpy(final).to(self.device),
                                                                      bootstrap).cpu().numpy()
-                buffer.add(obs_n, raw, logp, values, rewards, terminated, truncated, final_values)
+                # info["active"]: the rows that took part in this step (multi-agent envs), the loss mask
+                buffer.add(obs_n, raw, logp, values, rewards, terminated, truncated, final_values, info.get("active"))
                 self._advance(terminated, truncated)
                 raw_obs[t] = obs
                 np.copyto(obs, next_obs)

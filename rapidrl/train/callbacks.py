@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rapidrl.train.finite import training_is_finite
+
 
 class Callback:
     """Base class: override the hooks you need. Returning False stops training."""
@@ -31,12 +33,6 @@ class Callback:
 
     def on_training_end(self, algo) -> None:
         pass
-
-
-def _finite(algo) -> bool:
-    from rapidrl.train.checkpoint import training_is_finite  # checkpoint imports this module
-
-    return training_is_finite(algo)
 
 
 class CallbackList(Callback):
@@ -119,7 +115,7 @@ class EvalCallback(Callback):
         algo.record({"eval/mean_return": mean, "eval/std_return": std})
         if mean > self.best_mean:
             self.best_mean = mean
-            if self.best_model_path is not None and _finite(algo):
+            if self.best_model_path is not None and training_is_finite(algo):
                 algo.save(self.best_model_path)
         return self.reward_threshold is None or mean < self.reward_threshold
 
@@ -139,7 +135,7 @@ class CheckpointCallback(Callback):
         self._next = algo.num_timesteps + self.save_freq
 
     def on_update_end(self, algo) -> bool:
-        if algo.num_timesteps >= self._next and _finite(algo):  # a non-finite state is never saved
+        if algo.num_timesteps >= self._next and training_is_finite(algo):  # a non-finite state is never saved
             self._next = algo.num_timesteps + self.save_freq
             path = self.directory / f"{self.prefix}_{algo.num_timesteps}.pt"
             algo.save(path)

@@ -9,16 +9,13 @@ the last good one.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
 from pathlib import Path
 
-import torch
-
-from rapidrl.train.algorithm import non_finite_loss
 from rapidrl.train.callbacks import Callback
+from rapidrl.train.finite import training_is_finite
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")
 
@@ -45,29 +42,9 @@ def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False
     return found[-1] if found else None
 
 
-def saves_buffer(algo_or_class) -> bool:
-    """Off-policy algorithms store their replay buffer beside the checkpoint (``save(..., include_buffer=True)``)."""
-    return "include_buffer" in inspect.signature(algo_or_class.save).parameters
-
-
 def buffer_dir(checkpoint: Path) -> Path:
     """Where an off-policy checkpoint's replay buffer lives (``rapidrl.algos.offpolicy.buffer_path``)."""
     return checkpoint.with_name(checkpoint.name + ".buffer")
-
-
-def _all_finite(obj) -> bool:
-    if isinstance(obj, torch.Tensor):
-        return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
-    if isinstance(obj, dict):
-        return all(_all_finite(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return all(_all_finite(v) for v in obj)
-    return True
-
-
-def training_is_finite(algo) -> bool:
-    """Latest ``losses/*`` metrics and all saved tensors (weights, optimizer moments) are finite."""
-    return non_finite_loss(algo.metrics) is None and _all_finite(algo._state())
 
 
 class Checkpointer(Callback):
@@ -103,7 +80,7 @@ class Checkpointer(Callback):
         if not training_is_finite(algo):
             self.skipped_non_finite = algo.num_timesteps
             return None
-        extra = {"include_buffer": True} if saves_buffer(algo) else {}
+        extra = {"include_buffer": True} if algo.has_replay_buffer else {}
         path = algo.save(checkpoint_path(self.directory, algo.num_timesteps), training_state=True, **extra)
         self.last_good = path
         self._prune()

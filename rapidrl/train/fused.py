@@ -24,68 +24,13 @@ import numpy as np
 from rapidrl.envs import builtin
 from rapidrl.envs.builtin import step_any, unpack
 from rapidrl.kernels import activations
-from rapidrl.kernels.activations import tanh_f32
 from rapidrl.kernels.cache import invalidate_stale_cache
+from rapidrl.nn import numba_mlp
+from rapidrl.nn.numba_mlp import ACTIVATION_CODES, mlp_arrays, mlp_into
 
 DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}  # builtin.step_any's env codes
 CONTINUOUS_CODES = {"MountainCarContinuous-v0": 3, "Pendulum-v1": 4}
-ACTIVATION_CODES = {"tanh": 1, "relu": 2}
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_FAST = {"reassoc", "contract"}
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _linear(x, w, b, out, act):
-    """out[n, o] = act(b[o] + sum_i x[n, i] w[o, i]); x [N, I], w [O, I] (torch layout), out [N, O]."""
-    n_rows, n_in = x.shape
-    n_out = w.shape[0]
-    for n in range(n_rows):
-        for o in range(n_out):
-            s = b[o]
-            for i in range(n_in):
-                s += x[n, i] * w[o, i]
-            if act == 1:
-                s = tanh_f32(s)
-            elif act == 2:
-                s = max(s, np.float32(0.0))
-            out[n, o] = s
-
-
-BLAS_MIN_ROWS = 64
-"""From this many rows on, ``_mlp`` multiplies through BLAS (one sgemm per layer) instead of scalar loops:
-measured on PPO CartPole at 1024-4096 envs, collection went from 39% to 29% of the run (200k -> 235k SPS)."""
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _linear_blas(x, w, b, out, act):
-    """``_linear`` with the product through BLAS: out = act(x w^T + b)."""
-    out[:, :] = np.dot(x, w.T)
-    for n in range(out.shape[0]):
-        for o in range(out.shape[1]):
-            s = out[n, o] + b[o]
-            if act == 1:
-                s = tanh_f32(s)
-            elif act == 2:
-                s = max(s, np.float32(0.0))
-            out[n, o] = s
-
-
-@numba.njit(cache=True)
-def _mlp(x, ws, bs, hs, act, out):
-    """MLP forward: x [N, I] -> out [N, O]; ws/bs/hs tuples of weights, biases, hidden scratch [N, H_l]."""
-    cur = x
-    n_hidden = len(hs)
-    blas = x.shape[0] >= BLAS_MIN_ROWS
-    for layer in range(n_hidden):
-        if blas:
-            _linear_blas(cur, ws[layer], bs[layer], hs[layer], act)
-        else:
-            _linear(cur, ws[layer], bs[layer], hs[layer], act)
-        cur = hs[layer]
-    if blas:
-        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out, 0)
-    else:
-        _linear(cur, ws[n_hidden], bs[n_hidden], out, 0)
 
 
 @numba.njit(cache=True)
@@ -121,7 +66,7 @@ def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std,
             need = True
     if need:
         _normalize(final_obs, mean, std, clip, use_norm, obs_norm_scratch)
-        _mlp(obs_norm_scratch, cws, cbs, chs, act, values_scratch)
+        mlp_into(obs_norm_scratch, cws, cbs, chs, act, values_scratch)
         for i in range(truncated.shape[0]):
             if truncated[i] and not terminated[i]:
                 out_final_values_t[i] = values_scratch[i, 0]
@@ -144,8 +89,8 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
     for t in range(n_steps):
         raw_obs[t] = obs
         _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-        _mlp(b_obs[t], aws, abs_, ahs, act, logits)
-        _mlp(b_obs[t], cws, cbs, chs, act, values)
+        mlp_into(b_obs[t], aws, abs_, ahs, act, logits)
+        mlp_into(b_obs[t], cws, cbs, chs, act, values)
         for i in range(n_envs):
             m = logits[i, 0]
             for k in range(1, n_actions):
@@ -189,8 +134,8 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
     for t in range(n_steps):
         raw_obs[t] = obs
         _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-        _mlp(b_obs[t], aws, abs_, ahs, act, means)
-        _mlp(b_obs[t], cws, cbs, chs, act, values)
+        mlp_into(b_obs[t], aws, abs_, ahs, act, means)
+        mlp_into(b_obs[t], cws, cbs, chs, act, values)
         for i in range(n_envs):
             logp = 0.0
             for d in range(n_dims):
@@ -219,52 +164,9 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
         _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count)
 
 
-def _mlp_arrays(seq) -> tuple[tuple, tuple]:
-    """Zero-copy NumPy views of the weights and biases of an ``nn.Sequential`` of Linear/activation."""
-    from torch import nn
-
-    linears = [m for m in seq if isinstance(m, nn.Linear)]
-    return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
-
-
-ACTING_FORWARD_MAX_ROWS = 16  # up to this many observations MLPForward is faster than PyTorch (256x256, here)
-
-
-class MLPForward:
-    """Inference of an ``nn.Sequential`` MLP (Linear layers, one activation between them) in one compiled call
-    that reads the weights zero-copy, so it always uses the current parameters (CPU float32 only).
-
-    For the small batches of acting it beats PyTorch, whose per-call overhead dominates there: 19 µs for a
-    4-256-256-2 network on one observation against 130 µs for three ``addmm`` calls (measured here).
-    ``__call__`` returns a reused output buffer: read it before the next call.
-    """
-
-    def __init__(self, seq, activation: str):
-        """seq: the MLP's modules in order (an ``nn.Sequential`` or a list of Linear and activation modules)."""
-        self.ws, self.bs = _mlp_arrays(seq)
-        if any(w.dtype != np.float32 for w in self.ws):
-            raise TypeError("MLPForward needs float32 CPU parameters")
-        self.act = ACTIVATION_CODES[activation]
-        self.in_dim = self.ws[0].shape[1]
-        self._buffers: dict[int, tuple[tuple, np.ndarray]] = {}  # rows -> (hidden scratch, output)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """x [N, I] -> [N, O] (float32; other dtypes are converted)."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.in_dim:
-            raise ValueError(f"MLPForward expects observations of shape (N, {self.in_dim}), got {x.shape}")
-        rows = x.shape[0]
-        if rows not in self._buffers:
-            self._buffers[rows] = (tuple(np.zeros((rows, w.shape[0]), np.float32) for w in self.ws[:-1]),
-                                   np.zeros((rows, self.ws[-1].shape[0]), np.float32))
-        hidden, out = self._buffers[rows]
-        _mlp(x, self.ws, self.bs, hidden, self.act, out)
-        return out
-
-
 # The collectors inline the env kernels: recompile them whenever an env's (or the shared loop's) source changes.
 invalidate_stale_cache(collect_discrete, [m.__file__ for m in (*builtin._ENV_MODULES, builtin.rng, builtin,
-                                                                activations)])
+                                                                activations, numba_mlp)])
 
 
 def fused_applies(env, policy, device) -> bool:
@@ -295,8 +197,8 @@ class FusedCollector:
         self.discrete = policy.discrete
         self.code = (DISCRETE_CODES if self.discrete else CONTINUOUS_CODES)[env.env_id]
         self.arena = env._arena
-        self.aws, self.abs = _mlp_arrays(policy.actor)
-        self.cws, self.cbs = _mlp_arrays(policy.critic)
+        self.aws, self.abs = mlp_arrays(policy.actor)
+        self.cws, self.cbs = mlp_arrays(policy.critic)
         self.ahs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
         self.chs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
         self.act = ACTIVATION_CODES[policy.activation]

@@ -24,14 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from rapidrl.train.config import ConfigError, config_to_dict
-from rapidrl.train.rundir import (
-    CHECKPOINT_DIR,
-    CONFIG_FILE,
-    METRICS_CSV,
-    MODEL_FILE,
-    MONITOR_FILE,
-    TRAIN_LOG,
+from rapidrl.runs.config import (
     find_runs,
     latest_run,
     list_presets,
@@ -41,8 +34,17 @@ from rapidrl.train.rundir import (
     preset_path,
     read_toml,
     resolve,
+)
+from rapidrl.runs.layout import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    METRICS_CSV,
+    MODEL_FILE,
+    MONITOR_FILE,
+    TRAIN_LOG,
     write_summary,
 )
+from rapidrl.train.config import ConfigError, config_to_dict
 
 
 class CLIError(Exception):
@@ -100,7 +102,7 @@ def cmd_train(args) -> int:
 
 def _train_seeds(args) -> int:
     """``--seeds 0-4``: one run per seed, as parallel processes, in one experiment directory; then its summary."""
-    from rapidrl.train.experiment import parse_seeds, run_seeds, summarize
+    from rapidrl.runs.experiment import parse_seeds, run_seeds, summarize
 
     if args.resume or args.distributed or args.detach or args.monitor or args.seed is not None:
         raise CLIError("--seeds cannot be combined with --seed, --resume, --distributed, --detach or --monitor")
@@ -310,7 +312,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
 
 def _load_for_eval(target: Path):
     """(model, env_id, env_kwargs, seed) from a run directory (model.pt, else newest checkpoint) or a .pt file."""
-    from rapidrl.algos import ALGORITHMS
+    from rapidrl.algos.registry import algorithms
     from rapidrl.train.algorithm import load_checkpoint
     from rapidrl.train.checkpoint import latest_checkpoint
 
@@ -326,9 +328,10 @@ def _load_for_eval(target: Path):
     else:
         raise CLIError(f"no run directory or model file at {target}")
     algo = load_checkpoint(path)["algo"]
-    if algo not in ALGORITHMS:
-        raise CLIError(f"{path} holds a {algo!r} model; this rapidrl knows {', '.join(ALGORITHMS)}")
-    model = ALGORITHMS[algo].load(path)
+    known = algorithms()
+    if algo not in known:
+        raise CLIError(f"{path} holds a {algo!r} model; this rapidrl knows {', '.join(known)}")
+    model = known[algo].load(path)
     model.env_kwargs = dict(env_kwargs)
     return model, path, env_kwargs, seed
 
@@ -376,10 +379,10 @@ def cmd_monitor(args) -> int:
 def cmd_list(args) -> int:
     what = [args.what] if args.what else ["algos", "envs", "presets"]
     if "algos" in what:
-        from rapidrl.algos import ALGORITHMS
+        from rapidrl.algos.registry import algorithms
 
         print("algorithms:")
-        for name, cls in ALGORITHMS.items():
+        for name, cls in algorithms().items():
             print(f"  {name:6s} {(cls.__doc__ or '').strip().splitlines()[0]}")
     if "envs" in what:
         from rapidrl.envs import list_builtin_envs
@@ -401,7 +404,7 @@ def cmd_list(args) -> int:
 
 def cmd_plot(args) -> int:
     from rapidrl.monitor.plot import plot_runs
-    from rapidrl.train.experiment import is_experiment, plot_experiment
+    from rapidrl.runs.experiment import is_experiment, plot_experiment
 
     runs = [Path(r) for r in args.runs]
     if len(runs) == 1 and is_experiment(runs[0]):

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import tomli_w
 
+from rapidrl.runs.config import PRESETS_DIR, resolve
 from rapidrl.train.config import ConfigError
-from rapidrl.train.rundir import PRESETS_DIR, resolve
 
 SPACES_DIR = PRESETS_DIR / "spaces"
 KINDS = ("float", "int", "categorical")
@@ -37,10 +37,9 @@ KINDS = ("float", "int", "categorical")
 
 def load_space(algo: str, path: str | os.PathLike | None = None) -> dict[str, dict]:
     """The search space ``{field: spec}`` of ``algo`` (checked: known fields, kinds, bounds)."""
-    from rapidrl.algos import ALGORITHMS
+    from rapidrl.algos.registry import get_algorithm
 
-    if algo not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {algo!r}; allowed: {', '.join(ALGORITHMS)}")
+    config_class = get_algorithm(algo).config_class
     path = Path(path) if path is not None else SPACES_DIR / f"{algo}.toml"
     if not path.is_file():
         raise ConfigError(f"no search space for {algo}: {path} does not exist (pass --space FILE)")
@@ -56,7 +55,7 @@ def load_space(algo: str, path: str | os.PathLike | None = None) -> dict[str, di
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
     if not isinstance(params, dict) or not params:
         raise ConfigError(f"{path}: needs [params.<field>] tables")
-    fields = {f.name for f in dataclasses.fields(ALGORITHMS[algo].config_class)}
+    fields = {f.name for f in dataclasses.fields(config_class)}
     for name, spec in params.items():
         where = f"{path}: params.{name}"
         if name not in fields:

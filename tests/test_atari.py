@@ -18,7 +18,7 @@ import pytest
 
 import rapidrl as rr
 from rapidrl.envs.atari import AtariVecEnv
-from rapidrl.train.rundir import preset_path
+from rapidrl.runs.config import preset_path
 
 gym.register_envs(ale_py)
 ENV = "ALE/Breakout-v5"

@@ -13,9 +13,10 @@ import tomllib
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rapidrl import cli
-from rapidrl.train import rundir
+from rapidrl.runs import config as rundir
+from rapidrl.runs import layout
+from rapidrl.runs.layout import read_csv_metrics
 from rapidrl.train.config import ConfigError
-from rapidrl.train.loggers import read_csv_metrics
 
 SMALL = ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64", "--set", "algo.minibatch_size=128",
          "--set", "algo.update_epochs=2"]
@@ -50,7 +51,7 @@ def test_train_writes_a_complete_run_directory(trained, capsys):
     acc = EventAccumulator(str(run))
     acc.Reload()
     assert [e.step for e in acc.Scalars("losses/value_loss")] == [256 * i for i in range(1, 9)]
-    summary = rundir.read_summary(run)
+    summary = layout.read_summary(run)
     assert summary["status"] == "finished" and summary["timesteps"] == 2048 and summary["eval_episodes"] == 2
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "step_000000001024.pt", "step_000000002048.pt"]
@@ -147,7 +148,7 @@ def test_none_and_types_through_set():
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["train", "ppx", "CartPole-v1"], "unknown algorithm 'ppx'; allowed: ppo, a2c"),
+    (["train", "ppx", "CartPole-v1"], "unknown algorithm 'ppx'; allowed: a2c, dqn, impala, ippo, mappo, ppo, sac, td3"),
     (["train", "ppo", "CartPol-v1"], "unknown env 'CartPol-v1'; did you mean CartPole-v1"),
     (["train", "ppo", "CartPole-v1", "--set", "algo.learning_rat=1e-3"],
      "unknown key algo.learning_rat; did you mean learning_rate"),
@@ -196,14 +197,14 @@ def test_real_entry_point_no_traceback(tmp_path):
 
 
 def test_every_preset_resolves_for_its_algorithm_and_env():
-    from rapidrl.algos import ALGORITHMS
+    from rapidrl.algos.registry import algorithms
 
     presets = rundir.list_presets()
     assert {p.stem for p in presets} >= {"ppo_cartpole", "ppo_pendulum", "a2c_cartpole", "dqn_cartpole",
                                          "sac_pendulum", "td3_pendulum"}
     for path in presets:
         run = rundir.read_toml(path)["run"]
-        assert run["algo"] in ALGORITHMS, f"{path.name}: algorithm {run['algo']!r} is not registered in ALGORITHMS"
+        assert run["algo"] in algorithms(), f"{path.name}: algorithm {run['algo']!r} is not registered"
         assert path == rundir.preset_path(run["algo"], run["env"])  # picked automatically for its pair
         config = rundir.resolve([("test", {"run": {"algo": run["algo"], "env": run["env"]}})])
         assert config.run.timesteps == run["timesteps"]

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from rapidrl import cli
-from rapidrl.train.experiment import bootstrap_ci, iqm, mean_curve, parse_seeds, summarize
+from rapidrl.runs.experiment import bootstrap_ci, iqm, mean_curve, parse_seeds, summarize
 
 
 def test_parse_seeds():

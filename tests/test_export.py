@@ -20,6 +20,7 @@ MODELS = {
     "dqn": lambda: rr.DQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4),
     "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
+    "mappo": lambda: rr.MAPPO("MPE/simple_spread-v3", num_envs=6, num_steps=16, minibatch_size=48, seed=0),
 }
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import rapidrl as rr
+from rapidrl.runs.config import preset_path, read_toml
 from rapidrl.train.callbacks import EvalCallback
-from rapidrl.train.rundir import preset_path, read_toml
 
 ENV = "InvertedPendulum-v5"
 

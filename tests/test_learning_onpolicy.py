@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 import rapidrl as rr
+from rapidrl.runs.config import preset_path, read_toml
 from rapidrl.train.callbacks import EvalCallback
-from rapidrl.train.rundir import preset_path, read_toml
 
 
 def preset(algo: str, env_id: str) -> dict:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import rapidrl as rr
+from rapidrl.runs.config import preset_path, read_toml
 from rapidrl.train.callbacks import EvalCallback
-from rapidrl.train.rundir import preset_path, read_toml
 
 ENV = "MinAtar/Breakout-v1"
 

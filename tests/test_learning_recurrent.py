@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import rapidrl as rr
-from rapidrl.train.rundir import preset_path, read_toml
+from rapidrl.runs.config import preset_path, read_toml
 
 CARTPOLE_BUDGET = 400_000
 MEMORY_BUDGET = 51_200

@@ -17,7 +17,8 @@ from llm_models import VOCAB, hf_model
 from rapidrl.kernels.llm_ops import group_advantages
 from rapidrl.llm.tiny import TinyCausalLM, generate, supports_kv_cache
 from rapidrl.llm.trainer import GRPOConfig, GRPOTrainer, completion_advantages
-from rapidrl.train.loggers import CSVLogger, read_csv_metrics
+from rapidrl.runs.layout import read_csv_metrics
+from rapidrl.train.loggers import CSVLogger
 
 ARCHS = ["llama", "qwen2", "gpt2"]
 

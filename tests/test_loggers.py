@@ -12,9 +12,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import rapidrl as rr
 from rapidrl.monitor.metrics_file import MetricsReader
 from rapidrl.monitor.publisher import MonitorPublisher
+from rapidrl.runs.config import resolve
+from rapidrl.runs.layout import read_csv_metrics
 from rapidrl.train.config import ConfigError
-from rapidrl.train.loggers import CSVLogger, TensorBoardLogger, TextLogger, read_csv_metrics, wandb_available
-from rapidrl.train.rundir import resolve
+from rapidrl.train.loggers import CSVLogger, TensorBoardLogger, TextLogger, wandb_available
 
 
 def test_csv_header_grows_and_old_rows_keep_their_values(tmp_path):

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from rapidrl.monitor.metrics_file import MAGIC, MetricsReader, MetricsWriter, TornReadError, file_size
 from rapidrl.monitor.view import RunView, run_monitor, sparkline
-from rapidrl.train.rundir import CONFIG_FILE, MONITOR_FILE
+from rapidrl.runs.layout import CONFIG_FILE, MONITOR_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,10 +23,11 @@ import torch
 from checkpoint_checks import assert_plain, kill_when, python_rapidrl, same
 
 from rapidrl import cli
-from rapidrl.algos import ALGORITHMS
+from rapidrl.algos.registry import get_algorithm
+from rapidrl.runs.config import env_family, list_presets, read_toml
+from rapidrl.runs.layout import read_summary
 from rapidrl.train.algorithm import load_checkpoint
 from rapidrl.train.checkpoint import list_checkpoints
-from rapidrl.train.rundir import env_family, list_presets, read_summary, read_toml
 
 PRESETS = {p.stem: p for p in list_presets()}
 
@@ -42,7 +43,7 @@ def brief(name: str, rollouts: int = 1, phases: int = 16) -> tuple[list[str], in
     ``phases`` update phases (at least 2) before each checkpoint."""
     data = read_toml(PRESETS[name])
     run, algo = data["run"], data.get("algo", {})
-    config = ALGORITHMS[run["algo"]].config_class()
+    config = get_algorithm(run["algo"]).config_class()
     get = lambda key: algo.get(key, getattr(config, key))  # noqa: E731
     sets: list[str] = []
     if hasattr(config, "num_steps"):  # on-policy
@@ -77,7 +78,7 @@ def observations(model, n: int = 8) -> np.ndarray:
 def test_preset_trains_saves_evaluates_and_resumes(name, tmp_path, capsys):
     args, total, every = brief(name)
     algo = read_toml(PRESETS[name])["run"]["algo"]
-    cls = ALGORITHMS[algo]
+    cls = get_algorithm(algo)
     run = tmp_path / "run"
     assert cli.main(["train", *args, "--run-dir", str(run)]) == 0, capsys.readouterr().err
     summary = read_summary(run)
@@ -149,6 +150,6 @@ def test_preset_killed_with_sigkill_resumes_to_completion(name, tmp_path, capsys
     assert f"resuming from {run / 'checkpoints'}" in capsys.readouterr().out
     summary = read_summary(run)
     assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
-    model = ALGORITHMS[summary["algo"]].load(run / "model.pt")
+    model = get_algorithm(summary["algo"]).load(run / "model.pt")
     assert model.num_timesteps == total
     model.env.close()

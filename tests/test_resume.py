@@ -13,11 +13,11 @@ from checkpoint_checks import kill_when, python_rapidrl, same
 
 import rapidrl as rr
 from rapidrl import cli
+from rapidrl.runs.layout import read_csv_metrics, read_summary
 from rapidrl.train.algorithm import NonFiniteError, load_checkpoint
 from rapidrl.train.callbacks import Callback
 from rapidrl.train.checkpoint import Checkpointer, latest_checkpoint, list_checkpoints
-from rapidrl.train.loggers import CSVLogger, read_csv_metrics
-from rapidrl.train.rundir import read_summary
+from rapidrl.train.loggers import CSVLogger
 
 SMALL = ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64", "--set", "algo.minibatch_size=128",
          "--set", "algo.update_epochs=2"]

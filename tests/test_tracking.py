@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rapidrl import cli
-from rapidrl.train.loggers import read_csv_metrics
+from rapidrl.runs.layout import read_csv_metrics
 
 TRAIN = ["train", "ppo", "CartPole-v1", "--timesteps", "2048", "--eval-episodes", "0", "--headless",
          "--set", "algo.num_steps=64"]

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from rapidrl import cli
-from rapidrl.algos import ALGORITHMS
+from rapidrl.algos.registry import get_algorithm
 from rapidrl.train.config import ConfigError
 from rapidrl.tune import load_space, run_study, sample_params
 
@@ -18,14 +18,14 @@ from rapidrl.tune import load_space, run_study, sample_params
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "sac", "td3"])
 def test_shipped_spaces_load_and_sample_valid_configs(algo):
     space = load_space(algo)
-    fields = {f.name for f in dataclasses.fields(ALGORITHMS[algo].config_class)}
+    fields = {f.name for f in dataclasses.fields(get_algorithm(algo).config_class)}
     assert set(space) <= fields
     fixed = {k: json.dumps(v["choices"][-1]) if v["type"] == "categorical" else v["low"] for k, v in space.items()}
     params = sample_params(optuna.trial.FixedTrial(fixed), space)
     assert set(params) == set(space)
     if "hidden" in params:
         assert isinstance(params["hidden"], list)  # decoded from the storage's JSON string
-    config = ALGORITHMS[algo].config_class(**{k: tuple(v) if k == "hidden" else v for k, v in params.items()})
+    config = get_algorithm(algo).config_class(**{k: tuple(v) if k == "hidden" else v for k, v in params.items()})
     assert config is not None
 
 

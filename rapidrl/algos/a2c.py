@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.algos.registry import register
 from rapidrl.buffers import normalize_advantages
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
@@ -46,6 +47,7 @@ def a2c_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tenso
     return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
 
 
+@register
 class A2C(OnPolicyAlgorithm):
     """Advantage Actor-Critic. ``A2C(env, **hyperparameters)``; see A2CConfig for the fields."""
 

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
+from rapidrl.algos.registry import register
 from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
+from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
@@ -116,6 +118,7 @@ def dqn_output_grads(q_all: torch.Tensor, actions: torch.Tensor, next_q_target: 
     return d_out, loss, q, td
 
 
+@register
 class DQN(OffPolicyAlgorithm):
     """Deep Q-Network for Discrete action spaces. ``DQN(env, **hyperparameters)``; see DQNConfig."""
 
@@ -234,15 +237,14 @@ class DQN(OffPolicyAlgorithm):
             self.buffer.update_priorities(batch.indices, out[3:])
         return out[:3]
 
-    def _iteration(self) -> int:
-        steps = super()._iteration()
+    def _train(self) -> None:
+        super()._train()
         c = self.config
-        now = self.num_timesteps + steps
+        now = self.num_timesteps
         if now >= c.learning_starts and now - self._last_target_update >= c.target_update_interval:
             polyak_update(self._target_params, self._params, c.tau)
             self._last_target_update = now
         self.record({"charts/epsilon": self.epsilon()})
-        return steps
 
     # -- acting ----------------------------------------------------------------------------------
     def epsilon(self) -> float:
@@ -260,6 +262,9 @@ class DQN(OffPolicyAlgorithm):
                 return self.q_net(x).argmax(1).cpu().numpy()
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return ArgmaxQ(self.q_net)
 
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
         actions = self._greedy(obs)

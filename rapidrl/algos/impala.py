@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.algos.registry import register
 from rapidrl.buffers import normalize_advantages, vtrace_targets
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
@@ -69,6 +70,7 @@ def impala_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Te
     return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
 
 
+@register
 class IMPALA(OnPolicyAlgorithm):
     """IMPALA with V-trace. ``IMPALA(env, **hyperparameters)``; see IMPALAConfig for the fields."""
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from rapidrl.algos.ppo import PPO, PPOConfig
+from rapidrl.algos.registry import register
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.nn.policies import ActorCritic, mlp
 from rapidrl.train.config import require
@@ -89,6 +90,7 @@ class IPPOConfig(MAPPOConfig):
     centralized_critic: bool = False
 
 
+@register
 class MAPPO(PPO):
     """MAPPO: ``MAPPO("MPE/simple_spread-v3", **hyperparameters)`` or ``MAPPO(multi_agent_vec_env, ...)``."""
 
@@ -173,6 +175,7 @@ class MAPPO(PPO):
             self.record(record)
 
 
+@register
 class IPPO(MAPPO):
     """IPPO: each agent's critic sees its own observation and id (parameters shared across agents)."""
 

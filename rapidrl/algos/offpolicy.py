@@ -1,7 +1,7 @@
 """The off-policy core shared by DQN, SAC and TD3: config fields, replay set-up, collection, the update driver.
 
 One iteration of ``learn``: ``train_freq`` steps of the vector env (each adds ``num_envs`` transitions to the
-replay buffer), then ``gradient_steps`` updates on minibatches sampled from it (none before
+replay buffer: ``_rollout``), then ``gradient_steps`` updates (``_train``) on minibatches sampled from it (none before
 ``learning_starts`` env steps, which use uniform-random actions). The update-to-data ratio is
 ``gradient_steps / (train_freq * num_envs)``.
 
@@ -272,7 +272,7 @@ class OffPolicyAlgorithm(Algorithm):
             np.copyto(self._obs, next_obs)
             self._track_episodes(info)
 
-    def _iteration(self) -> int:
+    def _rollout(self) -> int:
         c = self.config
         if self._needs_reset:
             obs, _ = self.env.reset(seed=c.seed)
@@ -281,12 +281,14 @@ class OffPolicyAlgorithm(Algorithm):
             self.buffer.end_episodes()  # a resumed run's reset env: the stored episodes end where they stopped
         for k in range(c.train_freq):
             self._collect_step(self.num_timesteps + k * c.num_envs)
-        steps = c.train_freq * c.num_envs
-        if self.num_timesteps + steps >= c.learning_starts and len(self.buffer) >= c.batch_size:
+        return c.train_freq * c.num_envs
+
+    def _train(self) -> None:
+        c = self.config
+        if self.num_timesteps >= c.learning_starts and len(self.buffer) >= c.batch_size:
             with self.timer.phase("update"):
                 for _ in range(c.gradient_steps):
                     self._train_step()
-        return steps
 
     # -- updates ---------------------------------------------------------------------------------
     def _train_step(self) -> None:

@@ -26,6 +26,7 @@ import torch
 
 from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
+from rapidrl.nn.deploy import ActorCriticMode, NormalizeObs
 from rapidrl.nn.encoders import ENCODERS
 from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic, SegmentLayout
 from rapidrl.train.algorithm import Algorithm
@@ -245,6 +246,15 @@ class OnPolicyAlgorithm(Algorithm):
         state = state.cpu().numpy()
         return (actions[0], state) if single else (actions, state)
 
+    def deterministic_module(self) -> torch.nn.Module:
+        if self.policy.recurrent:
+            raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the "
+                             "state as an input and an output)")
+        mode = ActorCriticMode(self.policy)
+        if self.obs_normalizer is None:
+            return mode
+        return torch.nn.Sequential(NormalizeObs(self.obs_normalizer), mode)
+
     def _episode_actor(self, n: int, deterministic: bool):
         if not self.policy.recurrent:
             return super()._episode_actor(n, deterministic)
@@ -357,22 +367,30 @@ class OnPolicyAlgorithm(Algorithm):
                 self.async_collector.close()
 
     # -- the iteration ---------------------------------------------------------------------------
-    def _iteration(self) -> int:
+    def _rollout(self) -> int:
         c = self.config
-        if c.anneal_lr:
-            lr = c.learning_rate * self.progress_remaining()
-            for g in self.optimizer.param_groups:
-                g["lr"] = lr
+        self._schedule_update(self.progress_remaining())
         self._collect()
         if self.buffer.masked and (self.policy.recurrent or not self.supports_loss_masks):
             what = "a recurrent policy" if self.policy.recurrent else self.name.upper()
             raise ValueError(f"{what} trains on whole env columns and cannot leave out the rows of agents that left "
                              "mid-episode (the env's info['active']): use a feed-forward PPO, A2C, MAPPO or IPPO")
+        return c.num_steps * c.num_envs
+
+    def _schedule_update(self, progress_remaining: float) -> None:
+        """Set what the next update anneals, at the progress of the rollout's start: the learning rate (PPO
+        anneals its clip range here too)."""
+        c = self.config
+        if c.anneal_lr:
+            lr = c.learning_rate * progress_remaining
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
+
+    def _train(self) -> None:
         with self.timer.phase("update"):
             self._update()
         if self.async_collector is not None:
             self.async_collector.publish()
-        return c.num_steps * c.num_envs
 
     def _update(self) -> None:
         raise NotImplementedError

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
+from rapidrl.algos.registry import register
 from rapidrl.buffers import RolloutBatch, normalize_advantages, vtrace_targets
 from rapidrl.buffers.advantages import advantage_moments
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
@@ -157,12 +158,18 @@ def ppo_output_grads(head: torch.Tensor, values: torch.Tensor, actions: torch.Te
     return d_head, d_values, d_log_std, stats
 
 
+@register
 class PPO(OnPolicyAlgorithm):
     """Proximal Policy Optimization. ``PPO(env, **hyperparameters)``; see PPOConfig for the fields."""
 
     name = "ppo"
     config_class = PPOConfig
     supports_recurrent = True
+
+    def _schedule_update(self, progress_remaining: float) -> None:
+        super()._schedule_update(progress_remaining)
+        c = self.config
+        self._clip_coef = c.clip_coef * (progress_remaining if c.anneal_clip else 1.0)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         p = self.policy
@@ -176,6 +183,7 @@ class PPO(OnPolicyAlgorithm):
             heads = ([], []) if p.shared else (p.actor, p.critic)
         self._actor_layers, self._critic_layers = (linear_layers(m) for m in heads)
         self._epoch_kernel: tuple[list, PPOEpochKernel] | None = None
+        self._clip_coef = self.config.clip_coef  # annealed per update by _schedule_update (anneal_clip)
         return adam(self.policy.parameters(), self.config.learning_rate, eps=1e-5)
 
     def _fused_params(self) -> list[torch.Tensor] | None:
@@ -309,7 +317,7 @@ class PPO(OnPolicyAlgorithm):
         c = self.config
         if c.vtrace_advantages:
             self._vtrace_advantages()
-        clip = c.clip_coef * (self.progress_remaining() if c.anneal_clip else 1.0)
+        clip = self._clip_coef
         norm = None if c.norm_adv == "none" else c.norm_adv
         params = list(self.policy.parameters())
         totals: dict[str, torch.Tensor] = {}

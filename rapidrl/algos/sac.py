@@ -24,7 +24,9 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, critic_loss, polyak_update
+from rapidrl.algos.registry import register
 from rapidrl.kernels import sac as sac_kernels
+from rapidrl.nn.deploy import SquashedMean
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.nn.optim import adam, optimizer_step
@@ -72,6 +74,7 @@ def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_ent
     return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
 
 
+@register
 class SAC(OffPolicyAlgorithm):
     """Soft Actor-Critic for Box action spaces. ``SAC(env, **hyperparameters)``; see SACConfig."""
 
@@ -222,6 +225,9 @@ class SAC(OffPolicyAlgorithm):
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return SquashedMean(self.actor)
 
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
         return self._act(obs, deterministic=False)

@@ -24,6 +24,8 @@ from rapidrl.algos.offpolicy import (
     maybe_compile,
     polyak_update,
 )
+from rapidrl.algos.registry import register
+from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive
@@ -64,6 +66,7 @@ def smoothed_target_actions(target_actions: torch.Tensor, noise: torch.Tensor, s
     return torch.clamp(target_actions + eps, center - scale, center + scale)
 
 
+@register
 class TD3(OffPolicyAlgorithm):
     """Twin Delayed DDPG for Box action spaces. ``TD3(env, **hyperparameters)``; see TD3Config."""
 
@@ -127,6 +130,9 @@ class TD3(OffPolicyAlgorithm):
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.actor(x.reshape(x.shape[0], -1)).cpu().numpy()
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return frozen_copy(self.actor)
 
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
         actions = self._deterministic(obs)

@@ -92,7 +92,7 @@ E2E_ENV = "MinAtar/Breakout-v1"
 
 
 def _preset() -> dict:
-    from rapidrl.train.rundir import preset_path, read_toml
+    from rapidrl.runs.config import preset_path, read_toml
 
     return read_toml(preset_path("ppo", E2E_ENV))["algo"]
 

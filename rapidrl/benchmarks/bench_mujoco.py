@@ -135,7 +135,7 @@ def job_sac(lib: str, learning_starts: int, steps: int, seed: int) -> dict:
 
 
 def _ppo_zoo() -> dict:
-    from rapidrl.train.rundir import preset_path, read_toml
+    from rapidrl.runs.config import preset_path, read_toml
 
     return read_toml(preset_path("ppo", SAC_ENV))["algo"]
 

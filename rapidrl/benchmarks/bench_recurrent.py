@@ -34,7 +34,7 @@ def cases(ctx: Context) -> Iterator[Case]:
 
 
 def _preset() -> dict:
-    from rapidrl.train.rundir import preset_path, read_toml
+    from rapidrl.runs.config import preset_path, read_toml
 
     return read_toml(preset_path("ppo", ENV_ID))["algo"]
 

@@ -98,7 +98,7 @@ def job_throughput(seed: int) -> dict:
     """The throughput preset (1024 envs) in a fresh process: SPS of the measured run (after a warm-up run) and
     its eval."""
     import rapidrl as rr
-    from rapidrl.train.rundir import PRESETS_DIR, read_toml
+    from rapidrl.runs.config import PRESETS_DIR, read_toml
 
     preset = read_toml(PRESETS_DIR / THROUGHPUT_PRESET)
     algo, steps = preset["algo"], preset["run"]["timesteps"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rapidrl.train.loggers import read_csv_metrics
-from rapidrl.train.rundir import METRICS_CSV
+from rapidrl.runs.layout import METRICS_CSV, read_csv_metrics
 
 PANELS = (("charts/episodic_return", "episodic return (training)"), ("eval/mean_return", "eval return"),
           ("charts/SPS", "steps per second"))

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rapidrl.monitor.metrics_file import MetricsReader, Snapshot
-from rapidrl.train.rundir import MONITOR_FILE, read_summary
+from rapidrl.runs.layout import MONITOR_FILE, read_summary
 
 SPARK = "▁▂▃▄▅▆▇█"
 STALE_AFTER_S = 30.0

@@ -1,8 +1,12 @@
 """What every algorithm shares: env set-up, seeding, the ``learn`` driver, predict/evaluate, save/load.
 
 An algorithm subclass supplies ``config_class`` (a dataclass), ``_build()`` (networks, optimizers,
-storage) and ``_iteration()`` (collect + update once, returning the env steps taken). Everything else,
-callbacks, timing, progress, logging, evaluation and checkpoints, lives here once.
+storage), ``_rollout()`` (collect experience once, returning the env steps taken) and ``_train()`` (update on
+it). Everything else, callbacks, timing, progress, logging, evaluation and checkpoints, lives here once.
+
+One iteration of ``learn``: ``_rollout()``; ``num_timesteps`` grows by its steps; callbacks' ``on_rollout_end``;
+``_train()``; ``num_updates`` grows by one; ``on_update_end``; at a report step the finiteness check and the
+metrics flush (``report_steps``); ``on_update_logged``.
 """
 
 from __future__ import annotations
@@ -128,8 +132,13 @@ class Algorithm:
     def _build(self) -> None:
         raise NotImplementedError
 
-    def _iteration(self) -> int:
-        """Collect and update once; return the number of env steps taken."""
+    def _rollout(self) -> int:
+        """Collect experience once (a rollout, or ``train_freq`` steps into replay); return the env steps taken.
+        ``num_timesteps`` still counts the steps before this rollout while it runs."""
+        raise NotImplementedError
+
+    def _train(self) -> None:
+        """Update on what ``_rollout`` collected (``num_timesteps`` now includes it)."""
         raise NotImplementedError
 
     def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -200,7 +209,8 @@ class Algorithm:
     def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
         """Train for ``total_timesteps`` env steps (counted over all envs). Returns self.
 
-        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update.
+        callback: a Callback, a list of them, or ``f(algo) -> bool`` called after each update
+        (``rapidrl.train.callbacks``: which hook fires when).
         resume: continue the ``learn`` call a checkpoint was saved in (``save(..., training_state=True)``
         then ``load``): runs to that call's end with its schedules, so the result equals an uninterrupted
         run for deterministic settings. ``total_timesteps`` must then equal the original call's.
@@ -226,12 +236,14 @@ class Algorithm:
             progress.update(self.num_timesteps, 0.0, None)
             report_at = self._next_report()
             while self.num_timesteps < target:
-                self.num_timesteps += self._iteration()
+                self.num_timesteps += self._rollout()
+                keep_going = cb.on_rollout_end(self)
+                self._train()
                 self.num_updates += 1
                 report = self.num_timesteps >= min(report_at, target)
                 if report:
                     self._check_finite()
-                keep_going = cb.on_rollout_end(self) and cb.on_update_end(self)
+                keep_going = cb.on_update_end(self) and keep_going
                 if report or not keep_going:
                     report_at = self._next_report()
                     self._flush_metrics()
@@ -302,6 +314,12 @@ class Algorithm:
             starts = term | trunc
             finished |= starts
         return float(returns.mean()), float(returns.std())
+
+    def deterministic_module(self) -> torch.nn.Module:
+        """A frozen CPU module mapping flat raw observations ``x [B, O]`` float32 to the actions
+        ``predict(obs, deterministic=True)`` returns (what ``rapidrl.export`` writes; ``rapidrl.nn.deploy`` has
+        the pieces). ValueError where the algorithm has no exportable policy."""
+        raise ValueError(f"exporting {self.name!r} models is not supported")
 
     def _episode_actor(self, n: int, deterministic: bool):
         """``act(obs [n, ...], episode_starts [n] bool) -> actions`` for stepping ``n`` envs through episodes

@@ -1,8 +1,20 @@
-"""Callbacks for ``learn``: hooks at training start, after each rollout, after each update, per step.
+"""Callbacks for ``learn``: hooks at training start, after each rollout, after each update, at the end.
 
-A callback returns ``False`` from ``on_step``/``on_rollout_end``/``on_update_end`` to stop training early.
-Each hook receives the algorithm; ``algo.num_timesteps``, ``algo.logger_record`` (latest metrics) and
-``algo.timer`` are there to read.
+Each iteration of ``Algorithm.learn`` collects one rollout (on-policy: ``num_steps`` steps of every env;
+off-policy: ``train_freq`` steps into the replay buffer), then updates on it. The hooks fire, in this order:
+
+- ``on_training_start(algo)``: once, before the first rollout of a ``learn`` call;
+- ``on_rollout_end(algo) -> bool``: after each rollout, before its update (``algo.num_timesteps`` already counts
+  the rollout's steps; on-policy ``algo.buffer`` holds it with its advantages);
+- ``on_update_end(algo) -> bool``: after each update (``algo.num_updates`` counts it);
+- ``on_update_logged(algo)``: after that, once the update's metrics reached the loggers (when it was a report
+  step): checkpoints are written here, so that a resumed run has every metrics row up to its step;
+- ``on_training_end(algo)``: once, when ``learn`` returns normally.
+
+Returning ``False`` from ``on_rollout_end`` or ``on_update_end`` stops training at the end of that iteration (its
+update still runs, so the step counts stay whole). There is no per-env-step hook: the fast paths collect a whole
+rollout in one compiled call. Each hook receives the algorithm; ``algo.num_timesteps``, ``algo.metrics`` (the
+current record; ``algo.record({...})`` adds to it), ``algo.history`` and ``algo.timer`` are there to read.
 """
 
 from __future__ import annotations
@@ -14,13 +26,17 @@ from rapidrl.train.finite import training_is_finite
 
 
 class Callback:
-    """Base class: override the hooks you need. Returning False stops training."""
+    """Base class: override the hooks you need (see the module docstring for when each fires). Returning False
+    from ``on_rollout_end``/``on_update_end`` stops training."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "on_step" in cls.__dict__:  # it would never be called: say so where the class is written
+            raise TypeError(f"{cls.__qualname__}.on_step: rapidrl has no per-step callback (a whole rollout is "
+                            "collected in one compiled call); use on_rollout_end or on_update_end")
 
     def on_training_start(self, algo) -> None:
         pass
-
-    def on_step(self, algo) -> bool:
-        return True
 
     def on_rollout_end(self, algo) -> bool:
         return True
@@ -44,9 +60,6 @@ class CallbackList(Callback):
     def on_training_start(self, algo) -> None:
         for c in self.callbacks:
             c.on_training_start(algo)
-
-    def on_step(self, algo) -> bool:
-        return all([c.on_step(algo) for c in self.callbacks])
 
     def on_rollout_end(self, algo) -> bool:
         return all([c.on_rollout_end(algo) for c in self.callbacks])

@@ -70,20 +70,6 @@ def _step_of(row: dict[str, str]) -> float:
         return math.nan
 
 
-def read_csv_metrics(path: str | os.PathLike) -> dict[str, list[float]]:
-    """metrics.csv -> {column: values} (empty cells become NaN)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    cols: dict[str, list[float]] = {}
-    for row in rows:
-        for k, v in row.items():
-            try:
-                cols.setdefault(k, []).append(float(v) if v not in (None, "") else math.nan)
-            except ValueError:
-                cols.setdefault(k, []).append(math.nan)
-    return cols
-
-
 class TensorBoardLogger:
     """Scalars into TensorBoard event files in ``log_dir`` (``tensorboard --logdir runs``)."""
 

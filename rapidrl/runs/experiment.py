@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rapidrl._system import usable_cpu_count
-from rapidrl.train.loggers import read_csv_metrics
-from rapidrl.train.rundir import METRICS_CSV, SUMMARY_FILE
+from rapidrl.runs.layout import METRICS_CSV, SUMMARY_FILE, read_csv_metrics
 
 EXPERIMENT_FILE = "experiment.json"
 CURVE_KEY = "charts/episodic_return"

@@ -1,4 +1,4 @@
-"""Run configuration (layered TOML) and run directories.
+"""Run configuration (layered TOML), presets and run directories: what the ``rapidrl`` command reads and writes.
 
 A run is described by three TOML sections::
 
@@ -35,11 +35,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from rapidrl.algos.registry import get_algorithm
+from rapidrl.runs.layout import CONFIG_FILE
 from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
-CONFIG_FILE, SUMMARY_FILE, METRICS_CSV, MONITOR_FILE = "config.toml", "summary.json", "metrics.csv", "monitor.bin"
-MODEL_FILE, CHECKPOINT_DIR, TRAIN_LOG = "model.pt", "checkpoints", "train.log"
 SECTIONS = ("run", "algo", "env")
 
 
@@ -65,12 +65,6 @@ class RunSettings:
     """Also log to Weights & Biases in offline mode (needs ``pip install wandb``)."""
     mlflow: bool = False
     """Also log to MLflow, in RUN_DIR/mlflow.db unless MLFLOW_TRACKING_URI is set (needs the ``track`` extra)."""
-
-
-def _algorithms() -> dict:
-    from rapidrl.algos import ALGORITHMS
-
-    return ALGORITHMS
 
 
 def env_slug(env_id: str) -> str:
@@ -210,7 +204,7 @@ class RunConfig:
 
     @property
     def algo_class(self):
-        return _algorithms()[self.run.algo]
+        return get_algorithm(self.run.algo)
 
     def to_dict(self) -> dict:
         """The resolved config as TOML-ready sections (None stored as "none")."""
@@ -233,11 +227,9 @@ def resolve(layers: list[tuple[str, dict]]) -> RunConfig:
         _check_sections(layer, origin)
         merged = merge(merged, layer)
     algo, env_id = merged["run"].get("algo"), merged["run"].get("env")
-    algorithms = _algorithms()
     if not algo:
         raise ConfigError("no algorithm given: pass ALGO ENV, or set [run] algo in --config")
-    if algo not in algorithms:
-        raise ConfigError(f"unknown algorithm {algo!r}; allowed: {', '.join(algorithms)}")
+    cls = get_algorithm(algo)
     if not env_id:
         raise ConfigError("no environment given: pass ALGO ENV, or set [run] env in --config")
     check_env_id(env_id)
@@ -264,10 +256,9 @@ def resolve(layers: list[tuple[str, dict]]) -> RunConfig:
         if importlib.util.find_spec("mlflow") is None:
             raise ConfigError("run.mlflow = true needs MLflow (pip install 'rapidrl[track]')")
     check_env_kwargs(env_id, merged["env"])
-    cls = algorithms[algo].config_class
-    algo_values = coerce_section("algo", cls, merged["algo"])
+    algo_values = coerce_section("algo", cls.config_class, merged["algo"])
     algo_values["seed"] = run.seed
-    config = config_from_dict(cls, algo_values)
+    config = config_from_dict(cls.config_class, algo_values)
     try:
         config.validate()
     except ConfigError as e:
@@ -324,7 +315,7 @@ def load_run_config_file(path: str | os.PathLike) -> RunConfig:
     """A resolved config file (as written by ``RunConfig.write``)."""
     data = read_toml(path)
     run = RunSettings(**coerce_section("run", RunSettings, data.get("run", {})))
-    cls = _algorithms()[run.algo].config_class
+    cls = get_algorithm(run.algo).config_class
     return RunConfig(run, config_from_dict(cls, coerce_section("algo", cls, data.get("algo", {}))),
                      dict(data.get("env", {})))
 
@@ -365,15 +356,3 @@ def latest_run(runs_root: str | os.PathLike) -> Path:
     if not runs:
         raise ConfigError(f"no runs under {runs_root}/ (start one with: rapidrl train ppo CartPole-v1)")
     return runs[-1]
-
-
-def write_summary(run_dir: str | os.PathLike, summary: dict) -> None:
-    path = Path(run_dir) / SUMMARY_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def read_summary(run_dir: str | os.PathLike) -> dict | None:
-    path = Path(run_dir) / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.is_file() else None

@@ -1,0 +1,70 @@
+"""Deterministic policies as plain modules, for export (``rapidrl.export``) and deployment.
+
+Each wraps a frozen CPU copy of a trained network and maps flat float32 observations ``x [B, O]`` (raw: any
+observation normalisation is folded in) to the actions ``predict(obs, deterministic=True)`` returns. An
+algorithm builds its own in ``Algorithm.deterministic_module`` from these pieces.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["ActorCriticMode", "ArgmaxQ", "NormalizeObs", "SquashedMean", "frozen_copy"]
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A CPU copy of ``module`` in eval mode without gradients (the trained model is left as it is)."""
+    return copy.deepcopy(module).cpu().eval().requires_grad_(False)
+
+
+class NormalizeObs(nn.Module):
+    """clip((x - mean) / sqrt(var + eps), -clip, clip) with an ``ObsNormalizer``'s statistics at this moment."""
+
+    def __init__(self, normalizer):
+        super().__init__()
+        rms = normalizer.rms
+        self.register_buffer("mean", torch.as_tensor(np.asarray(rms.mean), dtype=torch.float32).reshape(-1))
+        self.register_buffer("inv_std", torch.as_tensor(1.0 / np.sqrt(np.asarray(rms.var) + normalizer.eps),
+                                                        dtype=torch.float32).reshape(-1))
+        self.clip = float(normalizer.clip)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) * self.inv_std).clamp(-self.clip, self.clip)
+
+
+class ActorCriticMode(nn.Module):
+    """An ``ActorCritic``'s deterministic action (the distribution's mode), clipped or squashed into the bounds."""
+
+    def __init__(self, policy: nn.Module):
+        super().__init__()
+        self.net = frozen_copy(policy)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raw, _, _ = self.net.act(x, deterministic=True)
+        return self.net.to_env_action(raw)
+
+
+class ArgmaxQ(nn.Module):
+    """The greedy action of a Q network: argmax_a Q(x, a), [B] int64."""
+
+    def __init__(self, q_net: nn.Module):
+        super().__init__()
+        self.net = frozen_copy(q_net)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).argmax(1)
+
+
+class SquashedMean(nn.Module):
+    """A ``SquashedGaussianActor``'s deterministic action: tanh of the mean, scaled into the bounds."""
+
+    def __init__(self, actor: nn.Module):
+        super().__init__()
+        self.net = frozen_copy(actor)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x, True)[0]

@@ -1,0 +1,111 @@
+"""Adding an algorithm is one file: the docs/extending.md example, run as a module, is trained, saved, loaded,
+exported and listed through the command line; the registry's rules and discovery."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl import cli
+from rapidrl.algos import registry
+from rapidrl.export import export_policy
+from rapidrl.train.config import ConfigError
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
+
+
+@pytest.fixture
+def vpg(tmp_path):
+    """The example algorithm module of docs/extending.md (its one python block), imported; unregistered after."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert len(blocks) == 1, "docs/extending.md should hold exactly one python block: the example algorithm"
+    path = tmp_path / "vpg_example.py"
+    path.write_text(blocks[0])
+    spec = importlib.util.spec_from_file_location("vpg_example", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vpg_example"] = module
+    spec.loader.exec_module(module)
+    yield module
+    registry._REGISTRY.pop("vpg", None)
+    sys.modules.pop("vpg_example", None)
+    vars(rr).pop("VPG", None)
+
+
+def test_the_docs_example_is_an_algorithm_everywhere(vpg, tmp_path, capsys):
+    assert registry.get_algorithm("vpg") is vpg.VPG and rr.VPG is vpg.VPG
+    model = rr.VPG("CartPole-v1", num_envs=4, num_steps=32, seed=0)
+    before = [p.detach().clone() for p in model.policy.parameters()]
+    model.learn(4 * 32 * 3, progress_bar=False)
+    assert model.num_updates == 3 and {"losses/policy_loss", "losses/value_loss"} <= set(model.history[-1])
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.policy.parameters()))
+    loaded = rr.VPG.load(model.save(tmp_path / "vpg.pt"))
+    obs = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True), model.predict(obs, deterministic=True))
+    ts = torch.jit.load(str(export_policy(model, tmp_path / "vpg.ts", "torchscript")))
+    np.testing.assert_array_equal(ts(torch.from_numpy(obs)).numpy(), model.predict(obs, deterministic=True))
+    # the command line reads the same registry
+    assert cli.main(["list", "algos"]) == 0
+    assert "vpg    Vanilla policy gradient" in capsys.readouterr().out
+    run = tmp_path / "run"
+    assert cli.main(["train", "vpg", "CartPole-v1", "--timesteps", "256", "--run-dir", str(run), "--headless",
+                     "--eval-episodes", "1", "--set", "algo.num_envs=4"]) == 0
+    assert (run / "model.pt").is_file()
+    assert cli.main(["eval", str(run), "--episodes", "1"]) == 0
+
+
+def test_register_checks_what_it_is_given(vpg):
+    with pytest.raises(TypeError, match=r"subclass of rapidrl\.train\.algorithm\.Algorithm"):
+        registry.register(object)
+
+    class Nameless(vpg.VPG):
+        name = "Not A Name"
+
+    with pytest.raises(ValueError, match="lowercase identifier"):
+        registry.register(Nameless)
+
+    class Imposter(vpg.VPG):
+        name = "ppo"
+
+    with pytest.raises(ValueError, match=r"'ppo' is already registered by rapidrl\.algos\.ppo\.PPO"):
+        registry.register(Imposter)
+    assert registry.register(vpg.VPG) is vpg.VPG  # registering the same class again is harmless
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'nope'; allowed: .*ppo"):
+        registry.get_algorithm("nope")
+
+
+def test_entry_point_modules_are_imported(monkeypatch, tmp_path):
+    """Installed packages add algorithms through the rapidrl.algorithms entry-point group."""
+    (tmp_path / "ep_algo.py").write_text("import rapidrl.algos.registry as r\nr.SEEN = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Entry:
+        name, value = "ep", "ep_algo"
+
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points",
+                        lambda group: [Entry()] if group == registry.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(registry, "_discovered", False)
+    registry.algorithms()
+    assert getattr(registry, "SEEN", False)
+    monkeypatch.delattr(registry, "SEEN")
+    Entry.value = "no_such_module_here"
+    monkeypatch.setattr(registry, "_discovered", False)
+    with pytest.raises(ImportError, match="entry point 'ep'"):
+        registry.algorithms()
+    monkeypatch.setattr(registry, "_discovered", True)
+
+
+def test_every_shipped_algorithm_is_registered_and_exported_by_name():
+    names = set(registry.algorithms())
+    assert {"ppo", "a2c", "impala", "dqn", "sac", "td3", "mappo", "ippo"} <= names
+    for name in ("PPO", "A2C", "IMPALA", "DQN", "SAC", "TD3", "MAPPO", "IPPO"):
+        assert getattr(rr, name) is registry.get_algorithm(name.lower())
+    from rapidrl.algos import PPOConfig
+
+    assert PPOConfig is registry.get_algorithm("ppo").config_class

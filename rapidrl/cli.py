@@ -34,6 +34,7 @@ from rapidrl.runs.config import (
     preset_path,
     read_toml,
     resolve,
+    write_paths,
 )
 from rapidrl.runs.layout import (
     CHECKPOINT_DIR,
@@ -265,6 +266,9 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
         if not progress:
             loggers.append(TextLogger(run.timesteps))
     model.loggers.extend(loggers)
+    if main:  # which implementation runs, and why (rapidrl.train.paths): on screen, in config.toml and summary.json
+        print("paths: " + "; ".join(f"{p.setting}={p.value} ({p.reason})" for p in model.paths.values()))
+        write_paths(run_dir, model.paths)
     every = run.checkpoint_every or max(1, run.timesteps // 10)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, every=every, keep=run.checkpoint_keep)
     t0 = time.perf_counter()
@@ -293,7 +297,8 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
     summary = {"status": status, "algo": run.algo, "env": run.env, "timesteps": model.num_timesteps,
                "total_timesteps": run.timesteps, "episodes": model.num_episodes, "wall_time_s": round(wall, 3),
                "sps": round((model.num_timesteps - (start_step or 0)) / max(wall, 1e-9), 1), "resumed": resumed,
-               "last_checkpoint": str(checkpointer.last_good) if checkpointer.last_good else None}
+               "last_checkpoint": str(checkpointer.last_good) if checkpointer.last_good else None,
+               "paths": {name: p.as_dict() for name, p in model.paths.items()}}
     if status == "finished":
         model_path = model.save(run_dir / MODEL_FILE)
         summary["model"] = str(model_path)

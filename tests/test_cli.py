@@ -55,6 +55,11 @@ def test_train_writes_a_complete_run_directory(trained, capsys):
     assert summary["status"] == "finished" and summary["timesteps"] == 2048 and summary["eval_episodes"] == 2
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "step_000000001024.pt", "step_000000002048.pt"]
+    # which implementation ran, and why (rapidrl.train.paths), in config.toml and summary.json alike
+    assert config["paths"]["gradient_backend"] == summary["paths"]["gradient_backend"] == {
+        "value": "compiled", "reason": "auto: the first that applies"}
+    assert config["paths"]["collection"]["value"] == summary["paths"]["collection"]["value"] == "fused"
+    assert rundir.load_run_config(run).algo_config.gradient_backend == "auto"  # a record, not a setting
 
 
 def test_train_prints_run_dir_eval_and_model_path(tmp_path, capsys):
@@ -63,6 +68,26 @@ def test_train_prints_run_dir_eval_and_model_path(tmp_path, capsys):
     assert code == 0
     assert f"run directory: {run}" in out and "eval return:" in out and " ± " in out
     assert f"model saved to {run / 'model.pt'}" in out
+    assert "paths: collection=fused (auto: the first that applies); gradient_backend=compiled (" in out
+
+
+def test_paths_are_set_in_algo_and_refused_in_a_hand_written_paths_section(tmp_path, capsys):
+    user = tmp_path / "user.toml"
+    user.write_text('[paths]\ngradient_backend = "torch"\n')
+    assert cli.main(["train", "ppo", "CartPole-v1", "--config", str(user)]) == 2
+    assert "set gradient_backend or collection in [algo]" in capsys.readouterr().err
+    code, run = train(tmp_path, "--set", "algo.gradient_backend=torch", "--set", "algo.collection=step",
+                      "--headless", name="explicit")
+    assert code == 0
+    summary = layout.read_summary(run)
+    assert summary["paths"]["gradient_backend"] == {"value": "torch", "reason": "gradient_backend='torch'"}
+    assert summary["paths"]["collection"]["value"] == "step"
+    again, rerun = train(tmp_path, "--config", str(run / "config.toml"), "--headless", name="from-a-run")
+    assert again == 0 and layout.read_summary(rerun)["paths"]["gradient_backend"]["value"] == "torch"
+    assert cli.main(["train", "ppo", "CartPole-v1", "--set", "algo.gradient_backend=compiled",
+                     "--set", "algo.shared=true"]) == 2
+    assert "gradient_backend='compiled' cannot run here: needs separate actor and critic MLPs" in \
+        capsys.readouterr().err
 
 
 def test_default_run_directory_name_and_latest(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
-"""Closed-form off-policy updates equal their autograd references: DQN and SAC take the same optimizer steps
-(parameters, optimizer moments, statistics) through ``_closed_form_step`` as through ``_autograd_step``;
-the batched ensemble backward equals autograd through ``CriticEnsemble``; the squashed-Gaussian backward
-equals autograd through ``squashed_gaussian``."""
+"""The compiled off-policy gradient backends equal the PyTorch definitions: DQN and SAC take the same optimizer
+steps (parameters, optimizer moments, statistics) through ``_compiled_step`` as through ``_autograd_step`` (the
+"torch" backend, autograd on the losses); the batched ensemble backward equals autograd through
+``CriticEnsemble``; the compiled loss heads and the squashed-Gaussian backward equal autograd through ``dqn_loss``
+and ``squashed_gaussian``."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from rapidrl.algos.dqn import DQN, dqn_output_grads
+from rapidrl.algos.dqn import DQN, dqn_loss
 from rapidrl.algos.sac import SAC
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
-from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian, squashed_gaussian_backward
+from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian
 
 SMALL = dict(hidden=(16, 16), batch_size=32, learning_starts=10_000, buffer_size=1_000, seed=3)
 
@@ -38,28 +39,34 @@ SAC_CASES = [("Pendulum-v1", dict()), ("Pendulum-v1", dict(ent_coef=0.2, n_criti
              ("MountainCarContinuous-v0", dict(hidden=(8, 8, 8)))]
 
 
-@pytest.mark.parametrize("cls, env_id, kw, cpu_kernels", [
-    # the elementwise parts as compiled kernels (CPU) and as PyTorch operations (other devices)
-    *[(DQN, "CartPole-v1", kw, k) for kw in DQN_CASES for k in (True, False)],
-    *[(SAC, env_id, kw, k) for env_id, kw in SAC_CASES for k in (True, False)],
+@pytest.mark.parametrize("cls, env_id, kw", [
+    *[(DQN, "CartPole-v1", kw) for kw in DQN_CASES],
+    *[(SAC, env_id, kw) for env_id, kw in SAC_CASES],
 ])
-def test_closed_form_update_equals_autograd(cls, env_id, kw, cpu_kernels):
-    closed, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, **kw)
-    assert closed._cpu_kernels  # on CPU the kernels are the default
-    closed._cpu_kernels = cpu_kernels
-    assert closed._update_fn == closed._update_step  # eager: the closed form is what training runs
+def test_compiled_update_equals_autograd(cls, env_id, kw):
+    compiled, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, **kw)
+    assert compiled.gradient_backend == "compiled"  # on CPU the compiled backend is the default
+    assert compiled._update_fn == compiled._update_step  # eager: the compiled step is what training runs
     stats = []
     for step in range(4):
         batch = ref.buffer.sample(32, as_torch=True)
-        for fn in (closed._closed_form_step, ref._autograd_step):
+        for fn in (compiled._compiled_step, ref._autograd_step):
             torch.manual_seed(step)  # SAC: the same action noise
             stats.append(fn(batch).clone())
         torch.testing.assert_close(stats[-2], stats[-1], rtol=1e-5, atol=1e-6)
-        for a, b in zip(_params_and_moments(closed), _params_and_moments(ref)):
+        for a, b in zip(_params_and_moments(compiled), _params_and_moments(ref)):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-    moved = [not torch.equal(a, b) for a, b in zip(_params_and_moments(closed), _params_and_moments(_filled(
+    moved = [not torch.equal(a, b) for a, b in zip(_params_and_moments(compiled), _params_and_moments(_filled(
         cls, env_id, **kw)))]
-    assert all(moved[: len(list(closed.optimizer.param_groups[0]["params"]))])  # every parameter was trained
+    assert all(moved[: len(list(compiled.optimizer.param_groups[0]["params"]))])  # every parameter was trained
+
+
+@pytest.mark.parametrize("cls, env_id", [(DQN, "CartPole-v1"), (SAC, "Pendulum-v1")])
+def test_the_torch_backend_trains_when_chosen(cls, env_id):
+    model = _filled(cls, env_id, gradient_backend="torch", learning_starts=64)
+    assert model.gradient_backend == "torch" and model._acting_forward is None
+    assert model.num_gradient_steps > 0 and all(np.isfinite(v) for k, v in model.metrics.items()
+                                                if k.startswith("losses/"))
 
 
 def test_ensemble_backward_equals_autograd_with_param_rows():
@@ -81,21 +88,9 @@ def test_ensemble_backward_equals_autograd_with_param_rows():
     torch.testing.assert_close(d_x.sum(0), ref_x_grad)
 
 
-def test_squashed_gaussian_backward_equals_autograd():
-    torch.manual_seed(1)
-    head = torch.randn(6, 4, requires_grad=True)  # A = 2
-    noise = torch.randn(6, 2)
-    scale, center = torch.tensor([2.0, 0.5]), torch.tensor([0.0, 1.0])
-    actions, log_prob, saved = squashed_gaussian(head, noise, scale, center, -5.0, 2.0)
-    d_a, d_lp = torch.randn(6, 2), torch.randn(6)
-    ref = torch.autograd.grad((actions * d_a).sum() + (log_prob * d_lp).sum(), head)[0]
-    ours = squashed_gaussian_backward(d_a, d_lp, noise, scale, tuple(t.detach() for t in saved), -5.0, 2.0)
-    torch.testing.assert_close(ours, ref)
-
-
 @pytest.mark.parametrize("double_q", [True, False])
 @pytest.mark.parametrize("weighted", [True, False])
-def test_dqn_cpu_kernels_equals_torch_loss_head(double_q, weighted):
+def test_dqn_compiled_loss_head_equals_autograd(double_q, weighted):
     g = torch.Generator().manual_seed(7)
     b, a = 40, 3
     q_both = torch.randn(2 * b if double_q else b, a, generator=g) * 2
@@ -106,7 +101,11 @@ def test_dqn_cpu_kernels_equals_torch_loss_head(double_q, weighted):
     weights = torch.rand(b, generator=g) if weighted else None
     next_q = (next_target.gather(1, q_both[b:].argmax(1, keepdim=True)).squeeze(1) if double_q
               else next_target.max(1).values)
-    d_ref, loss, q, td = dqn_output_grads(q_both[:b], actions, next_q, rewards, discounts, weights)
+    q_all = q_both[:b].clone().requires_grad_(True)  # the reference: autograd through dqn_loss
+    q = q_all.gather(1, actions.unsqueeze(1)).squeeze(1)
+    loss, td = dqn_loss(q, next_q, rewards, discounts, weights)
+    d_ref = torch.autograd.grad(loss, q_all)[0]
+    loss, q = loss.detach(), q.detach()
     d_out, out = torch.empty(b, a), torch.empty(3 + b)
     dqn_td_grads(q_both.numpy(), next_target.numpy(), actions.numpy(), rewards.numpy(), discounts.numpy(),
                  None if weights is None else weights.numpy(), double_q, d_out.numpy(), out.numpy())
@@ -151,8 +150,9 @@ def test_sac_squash_kernels_equal_torch_including_saturated_actions():
         torch.testing.assert_close(torch.from_numpy(ours), ref)
     b = rows // 2
     d_x = torch.randn(2, rows, 4 + a, generator=g)
-    ref = squashed_gaussian_backward(d_x[:, b:, -a:].sum(0), torch.full((b,), 0.3), noise[:b], scale,
-                                     tuple(t[:b] for t in saved), -5.0, 2.0)
+    head_b = head[:b].clone().requires_grad_(True)  # the reference: autograd through squashed_gaussian
+    actions_b, log_prob_b, _ = squashed_gaussian(head_b, noise[:b], scale, center, -5.0, 2.0)
+    ref = torch.autograd.grad((actions_b * d_x[:, b:, -a:].sum(0)).sum() + 0.3 * log_prob_b.sum(), head_b)[0]
     d_head = np.zeros((b, 2 * a), np.float32)
     sac_kernels.squash_backward(d_x.numpy(), 0.3, noise[:b].numpy(), scale.numpy(), *(x[:b] for x in saved_np),
                                 -5.0, 2.0, d_head)
@@ -181,9 +181,9 @@ def test_sac_kernels_reject_bad_input():
 def test_compiled_acting_equals_pytorch_acting(deterministic):
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     sac = SAC("Pendulum-v1", hidden=(32, 32), seed=1)
-    actions = []
-    for kernels in (True, False):
-        sac._cpu_kernels = kernels
+    actions, compiled_forward = [], sac._acting_forward
+    for forward in (compiled_forward, None):
+        sac._acting_forward = forward  # None: the PyTorch actor
         torch.manual_seed(4)  # the same exploration noise
         actions.append(sac._act(obs, deterministic))
     np.testing.assert_allclose(actions[0], actions[1], rtol=1e-5, atol=1e-6)

@@ -110,7 +110,7 @@ def test_bf16_autocast_update():
         return model
 
     fp32, bf16 = run(False), run(True)
-    assert not bf16._closed_form
+    assert bf16.gradient_backend == "torch" and bf16.paths["precision"].value == "bfloat16"
     assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
     assert np.isfinite(bf16.metrics["losses/value_loss"])
     assert bf16.history[0]["losses/value_loss"] != fp32.history[0]["losses/value_loss"]

@@ -118,7 +118,7 @@ def test_ppo_cnn_on_minatar_trains_with_uint8_storage(tmp_path, async_collect):
     assert model.buffer.obs.dtype == np.uint8 and model.buffer.obs.shape == (16, 4, 4, 10, 10)
     assert set(np.unique(model.buffer.obs)) <= {0, 1} and model.buffer.obs.any()
     assert all(np.isfinite(v) for k, v in model.metrics.items() if k.startswith("losses/"))
-    assert not model._closed_form
+    assert model.gradient_backend == "torch" and model.paths["collection"].value == "step"
     obs, _ = rr.make_vec("MinAtar/Breakout-v1", 3, seed=1).reset(seed=1)
     _predict_same(model, rr.PPO, tmp_path, obs)
 
@@ -144,6 +144,7 @@ def test_dqn_cnn_on_minatar(tmp_path, dueling):
     model = rr.DQN("MinAtar/Breakout-v1", seed=0, learning_starts=64, train_freq=4, gradient_steps=1, batch_size=16,
                    buffer_size=1000, dueling=dueling)
     assert model.q_net.has_encoder and model._layers is None and model._acting_forward is None
+    assert model.gradient_backend == "torch"
     assert model.buffer.arrays()["obs"].dtype == np.uint8
     model.learn(200, progress_bar=False)
     assert model.num_gradient_steps > 0
@@ -153,10 +154,12 @@ def test_dqn_cnn_on_minatar(tmp_path, dueling):
 
 def test_mlp_paths_are_unchanged():
     ppo = rr.PPO("CartPole-v1", num_envs=4, num_steps=8, minibatch_size=32, seed=0)
-    assert ppo.policy.encoder_kind == "mlp" and ppo.collector is not None and ppo._closed_form
+    assert ppo.policy.encoder_kind == "mlp" and ppo.collector is not None
+    assert ppo.gradient_backend == "compiled"
     assert ppo.buffer.obs.dtype == np.float32
     dqn = rr.DQN("CartPole-v1", seed=0)
     assert not dqn.q_net.has_encoder and dqn._layers is not None and dqn.buffer.arrays()["obs"].dtype == np.float32
+    assert dqn.gradient_backend == "compiled"
     with pytest.raises(ValueError, match="encoder must be one of"):
         rr.PPO("CartPole-v1", encoder="resnet")
     with pytest.raises(ValueError, match="normalize_obs"):

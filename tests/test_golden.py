@@ -30,21 +30,19 @@ _PPO = dict(num_envs=4, num_steps=32, minibatch_size=64, update_epochs=2, hidden
 RUNS: dict[str, tuple[str, str, dict, int]] = {
     # PPO collection paths x gradient paths
     "ppo_discrete": ("PPO", "CartPole-v1", _PPO, 512),  # fused rollout, compiled epoch
-    "ppo_discrete_closed_form": ("PPO", "CartPole-v1", {**_PPO, "fused_update": False}, 512),
-    "ppo_discrete_autograd": ("PPO", "CartPole-v1", {**_PPO, "closed_form_grads": False}, 512),
-    "ppo_discrete_per_step": ("PPO", "CartPole-v1", {**_PPO, "fused_rollout": "never"}, 512),
+    "ppo_discrete_autograd": ("PPO", "CartPole-v1", {**_PPO, "gradient_backend": "torch"}, 512),
+    "ppo_discrete_per_step": ("PPO", "CartPole-v1", {**_PPO, "collection": "step"}, 512),
     "ppo_discrete_shared": ("PPO", "CartPole-v1", {**_PPO, "shared": True}, 512),
     "ppo_discrete_async": ("PPO", "CartPole-v1", {**_PPO, "async_collect": True}, 512),
     "ppo_discrete_vtrace": ("PPO", "CartPole-v1", {**_PPO, "async_collect": True, "vtrace_advantages": True}, 512),
     "ppo_discrete_bf16": ("PPO", "CartPole-v1", {**_PPO, "bf16_update": True}, 512),
-    "ppo_discrete_torch_env": ("PPO", "torch:CartPole-v1", {**_PPO, "fused_rollout": "never"}, 512),  # device path
+    "ppo_discrete_torch_env": ("PPO", "torch:CartPole-v1", {**_PPO, "collection": "device"}, 512),  # device path
     "ppo_gaussian": ("PPO", "Pendulum-v1", {**_PPO, "normalize_obs": True, "normalize_reward": True}, 512),
-    "ppo_gaussian_autograd": ("PPO", "Pendulum-v1", {**_PPO, "closed_form_grads": False}, 512),
+    "ppo_gaussian_autograd": ("PPO", "Pendulum-v1", {**_PPO, "gradient_backend": "torch"}, 512),
     "ppo_tanh": ("PPO", "Pendulum-v1", {**_PPO, "squash": "tanh"}, 512),
     "ppo_multidiscrete": ("PPO", "Switches-v0", {**_PPO, "num_steps": 16}, 256),
     "ppo_recurrent": ("PPO", "CartPoleNoVel-v1", {**_PPO, "recurrent": "lstm", "recurrent_size": 16}, 512),
-    "ppo_recurrent_autograd": ("PPO", "CartPoleNoVel-v1",
-                               {**_PPO, "recurrent": "gru", "recurrent_size": 16, "closed_form_grads": False}, 512),
+    "ppo_recurrent_gru": ("PPO", "CartPoleNoVel-v1", {**_PPO, "recurrent": "gru", "recurrent_size": 16}, 512),
     "ppo_cnn": ("PPO", "MinAtar/Breakout-v1", {**_PPO, "num_steps": 16, "minibatch_size": 32}, 256),
     "a2c": ("A2C", "CartPole-v1", dict(num_envs=4, hidden=(32, 32)), 400),
     "a2c_recurrent": ("A2C", "CartPoleNoVel-v1", dict(num_envs=4, hidden=(32,), recurrent="gru",
@@ -60,12 +58,16 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "dqn_mlp_autograd": ("DQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
                                                     gradient_steps=8, hidden=(32, 32), buffer_size=2000,
                                                     dueling=True), 512),
+    "dqn_mlp_torch": ("DQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16, gradient_steps=8,
+                                                 hidden=(32, 32), buffer_size=2000, gradient_backend="torch"), 512),
     "dqn_prioritized_nstep": ("DQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
                                                          gradient_steps=8, hidden=(32, 32), buffer_size=2000,
                                                          prioritized=True, n_step=3), 512),
     "dqn_cnn": ("DQN", "MinAtar/Breakout-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
                                                    gradient_steps=4, buffer_size=2000), 256),
     "sac": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+    "sac_torch": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
+                                             gradient_backend="torch"), 160),
     "td3": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
 }
 

@@ -227,32 +227,22 @@ def test_bad_arguments():
         rr.MAPPO("MPE/simple_spread-v3", num_envs=10)
     with pytest.raises(TypeError, match="multi-agent env"):
         rr.MAPPO(rr.make_vec("CartPole-v1", 2), num_envs=2)
-    with pytest.raises(Exception, match="fused_update"):
-        rr.MAPPO("MPE/simple_spread-v3", fused_update=True)
+    with pytest.raises(Exception, match="shared=True"):
+        rr.MAPPO("MPE/simple_spread-v3", shared=True)
 
 
 @pytest.mark.parametrize("algo", [rr.MAPPO, rr.IPPO])
-def test_closed_form_gradients_equal_autograd(algo):
-    """The closed-form gradient path (column slices through _actor_obs/_critic_obs) = autograd on ppo_loss."""
-    from rapidrl.algos.ppo import ppo_loss
-
+def test_the_compiled_backend_reads_the_policys_column_slices(algo):
+    """Multi-agent PPO trains on PPO's compiled backend, which gathers each network's columns of the rows
+    (``input_columns``); tests/test_ppo_fused_update.py compares it with the torch backend."""
     model = algo("MPE/simple_spread-v3", num_envs=12, num_steps=10, minibatch_size=60, seed=0)
-    assert model._closed_form and model._fused_params() is None
-    model._collect()
-    mb = next(model.buffer.minibatches(60, generator=torch.Generator().manual_seed(0)))
-    p, c = model.policy, model.config
-    with torch.no_grad():  # move the policy away from its initial (near-uniform) outputs
-        for t in p.parameters():
-            t.add_(0.1 * torch.randn_like(t))
-    model._closed_form_grads(mb, c.clip_coef)
-    closed = [t.grad.clone() for t in p.parameters()]
-    p.zero_grad(set_to_none=True)
-    new_logp, entropy, new_values = p.evaluate(mb.obs, mb.actions)
-    loss, _ = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values, mb.advantages, mb.returns,
-                       clip_coef=c.clip_coef, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
-    loss.backward()
-    for a, (name, t) in zip(closed, p.named_parameters()):
-        torch.testing.assert_close(a, t.grad, rtol=1e-4, atol=1e-6, msg=name)
+    env, p = model.env, model.policy
+    assert model.gradient_backend == "compiled" and model._compiled is not None
+    actor, critic = p.input_columns()
+    assert actor == (0, env.local_obs_dim + env.num_agents)
+    width = env.single_observation_space.shape[0]
+    assert critic == ((env.local_obs_dim, width) if model.config.centralized_critic else actor)
+    assert model._compiled.kernel().obs_dim == max(actor[1], critic[1])
 
 
 def test_docs_examples_run():

@@ -20,9 +20,9 @@ def small(**kw):
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1",
                                     "MountainCarContinuous-v0"])
-@pytest.mark.parametrize("fused", ["always", "never"])
-def test_smoke_every_builtin_env_and_path(env_id, fused):
-    model = rr.PPO(env_id, **small(fused_rollout=fused))
+@pytest.mark.parametrize("collection", ["fused", "step"])
+def test_smoke_every_builtin_env_and_path(env_id, collection):
+    model = rr.PPO(env_id, **small(collection=collection))
     model.learn(512, progress_bar=False)
     assert model.num_timesteps == 512
     for key in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/clipfrac",
@@ -33,11 +33,11 @@ def test_smoke_every_builtin_env_and_path(env_id, fused):
     assert model.env.action_space.contains(actions.astype(model.env.action_space.dtype))
 
 
-@pytest.mark.parametrize("fused", ["always", "never"])
-def test_rollout_records_rewards_and_episodes(fused):
+@pytest.mark.parametrize("collection", ["fused", "step"])
+def test_rollout_records_rewards_and_episodes(collection):
     """CartPole pays 1 per step: every stored reward is 1, every finished episode's return equals its length,
     and the episodes counted are exactly the terminated-or-truncated steps of the rollout."""
-    model = rr.PPO("CartPole-v1", **small(fused_rollout=fused, num_steps=128))
+    model = rr.PPO("CartPole-v1", **small(collection=collection, num_steps=128))
     model._collect()
     buf = model.buffer
     assert buf.rewards.sum() == buf.rewards.size
@@ -104,10 +104,10 @@ def test_load_rejects_corrupt_and_foreign_files(tmp_path):
         rr.PPO.load(tmp_path / "missing.pt")
 
 
-@pytest.mark.parametrize("fused", ["always", "never"])
-def test_same_seed_same_learning_curve(fused):
+@pytest.mark.parametrize("collection", ["fused", "step"])
+def test_same_seed_same_learning_curve(collection):
     def run():
-        m = rr.PPO("CartPole-v1", **small(fused_rollout=fused))
+        m = rr.PPO("CartPole-v1", **small(collection=collection))
         m.learn(1024, progress_bar=False)
         return [(h["losses/policy_loss"], h["losses/value_loss"]) for h in m.history], \
             [p.detach().clone() for p in m.policy.parameters()]
@@ -127,7 +127,7 @@ def test_different_seeds_differ():
 @pytest.mark.parametrize("squash", ["clip", "tanh"])
 def test_fused_rollout_matches_torch_policy(env_id, squash):
     """Log-probs and values written by the fused kernel equal the PyTorch policy's on the stored data."""
-    model = rr.PPO(env_id, **small(fused_rollout="always", normalize_obs=True, squash=squash))
+    model = rr.PPO(env_id, **small(collection="fused", normalize_obs=True, squash=squash))
     model.learn(256, progress_bar=False)  # moves weights and normalizer statistics off their init
     norm = model.obs_normalizer
     mean, std = norm.rms.mean.copy(), np.sqrt(norm.rms.var + norm.eps)
@@ -146,7 +146,7 @@ def test_fused_rollout_matches_torch_policy(env_id, squash):
 
 def test_fused_action_frequencies_match_policy_probabilities():
     """Chi-square: actions sampled by the fused kernel follow the policy's categorical distribution."""
-    model = rr.PPO("Acrobot-v1", num_envs=64, num_steps=64, minibatch_size=256, seed=0, fused_rollout="always")
+    model = rr.PPO("Acrobot-v1", num_envs=64, num_steps=64, minibatch_size=256, seed=0, collection="fused")
     with torch.no_grad():  # make the policy non-uniform and state-independent
         last = model.policy.actor[-1]
         last.weight.zero_()
@@ -160,7 +160,7 @@ def test_fused_action_frequencies_match_policy_probabilities():
 
 
 def test_fused_gaussian_sampling_moments():
-    model = rr.PPO("Pendulum-v1", num_envs=64, num_steps=64, minibatch_size=256, seed=0, fused_rollout="always",
+    model = rr.PPO("Pendulum-v1", num_envs=64, num_steps=64, minibatch_size=256, seed=0, collection="fused",
                    log_std_init=-0.5)
     with torch.no_grad():
         last = model.policy.actor[-1]

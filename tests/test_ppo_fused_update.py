@@ -1,9 +1,9 @@
-"""The compiled PPO epoch (``rapidrl.kernels.ppo_update``) against the PyTorch path it replaces.
+"""The compiled PPO epoch (``rapidrl.kernels.ppo_update``, gradient_backend="compiled") against the PyTorch
+backend it replaces (gradient_backend="torch": autograd on ``ppo_loss``, ``optimizer_step``).
 
 Two models with the same seed collect the same first rollout; one updates through the compiled epoch, the other
-through PyTorch (closed-form gradients, ``optimizer_step``). After the update every parameter, both Adam moments,
-the step counters and the logged statistics must agree to float32 rounding (the two paths sum in different
-orders, so not bitwise)."""
+through PyTorch. After the update every parameter, both Adam moments, the step counters and the logged
+statistics must agree to float32 rounding (the two paths sum in different orders, so not bitwise)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,27 @@ CASES = {
     "cartpole-no-clip": dict(env="CartPole-v1", max_grad_norm=0.0),
     "pendulum-gaussian": dict(env="Pendulum-v1", ent_coef=0.02),
     "pendulum-gaussian-relu-target-kl": dict(env="Pendulum-v1", activation="relu", target_kl=1e-4, learning_rate=3e-3),
+    "pendulum-tanh-squash": dict(env="Pendulum-v1", squash="tanh", ent_coef=0.01),
+    "mappo-column-slices": dict(env="MPE/simple_spread-v3", algo="MAPPO", num_envs=6, num_steps=32, minibatch_size=48),
+    "ippo-column-slices-batch-norm": dict(env="MPE/simple_spread-v3", algo="IPPO", num_envs=6, num_steps=32,
+                                          minibatch_size=40, norm_adv="batch"),
+    "ppo-masked-rollout": dict(env="leaving", num_envs=12, num_steps=16, minibatch_size=32),
 }
 
 
-def _one_update(fused: bool, env: str, **over):
+def _one_update(fused: bool, env: str, algo: str = "PPO", **over):
     kw = dict(num_envs=4, num_steps=64, minibatch_size=64, update_epochs=3, seed=3, learning_rate=1e-3)
     kw.update(over)
-    model = rr.PPO(env, fused_update=fused, **kw)
+    if env == "leaving":  # a multi-agent env whose agents leave: a masked rollout (test_marl.Leaving)
+        from test_marl import Leaving
+
+        from rapidrl.envs.pettingzoo_vec import PettingZooVecEnv
+
+        env = PettingZooVecEnv(Leaving, kw["num_envs"] // 3)
+    model = getattr(rr, algo)(env, gradient_backend="compiled" if fused else "torch", **kw)
     model.learn(kw["num_envs"] * kw["num_steps"] * 2, progress_bar=False)  # two updates: Adam state carries over
+    if env == "leaving" or not isinstance(env, str):
+        assert model.buffer.masked
     return model
 
 
@@ -39,7 +52,7 @@ def test_compiled_epoch_matches_the_pytorch_update(case):
     over = dict(CASES[case])
     env = over.pop("env")
     fused, ref = _one_update(True, env, **over), _one_update(False, env, **over)
-    assert fused._epoch_kernel is not None and ref._epoch_kernel is None  # each took the path under test
+    assert fused._compiled is not None and ref._compiled is None  # each took the path under test
     for (name, a), (_, b) in zip(fused.policy.named_parameters(), ref.policy.named_parameters()):
         torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-5, msg=name)
         sa, sb = fused.optimizer.state[a], ref.optimizer.state[b]

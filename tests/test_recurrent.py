@@ -228,38 +228,6 @@ def test_the_update_replays_the_collected_rollout_exactly():
     assert b.terminated.any()
 
 
-@pytest.mark.parametrize("env_id, kwargs", [
-    ("MemoryCue-v0", dict(env_kwargs={"delay": 3}, ent_coef=0.01, clip_vloss=True, minibatch_size=64)),
-    ("MemoryCue-v0", dict(env_kwargs={"delay": 3}, recurrent="gru", burn_in=3, norm_adv="batch",
-                          minibatch_size=16)),
-    ("Pendulum-v1", dict(squash="tanh", ent_coef=0.01, clip_vloss=True, minibatch_size=64)),
-    ("Pendulum-v1", dict(squash="clip", minibatch_size=16, norm_adv="none")),
-])
-def test_closed_form_head_gradients_equal_autograd(env_id, kwargs):
-    """The recurrent update's closed-form loss and head gradients (autograd only below the heads) give every
-    parameter the gradient that autograd through ppo_loss gives: categorical and Gaussian heads (both squashes),
-    value clipping, entropy bonus, burn-in, minibatches of all or some columns, each advantage normalization."""
-    cfg = dict(SMALL, recurrent="lstm", seed=3)
-    cfg.update(kwargs)
-    model = rr.PPO(env_id, **cfg)
-    for _ in range(20):  # until a rollout starts mid-episode and has episode starts inside (padded segments)
-        model._collect()
-        if model._rollout_starts()[1:].any() and not model._step_collector.initial_starts.all():
-            break
-    grads = {}
-    for closed_form in (True, False):
-        model._closed_form_heads = closed_form
-        model.torch_generator.manual_seed(0)  # the same minibatches of columns
-        norm = None if model.config.norm_adv == "none" else model.config.norm_adv
-        steps = model._sequence_gradients(0.1, norm, model._sequence_plan(norm))
-        grads[closed_form] = [[p.grad.clone() for p in model.policy.parameters()] for _ in steps]
-    assert len(grads[True]) == len(grads[False]) == 4 * 16 // model.config.minibatch_size
-    assert model._rollout_starts()[1:].any()
-    for mine, reference in zip(grads[True], grads[False]):
-        for a, b in zip(mine, reference):
-            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
-
-
 def test_truncated_episodes_bootstrap_from_the_state_they_reached():
     """final_values of truncated steps = the critic on the true final observation, entered with the state after
     the episode's last step (recomputed here by replaying the same actions on a twin env)."""
@@ -351,7 +319,7 @@ def test_recurrent_predict_rejects_bad_state_and_starts():
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", burn_in=16, **SMALL), "burn_in"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="rnn"), "recurrent must be"),
     (lambda: rr.PPO("CartPoleNoVel-v1", hidden=[]), "non-empty"),
-    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", fused_rollout="always", **SMALL), "fused_rollout"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", collection="fused", **SMALL), "collection='fused'"),
 ])
 def test_recurrent_configuration_errors(make, match):
     with pytest.raises((ConfigError, ValueError), match=match):

@@ -99,25 +99,6 @@ def dqn_loss(q: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor
     return loss, td.detach()
 
 
-def dqn_output_grads(q_all: torch.Tensor, actions: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor,
-                     discounts: torch.Tensor, weights: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``dqn_loss`` and its gradient with respect to the Q network's output, without autograd.
-
-    q_all [B, A] (every action's Q), actions [B] (int64), the rest [B]. The Huber loss has derivative
-    clamp(td, -1, 1), so d loss / d q_all is w clamp(td, -1, 1) / B in the taken action's column and 0
-    elsewhere. Returns (d loss / d q_all [B, A], loss, taken Q [B], TD errors [B]).
-    """
-    index = actions.unsqueeze(1)  # [B, 1]
-    q = q_all.gather(1, index).squeeze(1)
-    loss, td = dqn_loss(q, next_q_target, rewards, discounts, weights)
-    d_q = td.clamp(-1.0, 1.0)
-    if weights is not None:
-        d_q = d_q * weights
-    d_out = torch.zeros_like(q_all).scatter_(1, index, d_q.div_(q.shape[0]).unsqueeze(1))
-    return d_out, loss, q, td
-
-
 @register
 class DQN(OffPolicyAlgorithm):
     """Deep Q-Network for Discrete action spaces. ``DQN(env, **hyperparameters)``; see DQNConfig."""
@@ -141,17 +122,32 @@ class DQN(OffPolicyAlgorithm):
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), c.learning_rate)
         self._params = list(self.q_net.parameters())
-        # closed-form gradients (no autograd graph) for the plain MLP; dueling heads, CNN encoders and
-        # torch.compile (which cannot trace the in-place gradient writes) use autograd
-        closed_form = not (c.dueling or c.compile or encoder is not None)
-        self._layers = linear_layers(self.q_net.net) if closed_form else None
-        self._target_layers = linear_layers(self.q_target.net) if closed_form else None
-        self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch loss head (dqn_output_grads)
-        self._acting_forward = None  # compiled forward for acting on a few observations (plain MLP on CPU)
-        if closed_form and self.device.type == "cpu":
-            self._acting_forward = MLPForward(self.q_net.net, "relu")
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0
+
+    # -- gradient backends -----------------------------------------------------------------------
+    def _gradient_backends(self) -> dict:
+        def compiled() -> str | None:
+            c = self.config
+            if self.device.type != "cpu":
+                return "needs device='cpu'"
+            if self.q_net.has_encoder:
+                return "needs an MLP Q network (image observations use a CNN encoder)"
+            if c.dueling:
+                return "needs a plain MLP Q network (dueling=False)"
+            if c.compile:
+                return "compile=True traces the autograd update (it needs gradient_backend='torch')"
+            return None
+
+        return {"compiled": compiled, "torch": lambda: None}
+
+    def _bind_backend(self) -> None:
+        """The compiled backend: the layers for the hand-written forward and backward, and the compiled MLP forward
+        for acting on a few observations."""
+        self._layers = self._target_layers = self._acting_forward = None
+        if self.gradient_backend == "compiled":
+            self._layers, self._target_layers = linear_layers(self.q_net.net), linear_layers(self.q_target.net)
+            self._acting_forward = MLPForward(self.q_net.net, "relu")
 
     def _encoder_kind(self) -> str:
         return encoder_for(self.observation_space, self.config.encoder)
@@ -175,14 +171,14 @@ class DQN(OffPolicyAlgorithm):
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
         """One gradient step; returns [loss, mean Q, mean |TD|, |TD| per sample...] (priorities after 3)."""
-        if self._layers is not None:
-            return self._closed_form_step(batch)
-        return self._autograd_step(batch)
+        return self._compiled_step(batch) if self.gradient_backend == "compiled" else self._autograd_step(batch)
 
     @torch.no_grad()
-    def _closed_form_step(self, batch) -> torch.Tensor:
-        """``_autograd_step`` with the gradients written by ``mlp_backward``: the same update, a third of the
-        PyTorch calls (``tests/test_closed_form_offpolicy.py`` compares the two)."""
+    def _compiled_step(self, batch) -> torch.Tensor:
+        """The "compiled" backend: ``_autograd_step`` with the loss head in one compiled call
+        (``rapidrl.kernels.td.dqn_td_grads``: targets, Huber loss, its gradient with respect to Q) and the MLP's
+        forward and backward written by hand (``rapidrl.nn.mlp_grad``): the same update, a third of the PyTorch
+        calls (``tests/test_closed_form_offpolicy.py`` compares the two)."""
         c = self.config
         b = batch.obs.shape[0]
         if c.double_q:  # one online forward for s and s'; the backward uses the rows of s only
@@ -192,26 +188,18 @@ class DQN(OffPolicyAlgorithm):
             q_both, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
         next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
         weights = batch.weights if c.prioritized else None
-        if self._cpu_kernels:  # CPU: the loss head in one compiled call
-            d_out = torch.empty_like(next_target)
-            out = torch.empty(3 + b)
-            dqn_td_grads(q_both.numpy(), next_target.numpy(), batch.actions.numpy(), batch.rewards.numpy(),
-                         batch.discounts.numpy(), None if weights is None else weights.numpy(), c.double_q,
-                         d_out.numpy(), out.numpy())
-        else:
-            q_all = q_both[:b]
-            next_q = (next_target.gather(1, q_both[b:].argmax(1, keepdim=True)).squeeze(1) if c.double_q
-                      else next_target.max(1).values)
-            d_out, loss, q, td = dqn_output_grads(q_all, batch.actions, next_q, batch.rewards, batch.discounts,
-                                                  weights)
-            td_abs = td.abs_()
-            out = torch.cat([torch.stack([loss, q.mean(), td_abs.mean()]), td_abs])
+        d_out = torch.empty_like(next_target)
+        out = torch.empty(3 + b)
+        dqn_td_grads(q_both.numpy(), next_target.numpy(), batch.actions.numpy(), batch.rewards.numpy(),
+                     batch.discounts.numpy(), None if weights is None else weights.numpy(), c.double_q,
+                     d_out.numpy(), out.numpy())
         mlp_backward(d_out, inputs, self._layers, "relu")
         optimizer_step(self.optimizer, c.max_grad_norm)
         return out
 
     def _autograd_step(self, batch) -> torch.Tensor:
-        """The update through autograd (any Q network, dueling included)."""
+        """The "torch" backend: the update through autograd on ``dqn_loss`` (any Q network, dueling and CNNs
+        included; the reference of ``_compiled_step``; what torch.compile traces)."""
         c = self.config
         b = batch.obs.shape[0]
         both = self.q_net(torch.cat([batch.obs, batch.next_obs]))  # [2B, A]: one forward for s and s'

@@ -1,10 +1,11 @@
 """Multi-agent PPO: MAPPO (centralized critic on the global state) and IPPO (independent critics), on PPO.
 
-Both run PPO unchanged (``rapidrl.algos.ppo``: the same loss, GAE, update loop and collectors) on a multi-agent
-vector env (``rapidrl.envs.multiagent``: agents of E copies as rows ``[local obs | agent one-hot | global
-state]``). What differs is only which columns each network reads. Rows of agents that left mid-episode are kept
-out of the loss by the rollout's loss masks (``RolloutBuffer.active``, from the env's ``info["active"]``), as for
-PPO and A2C on the same envs:
+Both run PPO unchanged (``rapidrl.algos.ppo``: the same loss, GAE, update loop, gradient backends and
+collectors) on a multi-agent vector env (``rapidrl.envs.multiagent``: agents of E copies as rows ``[local obs |
+agent one-hot | global state]``). What differs is only which columns each network reads
+(``MultiAgentActorCritic.input_columns``, which the compiled update gathers too). Rows of agents that left
+mid-episode are kept out of the loss by the rollout's loss masks (``RolloutBuffer.active``, from the env's
+``info["active"]``), as for PPO and A2C on the same envs:
 
 - parameter sharing: one actor for all agents, reading ``[local obs | agent one-hot]``;
 - IPPO: the critic reads the same columns as the actor (each agent's own observation and id);
@@ -52,6 +53,9 @@ class MultiAgentActorCritic(ActorCritic):
         self.obs_dim, self.actor_dim = width, int(actor_dim)
         self.critic_start, self.critic_dim = int(critic_start), int(critic_dim)
 
+    def input_columns(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (0, self.actor_dim), (self.critic_start, self.critic_start + self.critic_dim)
+
     def critic_input(self, obs: torch.Tensor) -> torch.Tensor:
         """The columns the critic reads: obs [B, W] -> [B, critic_dim]."""
         return obs[:, self.critic_start:self.critic_start + self.critic_dim]
@@ -74,13 +78,9 @@ class MAPPOConfig(PPOConfig):
     ent_coef: float = 0.01
     centralized_critic: bool = True
     """The critic reads the global state + agent one-hot (MAPPO); False: the agent's own observation (IPPO)."""
-    fused_update: bool = False
-    """Off (the compiled epoch feeds whole rows to both networks); the closed-form gradients apply (the actor and
-    critic get their column slices through ``MAPPO._actor_obs`` / ``_critic_obs``)."""
 
     def validate(self) -> None:
         super().validate()
-        require(not self.fused_update, "multi-agent PPO needs fused_update=False (the networks read column slices)")
         require(not self.async_collect and not self.vtrace_advantages and not self.shared,
                 "multi-agent PPO supports neither async_collect, vtrace_advantages nor shared=True")
 
@@ -154,12 +154,6 @@ class MAPPO(PPO):
             returns += np.where(finished, 0.0, info["team_reward"])
             finished |= info["_team_episode"]
         return float(returns.mean()), float(returns.std())
-
-    def _actor_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        return obs[:, :self.policy.actor_dim]
-
-    def _critic_obs(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy.critic_input(obs)
 
     def _collect(self) -> None:
         """PPO's collection (the env's ``info["active"]`` loss masks go into the rollout), then team statistics."""

@@ -35,6 +35,7 @@ import torch
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.paths import fixed
 
 
 @dataclass
@@ -62,7 +63,8 @@ class OffPolicyConfig(RuntimeConfig):
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer sizes of every network."""
     compile: bool = False
-    """Run the update under torch.compile (first update compiles for ~10-60 s; falls back to eager on failure)."""
+    """Run the update under torch.compile (the "torch" gradient backend; the first update compiles for ~10-60 s,
+    then runs eagerly if compiling failed, with a warning)."""
     log_interval: int = 100
     """Updates between two reads of the loss statistics (each read is one host sync)."""
     replay_storage: str = "memory"
@@ -185,6 +187,10 @@ class OffPolicyAlgorithm(Algorithm):
         self._next_obs = np.zeros_like(self._obs)  # next_obs as stored: final obs where an episode ended
         self._needs_reset = True
         self._build_networks()
+        self.paths["gradient_backend"] = self._resolve_gradient_backend()
+        self.paths["collection"] = fixed("collection", "step", "the only one: a vector-env step per call, into replay")
+        self.paths["precision"] = fixed("precision", "float32", "the only one")
+        self._bind_backend()
         self._update_fn = maybe_compile(self._update_step, c.compile)
         self._stat_sum = torch.zeros(len(self.stat_names), device=self.device)
         self._stat_count = 0
@@ -234,6 +240,9 @@ class OffPolicyAlgorithm(Algorithm):
 
     def _build_networks(self) -> None:
         raise NotImplementedError
+
+    def _bind_backend(self) -> None:
+        """Set up what the resolved gradient backend needs (after ``_build_networks``)."""
 
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError

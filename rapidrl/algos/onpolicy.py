@@ -32,7 +32,10 @@ from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic, SegmentLayout
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.paths import choose, fixed
 from rapidrl.train.recurrent import RecurrentActor, RecurrentStepCollector, episode_starts
+
+COLLECTIONS = ("auto", "device", "fused", "step")
 
 
 @dataclass
@@ -75,8 +78,11 @@ class OnPolicyConfig(RuntimeConfig):
     "minatar" or "multi" (``rapidrl.nn.encoders``). A CNN (or the multi-input encoder: a CNN per image, one layer
     on the other parts) is a trunk shared by linear actor and critic heads, trained with autograd on the per-step
     collection path."""
-    fused_rollout: str = "auto"
-    """"auto" (fused compiled collection when the env is built-in and the policy an MLP), "always", "never"."""
+    collection: str = "auto"
+    """How rollouts are collected (``rapidrl.train.paths``): "fused" (one compiled call per rollout: a built-in
+    classic-control env and an MLP policy on the CPU), "step" (the PyTorch policy and any vector env, step by
+    step), "device" (a ``TorchVecEnv``: env, policy and storage on the env's device), or "auto" (the first of
+    fused, step, device that applies). ``async_collect`` runs fused or step collection in a thread."""
     log_every: int = 1
     """Record losses and episode statistics every this many updates (PPO, IMPALA and the device path; each
     record reads scalars back from the device, so a larger value keeps a GPU run free of host syncs)."""
@@ -101,13 +107,23 @@ class OnPolicyConfig(RuntimeConfig):
         require(self.activation in ("tanh", "relu"), f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         require(self.squash in ("clip", "tanh"), f"squash must be 'clip' or 'tanh', got {self.squash!r}")
         require(self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
-        require(self.fused_rollout in ("auto", "always", "never"),
-                f"fused_rollout must be 'auto', 'always' or 'never', got {self.fused_rollout!r}")
+        require(self.collection in COLLECTIONS, f"collection must be one of {COLLECTIONS}, got {self.collection!r}")
         require(self.recurrent in ("none", *CELLS),
                 f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}")
         check_positive(self, "recurrent_size")
         require(isinstance(self.burn_in, int) and 0 <= self.burn_in < self.num_steps,
                 f"burn_in must be an int in [0, num_steps={self.num_steps}), got {self.burn_in!r}")
+
+
+    @classmethod
+    def upgrade_legacy(cls, values: dict) -> dict:
+        """``fused_rollout`` ("auto"/"always"/"never") of rapidrl before path settings: ``collection``."""
+        values = super().upgrade_legacy(values)
+        if "fused_rollout" in values:
+            old = values.pop("fused_rollout")
+            never = "device" if values.get("env_device", "cpu") != "cpu" else "step"
+            values.setdefault("collection", {"always": "fused", "never": never}.get(old, "auto"))
+        return values
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -123,8 +139,6 @@ class OnPolicyAlgorithm(Algorithm):
     episode); IMPALA's V-trace and recurrent policies train on whole env columns and refuse such rollouts."""
 
     def _build(self) -> None:
-        from rapidrl.envs.torch_envs import TorchVecEnv
-
         c = self.config
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
@@ -134,9 +148,6 @@ class OnPolicyAlgorithm(Algorithm):
                     "recurrent policies support neither async_collect nor vtrace_advantages")
             require(not getattr(c, "bf16_update", False),
                     "bf16_update is not supported with a recurrent policy (its update runs in float32)")
-            require(c.fused_rollout != "always", "fused_rollout='always' needs a feed-forward MLP policy")
-            require(not (isinstance(self.env, TorchVecEnv) or c.env_device != "cpu"),
-                    "recurrent policies collect on the host (a TorchVecEnv / env_device is not supported)")
             self.policy = RecurrentActorCritic(self.observation_space, self.action_space, c.hidden,
                                                cell=c.recurrent, size=c.recurrent_size, activation=c.activation,
                                                log_std_init=c.log_std_init, squash=c.squash,
@@ -159,33 +170,71 @@ class OnPolicyAlgorithm(Algorithm):
         self._obs = np.zeros((c.num_envs, *obs_shape), self._obs_dtype)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)
-        from rapidrl.train.device_collect import DeviceCollector
-        from rapidrl.train.fused import FusedCollector, fused_applies
-
-        use_fused = c.fused_rollout != "never" and fused_applies(self.env, self.policy, self.device)
-        if c.fused_rollout == "always" and not use_fused:
-            raise ValueError("fused_rollout='always' needs a built-in env on the CPU and an MLP policy on the CPU")
         self.collector = self._step_collector = self.async_collector = self.device_collector = None
         self._last_obs = self._obs  # the last rollout's final observations, normalized (its bootstrap state)
-        if isinstance(self.env, TorchVecEnv) or c.env_device != "cpu":
-            unsupported = ("normalize_obs", "normalize_reward", "async_collect", "vtrace_advantages")
-            require(not any(getattr(c, name, False) for name in unsupported),
-                    f"the device path (a TorchVecEnv) supports none of {', '.join(unsupported)}")
+        self.paths["collection"] = collection = choose("collection", c.collection, self._collections())
+        self._make_collector(collection.value)
+        self.paths["gradient_backend"] = self._resolve_gradient_backend()
+        self.paths["precision"] = fixed("precision", *self._precision())
+        self._bind_backend()
+
+    # -- paths -------------------------------------------------------------------------------------
+    def _collections(self) -> dict:
+        """The collection paths in "auto"'s order, each with its check (None: it can run; else what to change)."""
+        from rapidrl.envs.torch_envs import TorchVecEnv
+        from rapidrl.train.fused import fused_unavailable
+
+        c = self.config
+        on_device = isinstance(self.env, TorchVecEnv) or c.env_device != "cpu"
+
+        def device() -> str | None:
+            if not on_device:
+                return "needs a TorchVecEnv (env_device='cuda', or make_vec(..., vectorization='torch'))"
+            unsupported = [name for name in ("normalize_obs", "normalize_reward", "async_collect", "vtrace_advantages")
+                           if getattr(c, name, False)]
+            if unsupported:
+                return f"supports none of {', '.join(unsupported)}"
+            if self.policy.recurrent:
+                return "recurrent policies collect on the host (recurrent='none')"
+            return None
+
+        def fused() -> str | None:
+            return fused_unavailable(self.env, self.policy, self.device)
+
+        def step() -> str | None:
+            return "a TorchVecEnv returns device tensors (collection='device')" if on_device else None
+
+        return {"fused": fused, "step": step, "device": device}  # a TorchVecEnv fits only the last
+
+    def _make_collector(self, path: str) -> None:
+        from rapidrl.train.device_collect import DeviceCollector
+        from rapidrl.train.fused import FusedCollector
+
+        c = self.config
+        if path == "device":
             self.device_collector = DeviceCollector(self.env, self.policy, c.num_steps, cuda_graph=c.cuda_graph)
         elif getattr(c, "async_collect", False):  # a field of PPOConfig and IMPALAConfig
 
             def make_collector(env, policy):
-                return FusedCollector(env, policy, c.num_steps) if use_fused else \
+                return FusedCollector(env, policy, c.num_steps) if path == "fused" else \
                     StepCollector(env, policy, c.num_steps, self.device)
 
             self.async_collector = AsyncCollector(make_collector, self.env, self.policy, self.obs_normalizer,
                                                   self._obs, self._make_buffer)
             self.buffer = self.async_collector.slots[0].buffer
-        elif use_fused:
+        elif path == "fused":
             self.collector = FusedCollector(self.env, self.policy, c.num_steps)
         else:
             collector = RecurrentStepCollector if self.policy.recurrent else StepCollector
             self._step_collector = collector(self.env, self.policy, c.num_steps, self.device, self.timer)
+
+    def _bind_backend(self) -> None:
+        """Set up what the resolved gradient backend needs (PPO binds the compiled epoch)."""
+
+    def _precision(self) -> tuple[str, str]:
+        """(precision, reason) of the update."""
+        return "float32", "the only one of this algorithm's update" if not hasattr(self.config, "bf16_update") \
+            else "bf16_update=False"
 
     def _make_buffer(self) -> RolloutBuffer:
         c = self.config

@@ -30,7 +30,7 @@ from rapidrl.nn.deploy import SquashedMean
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_layers, mlp_backward, mlp_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor, squashed_gaussian, squashed_gaussian_backward
+from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
 from rapidrl.train.config import check_positive, require
 
 
@@ -103,24 +103,38 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = float(-act_dim if c.target_entropy == "auto" else c.target_entropy)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
-        # closed-form gradients (no autograd graph) unless torch.compile traces the autograd update
-        self._closed_form = not c.compile
-        self._actor_layers = linear_layers([*self.actor.trunk, self.actor.head])
-        self._cpu_kernels = self.device.type == "cpu"  # else the PyTorch sampling and loss head
-        self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu") if self._cpu_kernels else None
-        self._scale_np = self.actor.scale.numpy() if self._cpu_kernels else None
-        self._center_np = self.actor.center.numpy() if self._cpu_kernels else None
+
+    # -- gradient backends -----------------------------------------------------------------------
+    def _gradient_backends(self) -> dict:
+        def compiled() -> str | None:
+            if self.device.type != "cpu":
+                return "needs device='cpu'"
+            if self.config.compile:
+                return "compile=True traces the autograd update (it needs gradient_backend='torch')"
+            return None
+
+        return {"compiled": compiled, "torch": lambda: None}
+
+    def _bind_backend(self) -> None:
+        """The compiled backend: the actor's layers for the hand-written backward, NumPy views of its bounds for
+        the kernels, and the compiled MLP forward for acting on a few observations."""
+        self._acting_forward = None
+        if self.gradient_backend == "compiled":
+            self._actor_layers = linear_layers([*self.actor.trunk, self.actor.head])
+            self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu")
+            self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
         """One update; returns the statistics named by ``stat_names``."""
-        return self._closed_form_step(batch) if self._closed_form else self._autograd_step(batch)
+        return self._compiled_step(batch) if self.gradient_backend == "compiled" else self._autograd_step(batch)
 
     @torch.no_grad()
-    def _closed_form_step(self, batch) -> torch.Tensor:
-        """``_autograd_step`` with every gradient written by hand (``rapidrl.nn.mlp_grad``): the same update in
-        a fraction of the PyTorch calls, and the actor's backward over the B rows of s only. On CPU the
-        elementwise parts (sampling, losses, their gradients) are three compiled calls (``rapidrl.kernels.sac``).
+    def _compiled_step(self, batch) -> torch.Tensor:
+        """The "compiled" backend: ``_autograd_step`` with every gradient written by hand, the elementwise parts
+        (sampling, losses, their gradients) in three compiled calls (``rapidrl.kernels.sac``), the matmuls and the
+        MLP backward in PyTorch (``rapidrl.nn.mlp_grad``): the same update in a fraction of the PyTorch calls, and
+        the actor's backward over the B rows of s only.
 
         The critics evaluate (s, a) and (s, a ~ pi(s)) in one batched pass over 2B rows; the parameter
         gradients come from the first B rows (critic loss), the action gradient of the actor loss from the
@@ -131,48 +145,27 @@ class SAC(OffPolicyAlgorithm):
         lo, hi = actor.log_std_min, actor.log_std_max
         head, actor_inputs = mlp_forward(torch.cat([batch.obs, batch.next_obs]), self._actor_layers, "relu")
         noise = torch.randn(2 * b, act_dim, device=head.device)
-        kernels = self._cpu_kernels
-        if kernels:
-            actions_pi, log_prob = torch.empty_like(noise), torch.empty(2 * b)
-            saved = (torch.empty_like(noise), torch.empty_like(noise), torch.empty_like(noise))
-            sac_kernels.squash(head.numpy(), noise.numpy(), self._scale_np, self._center_np, lo, hi,
-                               actions_pi.numpy(), log_prob.numpy(), *(t.numpy() for t in saved))
-        else:
-            actions_pi, log_prob, saved = squashed_gaussian(head, noise, actor.scale, actor.center, lo, hi)
+        actions_pi, log_prob = torch.empty_like(noise), torch.empty(2 * b)
+        saved = (torch.empty_like(noise), torch.empty_like(noise), torch.empty_like(noise))
+        sac_kernels.squash(head.numpy(), noise.numpy(), self._scale_np, self._center_np, lo, hi,
+                           actions_pi.numpy(), log_prob.numpy(), *(t.numpy() for t in saved))
         critic_w, critic_b = list(self.critic.weights), list(self.critic.biases)
         target_w, target_b = list(self.critic_target.weights), list(self.critic_target.biases)
         next_q = ensemble_forward(torch.cat([batch.next_obs, actions_pi[b:]], 1), target_w, target_b)[0].squeeze(-1)
         critic_x = torch.cat([batch.obs.repeat(2, 1), torch.cat([batch.actions, actions_pi[:b]])], 1)
         q_both, critic_inputs = ensemble_forward(critic_x, critic_w, critic_b)
         q_both = q_both.squeeze(-1)  # [n, 2B]: Q(s, a), then Q(s, a ~ pi(s))
-        if kernels:
-            log_alpha = float(self.log_alpha)
-            alpha = math.exp(log_alpha)
-            d_q_both, out = torch.empty_like(q_both), torch.empty(7)
-            sac_kernels.loss_head(q_both.numpy(), next_q.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
-                                  log_prob.numpy(), alpha, log_alpha if self.tune_alpha else 0.0,
-                                  self.target_entropy, d_q_both.numpy(),
-                                  out.numpy())
-            d_x = ensemble_backward(d_q_both.unsqueeze(-1), critic_inputs, critic_w, critic_b, param_rows=b)
-            d_head = torch.empty(b, 2 * act_dim)
-            sac_kernels.squash_backward(d_x.numpy(), alpha / b, noise[:b].numpy(), self._scale_np,
-                                        *(t[:b].numpy() for t in saved), lo, hi, d_head.numpy())
-            stats, d_log_alpha = out[:6], out[6:]
-        else:
-            alpha = self.log_alpha.exp()  # [1]
-            target = soft_target(batch.rewards, batch.discounts, next_q, log_prob[b:], alpha)  # [B]
-            q, q_pi = q_both.split(b, 1)  # [n, B] each
-            d_q_pi = torch.zeros_like(q_pi).scatter_(0, q_pi.argmin(0).unsqueeze(0), -1.0 / b)
-            d_x = ensemble_backward(torch.cat([(q - target).div_(b), d_q_pi], 1).unsqueeze(-1), critic_inputs,
-                                    critic_w, critic_b, param_rows=b)
-            d_head = squashed_gaussian_backward(d_x[:, b:, -act_dim:].sum(0), (alpha / b).expand(b), noise[:b],
-                                                actor.scale, tuple(t[:b] for t in saved), lo, hi)
-            log_prob_pi = log_prob[:b]
-            loss_alpha = (temperature_loss(self.log_alpha, log_prob_pi, self.target_entropy) if self.tune_alpha
-                          else torch.zeros((), device=self.device))
-            stats = torch.stack([critic_loss(q, target), actor_loss(q_pi, log_prob_pi, alpha), loss_alpha, alpha[0],
-                                 q.mean(), -log_prob_pi.mean()])
-            d_log_alpha = -(log_prob_pi + self.target_entropy).mean().reshape(1)
+        log_alpha = float(self.log_alpha)
+        alpha = math.exp(log_alpha)
+        d_q_both, out = torch.empty_like(q_both), torch.empty(7)
+        sac_kernels.loss_head(q_both.numpy(), next_q.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
+                              log_prob.numpy(), alpha, log_alpha if self.tune_alpha else 0.0, self.target_entropy,
+                              d_q_both.numpy(), out.numpy())
+        d_x = ensemble_backward(d_q_both.unsqueeze(-1), critic_inputs, critic_w, critic_b, param_rows=b)
+        d_head = torch.empty(b, 2 * act_dim)
+        sac_kernels.squash_backward(d_x.numpy(), alpha / b, noise[:b].numpy(), self._scale_np,
+                                    *(t[:b].numpy() for t in saved), lo, hi, d_head.numpy())
+        stats, d_log_alpha = out[:6], out[6:]
         mlp_backward(d_head, [x[:b] for x in actor_inputs], self._actor_layers, "relu")
         if self.tune_alpha:  # into the existing .grad: optimizer_step keeps its views while tensors stay
             if self.log_alpha.grad is None:
@@ -183,7 +176,8 @@ class SAC(OffPolicyAlgorithm):
         return stats
 
     def _autograd_step(self, batch) -> torch.Tensor:
-        """The update through autograd (the reference of ``_closed_form_step``; used under torch.compile)."""
+        """The "torch" backend: the update through autograd on the losses above (the reference of
+        ``_compiled_step``; what torch.compile traces)."""
         c = self.config
         b = batch.obs.shape[0]
         alpha = self.log_alpha.detach().exp()  # [1]
@@ -211,7 +205,7 @@ class SAC(OffPolicyAlgorithm):
     # -- acting ----------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         obs = obs.reshape(obs.shape[0], -1)
-        if self._cpu_kernels and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:  # compiled forward and sampling
+        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:  # compiled forward, sampling
             actor = self.actor
             head = self._acting_forward(obs)
             noise = np.zeros((obs.shape[0], head.shape[1] // 2), np.float32)

@@ -1,17 +1,23 @@
 """One PPO epoch of minibatch updates for separate actor and critic MLPs in a single compiled call (CPU).
 
-For CartPole-sized networks a minibatch update in PyTorch is ~60 operator calls (forward, closed-form loss
-gradients, backward, clipping, Adam) at 5-15 us each: the per-op overhead, not the arithmetic, sets the
+For CartPole-sized networks a minibatch update in PyTorch is over a hundred operator calls (forward, loss,
+autograd's backward, clipping, Adam) at 5-15 us each: the per-op overhead, not the arithmetic, sets the
 update's time. This kernel runs the same mathematics for every minibatch of one epoch without leaving
 compiled code: matrix products through BLAS (``np.dot``), the loss head and the activations as loops,
 global-norm clipping and PyTorch's Adam update on zero-copy NumPy views of the parameters, gradients and
 ``torch.optim.Adam`` state (so checkpoints, the optimizer's state dict and the PyTorch path see every step).
 
-The reference is the PyTorch path of ``rapidrl.algos.ppo`` (``ppo_output_grads`` + ``rapidrl.nn.mlp_grad`` +
-``rapidrl.nn.optim.optimizer_step``); tests compare parameters, Adam moments and statistics after whole
-updates. Shapes (M = T*N samples, B = minibatch size, D = obs size, A = actions or logits):
+This is PPO's "compiled" gradient backend. The reference is the "torch" backend of ``rapidrl.algos.ppo``: autograd
+on ``ppo_loss`` (the one definition of the loss) and ``rapidrl.nn.optim.optimizer_step``; tests
+(``tests/test_ppo_fused_update.py``) compare parameters, Adam moments and statistics after whole updates. The
+gradient of the loss with respect to the network outputs is derived by hand below (``_ppo_epoch``'s loss head:
+dL/dr = -A where the unclipped term is the max, else 0; dlogp/dlogits = onehot - softmax, the entropy term adds
+ent_coef/B * p (log p + H); for a Gaussian dlogp/dmu = z/sigma, dlogp/dlog_std = z^2 - 1).
 
-- obs [M, D] float32; actions_discrete [M] int64 (discrete) / actions_continuous [M, A] float32;
+Shapes (M = T*N samples, B = minibatch size, D = obs size, A = actions or logits):
+
+- obs [M, D] float32, each network reading a column range of it (default all D); actions_discrete [M] int64
+  (discrete) / actions_continuous [M, A] float32;
 - old_log_probs, old_values, advantages, returns [M] float32; perm [P] int64 (the epoch's samples in order: a
   permutation of all M, or of the P active ones of a masked rollout);
 - params, grads, exp_avgs, exp_avg_sqs: tuples of K contiguous 1-D float32 arrays (views of the parameters
@@ -112,19 +118,26 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps):  
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_probs, old_values, advantages, returns,
                perm, batch_size, norm_mode, batch_mean, batch_std, params, grads, exp_avgs, exp_avg_sqs, steps,
-               shapes, n_actor, n_critic, relu, clip_coef, clip_vloss, ent_coef, vf_coef, max_grad_norm, lr, beta1,
-               beta2, eps, stats_out):  # pragma: no cover
+               shapes, n_actor, n_critic, relu, actor_lo, actor_hi, critic_lo, critic_hi, clip_coef, clip_vloss,
+               ent_coef, vf_coef, max_grad_norm, lr, beta1, beta2, eps, stats_out):  # pragma: no cover
     total = perm.shape[0]
     n_mb = 0
     log_std_k = 2 * (n_actor + n_critic)
+    same_input = actor_lo == critic_lo and actor_hi == critic_hi
     for start in range(0, total, batch_size):
         m = min(batch_size, total - start)
         idx = perm[start:start + m]
-        x = np.empty((m, obs.shape[1]), np.float32)
+        x = np.empty((m, actor_hi - actor_lo), np.float32)  # the actor's input columns of the minibatch's rows
         adv = np.empty(m, np.float64)
         for r in range(m):
-            x[r] = obs[idx[r]]
+            x[r] = obs[idx[r], actor_lo:actor_hi]
             adv[r] = advantages[idx[r]]
+        if same_input:
+            xc = x
+        else:  # the critic reads other columns of the rows (multi-agent PPO: the global state)
+            xc = np.empty((m, critic_hi - critic_lo), np.float32)
+            for r in range(m):
+                xc[r] = obs[idx[r], critic_lo:critic_hi]
         if norm_mode == NORM_MINIBATCH:
             mean = adv.mean()
             std = math.sqrt(((adv - mean) ** 2).mean()) + 1e-8
@@ -132,7 +145,7 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
         elif norm_mode == NORM_BATCH:
             adv = (adv - batch_mean) / batch_std
         head, actor_inputs = _forward(x, params, shapes, 0, n_actor, relu)
-        values, critic_inputs = _forward(x, params, shapes, 2 * n_actor, n_critic, relu)
+        values, critic_inputs = _forward(xc, params, shapes, 2 * n_actor, n_critic, relu)
         d_head = np.zeros_like(head)
         d_values = np.empty((m, 1), np.float32)
         n_act = head.shape[1]
@@ -241,10 +254,13 @@ class PPOEpochKernel:
             keeps the tensors alive and rebinds when a tensor object is replaced).
         shapes: [K, 2] int64; n_actor, n_critic: Linear layers of each MLP; discrete: categorical head (else a
             Gaussian with log_std last); relu: ReLU hidden activations (else tanh).
+        actor_columns, critic_columns: the column range ``[lo, hi)`` of ``obs`` each network reads (default: the
+            first ``in`` columns; multi-agent PPO's critic reads the global state at the end of each row).
     """
 
     def __init__(self, params: tuple, grads: tuple, exp_avgs: tuple, exp_avg_sqs: tuple, steps: tuple,
-                 shapes: np.ndarray, *, n_actor: int, n_critic: int, discrete: bool, relu: bool):
+                 shapes: np.ndarray, *, n_actor: int, n_critic: int, discrete: bool, relu: bool,
+                 actor_columns: tuple[int, int] | None = None, critic_columns: tuple[int, int] | None = None):
         k = 2 * (n_actor + n_critic) + (0 if discrete else 1)
         for name, arrays in (("params", params), ("grads", grads), ("exp_avgs", exp_avgs),
                              ("exp_avg_sqs", exp_avg_sqs), ("steps", steps)):
@@ -263,11 +279,20 @@ class PPOEpochKernel:
                 continue
             if shapes[2 * l, 0] != shapes[2 * l + 2, 1]:
                 raise ValueError(f"layer {l} has {shapes[2 * l, 0]} outputs but the next takes {shapes[2 * l + 2, 1]}")
-        if shapes[2 * n_actor, 1] != shapes[0, 1] or shapes[2 * (n_actor + n_critic) - 2, 0] != 1:
-            raise ValueError("the critic must take the actor's input and output one value")
-        self.args = (params, grads, exp_avgs, exp_avg_sqs, steps, shapes, n_actor, n_critic, relu)
+        actor_in, critic_in = int(shapes[0, 1]), int(shapes[2 * n_actor, 1])
+        actor_columns = (0, actor_in) if actor_columns is None else tuple(int(v) for v in actor_columns)
+        critic_columns = (0, actor_in) if critic_columns is None else tuple(int(v) for v in critic_columns)
+        for name, (lo, hi), width in (("actor_columns", actor_columns, actor_in),
+                                      ("critic_columns", critic_columns, critic_in)):
+            if not 0 <= lo < hi or hi - lo != width:
+                raise ValueError(f"{name}={(lo, hi)} must be a column range [lo, hi) of the {width} inputs its first "
+                                 "layer takes")
+        if shapes[2 * (n_actor + n_critic) - 2, 0] != 1:
+            raise ValueError("the critic must output one value")
+        self.args = (params, grads, exp_avgs, exp_avg_sqs, steps, shapes, n_actor, n_critic, relu, *actor_columns,
+                     *critic_columns)
         self.discrete = discrete
-        self.obs_dim = int(shapes[0, 1])
+        self.obs_dim = max(actor_columns[1], critic_columns[1])
         self.n_out = int(shapes[2 * n_actor - 2, 0])
 
     def __call__(self, obs, actions, old_log_probs, old_values, advantages, returns, perm, *, batch_size: int,
@@ -280,8 +305,9 @@ class PPOEpochKernel:
         _check("perm", perm, np.int64, 1)
         _check("obs", obs, np.float32, 2)
         total, rows = perm.shape[0], obs.shape[0]
-        if obs.shape[1] != self.obs_dim:
-            raise ValueError(f"obs must have {self.obs_dim} columns, got {obs.shape[1]}")
+        if obs.shape[1] < self.obs_dim:
+            raise ValueError(f"obs must have at least {self.obs_dim} columns (the networks' input ranges), "
+                             f"got {obs.shape[1]}")
         for name, a in (("old_log_probs", old_log_probs), ("old_values", old_values), ("advantages", advantages),
                         ("returns", returns)):
             _check(name, a, np.float32, 1, rows)
@@ -302,11 +328,10 @@ class PPOEpochKernel:
         if norm_mode not in (NORM_NONE, NORM_MINIBATCH, NORM_BATCH):
             raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
         stats = np.zeros((-(-total // batch_size), 5), np.float64)
-        params, grads, exp_avgs, exp_avg_sqs, steps, shapes, n_actor, n_critic, relu = self.args
         _ppo_epoch(obs, a_d, a_c, self.discrete, old_log_probs, old_values, advantages, returns, perm, batch_size,
-                   norm_mode, float(batch_mean), float(batch_std), params, grads, exp_avgs, exp_avg_sqs, steps,
-                   shapes, n_actor, n_critic, relu, float(clip_coef), bool(clip_vloss), float(ent_coef),
-                   float(vf_coef), float(max_grad_norm), float(lr), float(beta1), float(beta2), float(eps), stats)
+                   norm_mode, float(batch_mean), float(batch_std), *self.args, float(clip_coef), bool(clip_vloss),
+                   float(ent_coef), float(vf_coef), float(max_grad_norm), float(lr), float(beta1), float(beta2),
+                   float(eps), stats)
         return stats
 
 

@@ -2,10 +2,13 @@
 loss head (soft targets, the three losses, the gradients with respect to the critics' outputs).
 
 Around the matmuls of an update these are ~60 small PyTorch operator calls on [B, A] and [n, B] tensors,
-~2 ms per update on this CPU; here they are three calls. The PyTorch definitions stay the reference and the
-path on other devices: ``rapidrl.nn.qnets.squashed_gaussian`` / ``squashed_gaussian_backward`` and the
-losses of ``rapidrl.algos.sac``; tests compare each kernel with them. Arguments are float32 and
-C-contiguous, checked by the wrappers.
+~2 ms per update on this CPU; here they are three calls (SAC's "compiled" gradient backend). The PyTorch
+definitions stay the reference and the "torch" backend: ``rapidrl.nn.qnets.squashed_gaussian`` and the losses
+of ``rapidrl.algos.sac``; tests compare each kernel with them and with autograd through them. Arguments are
+float32 and C-contiguous, checked by the wrappers.
+
+The backward is derived by hand: with t = tanh(u), u = mean + noise * std, d a / d u = scale (1 - t^2),
+d log_prob / d u = 2 t, and log_prob depends on log std directly (-1) and through u (noise * std).
 """
 
 from __future__ import annotations
@@ -84,9 +87,9 @@ def _squash_backward(d_x, d_log_prob, noise, scale, tanh_u, std, tanh_raw, log_s
 def squash_backward(d_x: np.ndarray, d_log_prob: float, noise: np.ndarray, scale: np.ndarray, tanh_u: np.ndarray,
                     std: np.ndarray, tanh_raw: np.ndarray, log_std_min: float, log_std_max: float,
                     d_head: np.ndarray) -> None:
-    """``squashed_gaussian_backward`` for the first B rows, d loss / d actions being the sum over critics of
-    the last A input columns of rows B..2B of d_x [n, 2B, I] (the critics' input gradient), and d loss /
-    d log_prob the constant ``d_log_prob``. noise and the saved arrays [B, A]; writes d_head [B, 2A]."""
+    """d loss / d head [B, 2A] through ``squashed_gaussian`` for the first B rows, d loss / d actions being the
+    sum over critics of the last A input columns of rows B..2B of d_x [n, 2B, I] (the critics' input gradient),
+    and d loss / d log_prob the constant ``d_log_prob``. noise and the saved arrays [B, A]; writes d_head [B, 2A]."""
     b, act_dim = check_array("noise", noise, ndim=2, dtypes=[F32]).shape
     _, rows, width = check_array("d_x", d_x, ndim=3, dtypes=[F32]).shape
     if rows != 2 * b or width < act_dim:

@@ -1,9 +1,10 @@
 """The DQN loss head in one compiled call: TD targets, Huber loss, its gradient with respect to the Q
 network's output, and the statistics (CPU).
 
-``rapidrl.algos.dqn.dqn_output_grads`` is the PyTorch definition (and the path on other devices); this
-kernel computes the same numbers without its ~25 small operator calls (~0.45 ms per update on this CPU,
-about a quarter of a DQN update on CartPole). Tests compare the two.
+``rapidrl.algos.dqn.dqn_loss`` is the definition (the "torch" gradient backend differentiates it with autograd);
+this kernel, part of DQN's "compiled" backend, computes the same loss and its gradient with respect to the Q
+network's output in one call instead of ~25 small operator calls (~0.45 ms per update on this CPU, about a
+quarter of a DQN update on CartPole). Tests compare it with autograd through ``dqn_loss``.
 
 With q = Q(s, a), next_q = Q_target(s', a') where a' = argmax Q(s', .) (double DQN, the first maximum on
 ties like ``torch.argmax``) or next_q = max Q_target(s', .), target = r + discount * next_q and

@@ -142,6 +142,11 @@ class ActorCritic(nn.Module):
             self.register_buffer("action_low", low)
             self.register_buffer("action_high", high)
 
+    def input_columns(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The column ranges ``[lo, hi)`` of a flat observation row that the actor and the critic read (both the
+        whole row here; multi-agent policies read slices). The compiled PPO update gathers exactly these."""
+        return (0, self.obs_dim), (0, self.obs_dim)
+
     # -- heads ------------------------------------------------------------------------------------
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [B, O] -> (actor output [B, A], values [B])."""

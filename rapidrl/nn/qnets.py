@@ -131,8 +131,8 @@ def squashed_gaussian(head: torch.Tensor, noise: torch.Tensor, scale: torch.Tens
                       ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The sample of ``SquashedGaussianActor`` from its head output [B, 2A] and standard normal noise [B, A].
 
-    Returns (actions [B, A], log_prob [B], (tanh(u), std, tanh(raw log std)) [B, A] each: what
-    ``squashed_gaussian_backward`` needs).
+    Returns (actions [B, A], log_prob [B], (tanh(u), std, tanh(raw log std)) [B, A] each: what the compiled
+    backward, ``rapidrl.kernels.sac.squash_backward``, needs).
     """
     mean, raw = head.chunk(2, -1)  # [B, A] each
     tanh_raw = torch.tanh(raw)
@@ -143,22 +143,6 @@ def squashed_gaussian(head: torch.Tensor, noise: torch.Tensor, scale: torch.Tens
     log_prob = log_prob - (torch.log(scale) + 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
     tanh_u = torch.tanh(u)
     return center + scale * tanh_u, log_prob, (tanh_u, std, tanh_raw)
-
-
-def squashed_gaussian_backward(d_actions: torch.Tensor, d_log_prob: torch.Tensor, noise: torch.Tensor,
-                               scale: torch.Tensor, saved: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-                               log_std_min: float, log_std_max: float) -> torch.Tensor:
-    """d loss / d head [B, 2A] from d loss / d actions [B, A] and d loss / d log_prob [B] (noise held fixed).
-
-    With t = tanh(u), u = mean + noise * std: d a / d u = scale (1 - t^2), d log_prob / d u = 2 t, and
-    log_prob depends on log std directly (-1) and through u (noise * std).
-    """
-    tanh_u, std, tanh_raw = saved
-    d_lp = d_log_prob.unsqueeze(-1)  # [B, 1]
-    d_u = d_actions * scale * (1.0 - tanh_u.square()) + d_lp * 2.0 * tanh_u
-    d_log_std = d_u * noise * std - d_lp
-    d_raw = d_log_std * (0.5 * (log_std_max - log_std_min)) * (1.0 - tanh_raw.square())
-    return torch.cat([d_u, d_raw], -1)
 
 
 class DeterministicActor(nn.Module):

@@ -37,10 +37,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 from rapidrl.algos.registry import get_algorithm
 from rapidrl.runs.layout import CONFIG_FILE
-from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
+from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict, upgrade_legacy
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
 SECTIONS = ("run", "algo", "env")
+PATHS_SECTION = "paths"
+"""Written by a run into its config.toml: the implementation each path setting resolved to and why
+(``rapidrl.train.paths``). Informational: it is not read back as a setting (set the paths in [algo])."""
 
 
 @dataclasses.dataclass
@@ -97,8 +100,10 @@ def list_presets() -> list[Path]:
     return sorted(PRESETS_DIR.glob("*.toml")) if PRESETS_DIR.is_dir() else []
 
 
-def read_toml(path: str | os.PathLike) -> dict[str, Any]:
-    """Parse a TOML file; missing files and syntax errors raise ConfigError naming the file."""
+def read_toml(path: str | os.PathLike, *, run_file: bool = False) -> dict[str, Any]:
+    """Parse a TOML file; missing files and syntax errors raise ConfigError naming the file. A [paths] section as
+    a run writes it (what its path settings resolved to) is dropped: it records, it does not set; run_file: the
+    file is a run's config.toml, whose [paths] section is dropped whatever it holds."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -107,6 +112,14 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({e})") from None
+    if PATHS_SECTION in data:
+        section = data[PATHS_SECTION]
+        written = isinstance(section, dict) and all(isinstance(v, dict) and set(v) == {"value", "reason"}
+                                                    for v in section.values())
+        if not (run_file or written):
+            raise ConfigError(f"{path}: [{PATHS_SECTION}] is written by a run (what its path settings resolved to) "
+                              "and never read; set gradient_backend or collection in [algo] instead")
+        data = {k: v for k, v in data.items() if k != PATHS_SECTION}  # a run's record, e.g. --config RUN/config.toml
     _check_sections(data, str(path))
     return data
 
@@ -181,7 +194,9 @@ def _coerce(section: str, key: str, value: Any, tp) -> Any:
 
 
 def coerce_section(section: str, cls, values: dict) -> dict:
-    """Type-check and convert a section's values against dataclass ``cls`` (unknown keys: ConfigError)."""
+    """Type-check and convert a section's values against dataclass ``cls`` (unknown keys: ConfigError; settings
+    renamed since an older rapidrl are upgraded first, ``rapidrl.train.config.upgrade_legacy``)."""
+    values = upgrade_legacy(cls, values)
     hints = typing.get_type_hints(cls)
     known = [f.name for f in dataclasses.fields(cls)]
     out = {}
@@ -313,11 +328,22 @@ def load_run_config(run_dir: str | os.PathLike) -> RunConfig:
 
 def load_run_config_file(path: str | os.PathLike) -> RunConfig:
     """A resolved config file (as written by ``RunConfig.write``)."""
-    data = read_toml(path)
+    data = read_toml(path, run_file=True)
     run = RunSettings(**coerce_section("run", RunSettings, data.get("run", {})))
     cls = get_algorithm(run.algo).config_class
     return RunConfig(run, config_from_dict(cls, coerce_section("algo", cls, data.get("algo", {}))),
                      dict(data.get("env", {})))
+
+
+def write_paths(run_dir: str | os.PathLike, paths: dict) -> None:
+    """Add (or replace) the [paths] section of the run's config.toml: ``{setting: PathChoice}`` of the model
+    (``Algorithm.paths``) as ``[paths.<setting>] value, reason``. The other sections are kept as they are."""
+    path = Path(run_dir) / CONFIG_FILE
+    data = read_toml(path, run_file=True) if path.is_file() else {}
+    data[PATHS_SECTION] = {name: choice.as_dict() for name, choice in paths.items()}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(tomli_w.dumps(data))
+    os.replace(tmp, path)
 
 
 def new_run_dir(runs_root: str | os.PathLike, algo: str, env_id: str, run_dir: str | os.PathLike | None = None

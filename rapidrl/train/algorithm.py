@@ -12,6 +12,7 @@ metrics flush (``report_steps``); ``on_update_logged``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import tempfile
@@ -27,11 +28,13 @@ from rapidrl.envs.base import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss
+from rapidrl.train.paths import PathChoice, choose
 from rapidrl.train.progress import TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
 
 FORMAT_VERSION = 1
+_log = logging.getLogger("rapidrl")
 
 
 class NonFiniteError(FloatingPointError):
@@ -113,9 +116,31 @@ class Algorithm:
         self._needs_reset = True  # the env must be reset before the next step (set again after a resume)
         self._schedule: tuple[int, int] | None = None  # (first step, total) of the current learn call
         self._env_seed = env_seed
+        self.paths: dict[str, PathChoice] = {}
+        """The implementation of each path setting that runs, and why (``rapidrl.train.paths``; filled by _build)."""
         self._build()
+        _log.info("%s paths: %s", self.name, "; ".join(f"{p.setting}={p.value} ({p.reason})"
+                                                      for p in self.paths.values()))
         if self.dist is not None:
             self.dist.setup(self)
+
+    def _gradient_backends(self) -> dict:
+        """The gradient backends this algorithm has, preferred first: name -> check (None when it can run with
+        these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC)."""
+        return {"torch": lambda: None}
+
+    def _resolve_gradient_backend(self) -> PathChoice:
+        """``paths["gradient_backend"]`` from the config's setting (``rapidrl.train.paths.choose``)."""
+        requested, candidates = self.config.gradient_backend, self._gradient_backends()
+        if requested != "auto" and requested not in candidates:
+            raise ConfigError(f"gradient_backend={requested!r} cannot run here: {self.name.upper()} has no "
+                              f"{requested} backend (it has {', '.join(candidates)})")
+        return choose("gradient_backend", requested, candidates)
+
+    @property
+    def gradient_backend(self) -> str:
+        """The gradient backend that runs ("compiled" or "torch"; ``paths["gradient_backend"]`` says why)."""
+        return self.paths["gradient_backend"].value
 
     def trainable_modules(self) -> list[torch.nn.Module]:
         """The modules whose parameters are trained (and kept identical across distributed ranks).

@@ -11,9 +11,12 @@ import dataclasses
 import difflib
 import functools
 import typing
+import warnings
 from typing import Any
 
 from rapidrl._system import usable_cpu_count
+
+GRADIENT_BACKENDS = ("auto", "compiled", "torch")
 
 
 class ConfigError(ValueError):
@@ -25,7 +28,9 @@ def field_names(cls) -> list[str]:
 
 
 def config_from_dict(cls, values: dict[str, Any]):
-    """Build ``cls(**values)``; unknown keys raise ConfigError with the closest known names."""
+    """Build ``cls(**values)``; unknown keys raise ConfigError with the closest known names. Settings renamed since
+    an older rapidrl wrote ``values`` (a checkpoint, a run's config.toml) are upgraded first (``upgrade_legacy``)."""
+    values = upgrade_legacy(cls, values)
     known = field_names(cls)
     hints = typing.get_type_hints(cls)
     kwargs = {}
@@ -38,6 +43,21 @@ def config_from_dict(cls, values: dict[str, Any]):
             value = tuple(value)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with the settings of older rapidrl versions renamed to today's (``cls.upgrade_legacy``, where the
+    config class has one); a copy, with a DeprecationWarning naming what changed."""
+    upgrade = getattr(cls, "upgrade_legacy", None)
+    if upgrade is None:
+        return dict(values)
+    new = upgrade(dict(values))
+    renamed = sorted(set(values) - set(new))
+    if renamed:
+        warnings.warn(f"{cls.__name__}: {', '.join(renamed)} replaced by "
+                      f"{', '.join(f'{k}={new[k]!r}' for k in sorted(set(new) - set(values)))} "
+                      "(rapidrl.train.paths)", DeprecationWarning, stacklevel=3)
+    return new
 
 
 def config_to_dict(config) -> dict[str, Any]:
@@ -95,13 +115,25 @@ class RuntimeConfig:
     construction. Optimizer moments of weights that stop receiving gradients decay into the denormal
     range, where CPU arithmetic is ~10x slower: without this a fused Adam step of a 256x256 DQN grew from
     0.1 ms to 0.8 ms during training. False leaves the process setting alone."""
+    gradient_backend: str = "auto"
+    """How updates compute their gradients (``rapidrl.train.paths``): "compiled" (the CPU backend in Numba, where
+    the algorithm has one and the networks fit it), "torch" (PyTorch autograd: every network, device and precision)
+    or "auto" (compiled wherever it applies). ``model.paths`` says which ran and why."""
     keep_heap: bool = True
     """glibc only: keep freed heap memory for reuse instead of returning it to the OS (mallopt trim and mmap
     thresholds of 1 GiB) at construction. Otherwise every update's large temporaries are fresh pages that
     fault in again: SAC's update (batch 256, 256x256) measured ~2-3 ms faster. The process then keeps its
     peak heap. False leaves the allocator alone."""
 
+    @classmethod
+    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Rename the settings of older rapidrl versions in ``values`` (a fresh dict) to today's; subclasses with
+        renamed settings extend it (``config_from_dict`` calls it)."""
+        return values
+
     def validate(self) -> None:
+        require(self.gradient_backend in GRADIENT_BACKENDS,
+                f"gradient_backend must be one of {GRADIENT_BACKENDS}, got {self.gradient_backend!r}")
         require(self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
                 f"seed must be a non-negative int or None, got {self.seed!r}")
         require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads >= 0),

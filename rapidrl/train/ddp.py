@@ -3,13 +3,13 @@
 Every rank (one process per learner, started by ``torchrun``) collects with its own envs and seed stream
 and computes gradients on its own rollout; after each backward the gradients are averaged over ranks, so
 every rank takes the same optimizer step and the parameters stay bitwise identical. This is what
-``torch.nn.parallel.DistributedDataParallel`` does, done explicitly: PPO computes its gradients in closed
-form without autograd (``rapidrl/nn/mlp_grad.py``), so DDP's autograd hooks would never fire.
+``torch.nn.parallel.DistributedDataParallel`` does, done explicitly, after each minibatch's backward (the
+algorithm calls ``Algorithm._sync_grads``), without wrapping the policy in DDP's module.
 
 Gradients are averaged with one ``all_reduce`` on one flat buffer (DDP's single bucket). After the first
-call every parameter's ``.grad`` is a view of that buffer (DDP's ``gradient_as_bucket_view``): the
-closed-form backward writes its ``out=`` results straight into it and nothing is copied. When autograd
-replaces the ``.grad`` tensors (``zero_grad(set_to_none=True)``), they are copied in once and re-pointed.
+call every parameter's ``.grad`` is a view of that buffer (DDP's ``gradient_as_bucket_view``): PPO's backward
+(``zero_grad(set_to_none=False)``) accumulates straight into it and nothing is copied. Where the ``.grad``
+tensors are replaced (``zero_grad(set_to_none=True)``: A2C, IMPALA), they are copied in once and re-pointed.
 
 Backend: ``nccl`` when the algorithm's parameters are on a CUDA device, else ``gloo``; the environment
 variable ``RAPIDRL_DIST_BACKEND`` (or ``from_env(backend=...)``) overrides. The process group is created

@@ -169,13 +169,24 @@ invalidate_stale_cache(collect_discrete, [m.__file__ for m in (*builtin._ENV_MOD
                                                                 activations, numba_mlp)])
 
 
-def fused_applies(env, policy, device) -> bool:
-    """True when ``FusedCollector`` can run: a built-in Numba env (SAME_STEP autoreset) and separate MLPs on CPU."""
+def fused_unavailable(env, policy, device) -> str | None:
+    """None when ``FusedCollector`` can run ``policy`` on ``env``, else what to change: it needs a built-in Numba
+    classic-control env in "same_step" autoreset mode and separate feed-forward MLPs on the CPU."""
     from rapidrl.envs.builtin import BuiltinVecEnv
 
-    return (isinstance(env, BuiltinVecEnv) and torch_device_type(device) == "cpu" and not policy.shared
-            and (env.env_id in DISCRETE_CODES or env.env_id in CONTINUOUS_CODES)
-            and env.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP)
+    ids = (*DISCRETE_CODES, *CONTINUOUS_CODES)
+    if not isinstance(env, BuiltinVecEnv) or env.env_id not in ids:
+        got = getattr(env, "env_id", None) or type(env).__name__
+        return f"needs a built-in classic-control env ({', '.join(ids)}), got {got}"
+    if env.autoreset_mode != gym.vector.AutoresetMode.SAME_STEP:
+        return "needs the env's autoreset_mode='same_step'"
+    if torch_device_type(device) != "cpu":
+        return "needs device='cpu'"
+    if getattr(policy, "recurrent", False):
+        return "needs a feed-forward policy (recurrent='none')"
+    if policy.encoder_kind != "mlp" or policy.shared:
+        return "needs separate actor and critic MLPs (shared=False, encoder='mlp')"
+    return None
 
 
 def torch_device_type(device) -> str:

@@ -1,0 +1,150 @@
+"""Paths are explicit (``rapidrl.train.paths``): every combination of path settings either runs, reporting what
+ran and why, or is refused at construction with an error naming what to change; never a silent fallback.
+Settings renamed since older versions are upgraded (checkpoints and config.toml files keep loading)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl.train.config import ConfigError
+from rapidrl.train.paths import choose
+
+SMALL_ON = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, hidden=(16, 16), seed=0)
+SMALL_OFF = dict(learning_starts=32, batch_size=16, buffer_size=500, hidden=(16, 16), seed=0)
+
+
+def test_choose_resolves_and_explains():
+    ok, no = (lambda: None), (lambda: "needs device='cpu'")
+    c = choose("gradient_backend", "auto", {"compiled": no, "torch": ok})
+    assert (c.value, c.reason) == ("torch", "auto: not compiled (needs device='cpu')")
+    assert choose("gradient_backend", "auto", {"compiled": ok, "torch": ok}).reason == "auto: the first that applies"
+    assert choose("gradient_backend", "torch", {"compiled": ok, "torch": ok}).reason == "gradient_backend='torch'"
+    assert choose("gradient_backend", "auto", {"torch": ok}).reason == "the only one"
+    with pytest.raises(ConfigError, match=r"gradient_backend='compiled' cannot run here: needs device='cpu'"):
+        choose("gradient_backend", "compiled", {"compiled": no, "torch": ok})
+    with pytest.raises(ConfigError, match=r"must be one of 'auto', 'compiled', 'torch', got 'numba'"):
+        choose("gradient_backend", "numba", {"compiled": ok, "torch": ok})
+    with pytest.raises(ConfigError, match="no collection can run here"):
+        choose("collection", "auto", {"fused": no})
+
+
+def _env(kind: str):
+    if kind == "builtin":
+        return "CartPole-v1"
+    if kind == "torch":
+        return rr.make_vec("CartPole-v1", 4, seed=0, vectorization="torch", validate_actions=False)
+    return rr.make_vec("CartPole-v1", 4, seed=0, vectorization="sync")  # a Gymnasium env: NumPy, step by step
+
+
+# (env kind, collection, gradient_backend) -> the paths that run, or the error's text. Every value each setting
+# accepts appears, on each kind of env PPO collects from.
+PPO_CASES = {
+    ("builtin", "auto", "auto"): ("fused", "compiled"),
+    ("builtin", "fused", "compiled"): ("fused", "compiled"),
+    ("builtin", "fused", "torch"): ("fused", "torch"),
+    ("builtin", "step", "compiled"): ("step", "compiled"),
+    ("builtin", "step", "torch"): ("step", "torch"),
+    ("builtin", "device", "auto"): "collection='device' cannot run here: needs a TorchVecEnv",
+    ("torch", "auto", "auto"): ("device", "torch"),
+    ("torch", "device", "torch"): ("device", "torch"),
+    ("torch", "device", "compiled"): "gradient_backend='compiled' cannot run here: the device path",
+    ("torch", "fused", "auto"): "collection='fused' cannot run here: needs a built-in classic-control env",
+    ("torch", "step", "auto"): "collection='step' cannot run here: a TorchVecEnv returns device tensors",
+    ("sync", "auto", "auto"): ("step", "compiled"),
+    ("sync", "fused", "auto"): "collection='fused' cannot run here: needs a built-in classic-control env",
+    ("sync", "step", "torch"): ("step", "torch"),
+}
+
+
+@pytest.mark.parametrize("case", list(PPO_CASES), ids=lambda c: "-".join(c))
+def test_every_ppo_path_combination_runs_or_is_refused(case):
+    kind, collection, backend = case
+    want = PPO_CASES[case]
+    make = lambda: rr.PPO(_env(kind), collection=collection, gradient_backend=backend, **SMALL_ON)  # noqa: E731
+    if isinstance(want, str):
+        with pytest.raises(ConfigError, match=want.replace("(", r"\(").replace(")", r"\)")):
+            make()
+        return
+    model = make()
+    assert (model.paths["collection"].value, model.gradient_backend) == want
+    model.learn(2 * 4 * 16, progress_bar=False)
+    assert model.num_updates == 2 and np.isfinite(model.metrics["losses/value_loss"])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(shared=True, gradient_backend="compiled"), r"shared=False"),
+    (dict(bf16_update=True, gradient_backend="compiled"), r"bf16_update=True needs gradient_backend='torch'"),
+    (dict(recurrent="gru", gradient_backend="compiled"), r"recurrent='none'"),
+    (dict(device="meta", gradient_backend="compiled"), r"device='cpu'"),
+])
+def test_what_the_compiled_ppo_backend_does_not_cover_is_an_error(kwargs, match):
+    env = "CartPoleNoVel-v1" if "recurrent" in kwargs else "CartPole-v1"
+    with pytest.raises(ConfigError, match=match):
+        rr.PPO(env, **{**SMALL_ON, **kwargs})
+
+
+@pytest.mark.parametrize("kwargs, backend, reason", [
+    (dict(shared=True), "torch", "not compiled (needs separate actor and critic MLPs (shared=False))"),
+    (dict(bf16_update=True), "torch", "not compiled (runs in float32"),
+    (dict(), "compiled", "auto: the first that applies"),
+])
+def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, reason):
+    model = rr.PPO("CartPole-v1", **{**SMALL_ON, **kwargs})
+    assert model.gradient_backend == backend and reason in model.paths["gradient_backend"].reason
+    if kwargs.get("bf16_update"):
+        assert model.paths["precision"].value == "bfloat16"
+
+
+@pytest.mark.parametrize("make, backends", [
+    (lambda b: rr.A2C("CartPole-v1", gradient_backend=b, num_envs=2, seed=0), {"torch"}),
+    (lambda b: rr.IMPALA("CartPole-v1", gradient_backend=b, num_envs=2, num_steps=8, seed=0), {"torch"}),
+    (lambda b: rr.MAPPO("MPE/simple_spread-v3", gradient_backend=b, num_envs=6, num_steps=8, minibatch_size=24,
+                        seed=0), {"compiled", "torch"}),
+    (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, **SMALL_OFF), {"compiled", "torch"}),
+    (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, dueling=True, **SMALL_OFF), {"torch"}),
+    (lambda b: rr.SAC("Pendulum-v1", gradient_backend=b, **SMALL_OFF), {"compiled", "torch"}),
+    (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **SMALL_OFF), {"torch"}),
+])
+def test_every_algorithms_backends_run_or_are_refused(make, backends):
+    for backend in ("auto", "compiled", "torch"):
+        if backend != "auto" and backend not in backends:
+            with pytest.raises(ConfigError, match=f"gradient_backend='{backend}'"):
+                make(backend)
+            continue
+        model = make(backend)
+        assert model.gradient_backend in backends and set(model.paths) >= {"gradient_backend", "collection",
+                                                                            "precision"}
+        if backend == "auto":
+            assert model.gradient_backend == ("compiled" if "compiled" in backends else "torch")
+        model.learn(64, progress_bar=False)
+        assert all(np.isfinite(v) for k, v in model.metrics.items() if k.startswith("losses/"))
+
+
+def test_torch_compile_needs_the_torch_backend():
+    with pytest.raises(ConfigError, match="compile=True traces the autograd update"):
+        rr.SAC("Pendulum-v1", compile=True, gradient_backend="compiled", **SMALL_OFF)
+    assert rr.SAC("Pendulum-v1", compile=True, **SMALL_OFF).gradient_backend == "torch"
+
+
+def test_legacy_settings_are_upgraded_with_a_warning(tmp_path):
+    """Checkpoints and config.toml files written before the path settings keep loading."""
+    with pytest.warns(DeprecationWarning, match="closed_form_grads, fused_update replaced by gradient_backend='torch'"):
+        model = rr.PPO("CartPole-v1", closed_form_grads=True, fused_update=False, **SMALL_ON)
+    assert model.gradient_backend == "torch"
+    with pytest.warns(DeprecationWarning, match="fused_rollout replaced by collection='step'"):
+        assert rr.PPO("CartPole-v1", fused_rollout="never", **SMALL_ON).paths["collection"].value == "step"
+    path = rr.PPO("CartPole-v1", **SMALL_ON).save(tmp_path / "new.pt")
+    payload = torch.load(path, weights_only=True)
+    config = payload["config"]
+    del config["gradient_backend"], config["collection"]
+    payload["config"] = {**config, "closed_form_grads": True, "fused_update": True, "fused_rollout": "auto"}
+    torch.save(payload, tmp_path / "old.pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = rr.PPO.load(tmp_path / "old.pt")
+    assert old.gradient_backend == "compiled" and old.paths["collection"].value == "fused"

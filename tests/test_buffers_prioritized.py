@@ -9,7 +9,7 @@ import torch
 
 from rapidrl.buffers import PrioritizedReplayBuffer
 from rapidrl.buffers import prioritized as per_mod
-from rapidrl.buffers import replay as replay_mod
+from rapidrl.kernels import replay as replay_cores
 
 
 def _fill(buf, steps, num_envs=4):
@@ -184,8 +184,8 @@ def test_save_load_round_trip(tmp_path):
 def test_cores_match_their_python_versions():
     u = np.random.default_rng(0).random(8)
     a, b = u.copy(), u.copy()
-    per_mod._stratify(a)
-    per_mod._stratify.py_func(b)
+    replay_cores.stratify(a)
+    replay_cores.stratify.py_func(b)
     np.testing.assert_array_equal(a, b)
     assert np.all((a >= np.arange(8) / 8) & (a < (np.arange(8) + 1) / 8))
     rows = np.empty(5, np.int64)
@@ -198,8 +198,8 @@ def test_cores_match_their_python_versions():
     mine = [np.empty_like(x) for x in out]
     idx = out.indices.copy()
     flat = (mine[0].reshape(8, -1), mine[1].reshape(8, -1), *mine[2:7])
-    replay_mod._weighted_gather_core.py_func(buf._q, 1.0, 0.5, mine[7], len(buf), idx, *buf._flat_store, *flat,
-                                             *buf._stream_args())
-    np.testing.assert_allclose(mine[7], (idx + 1.0) ** -0.5, rtol=1e-6)
-    np.testing.assert_array_equal(mine[7], out.weights)
+    replay_cores.gather.py_func(None, False, len(buf), idx, *buf._flat_store, *flat, 1, buf.gamma, 1, 0)
+    q = buf.priorities(idx)  # the weights come from the tree's leaves: (q_i / q_min)^-beta, q_min = 1
+    np.testing.assert_allclose(out.weights, (idx + 1.0) ** -0.5, rtol=1e-6)
+    np.testing.assert_allclose(out.weights, (q / 1.0) ** -0.5, rtol=1e-6)
     np.testing.assert_array_equal(mine[0], out.obs)

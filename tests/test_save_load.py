@@ -181,7 +181,7 @@ def test_memory_estimate_matches_the_allocated_arrays(tmp_path):
         sum(a.nbytes for a in rb.arrays().values())
     per = PrioritizedReplayBuffer(100, (4,))
     assert PrioritizedReplayBuffer.storage_bytes(100, (4,)) == sum(a.nbytes for a in per.arrays().values()) + \
-        per._tree._sum.nbytes + per._tree._min.nbytes + per._q.nbytes
+        sum(a.nbytes for a in per._tree.arrays)
     fb = FrameReplayBuffer(64, (4, 8, 8), num_envs=2, storage="mmap", path=tmp_path / "frames")
     assert FrameReplayBuffer.storage_bytes(64, (4, 8, 8), num_envs=2) == \
         sum(getattr(fb, f"_{n}").nbytes for n in fb._ARRAYS)

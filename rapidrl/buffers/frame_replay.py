@@ -43,8 +43,8 @@ import numba
 import numpy as np
 import torch
 
+from rapidrl.buffers.batch import ReplayBatch
 from rapidrl.buffers.persist import read_buffer_dir, storage_array, write_buffer_dir
-from rapidrl.buffers.replay import ReplayBatch
 from rapidrl.kernels.validation import check_int, check_scalar
 
 __all__ = ["FrameReplayBuffer"]

@@ -9,8 +9,9 @@ stratified: the k-th of B draws uses u in [k/B, (k+1)/B). Importance weights
 
 with q_min the tree's O(1) minimum over stored rows, so weights lie in (0, 1]. beta is annealed
 linearly from ``beta`` to ``beta_final`` over ``beta_anneal_steps`` calls of ``sample`` (constant
-when None). Everything else (storage, n-step, thread safety, persistence) is ``ReplayBuffer``'s;
-``update_priorities`` takes the same lock. Priorities of rows overwritten between ``sample`` and
+when None). Everything else (storage, n-step, the sampling path and stream, thread safety, persistence) is
+``ReplayBuffer``'s: its sampler searches this buffer's tree and reads the weights from the tree's leaves
+(``_priority_tree``); ``update_priorities`` takes the same lock. Priorities of rows overwritten between ``sample`` and
 ``update_priorities`` receive the stale update (the usual, harmless race).
 """
 
@@ -20,7 +21,7 @@ import numba
 import numpy as np
 import torch
 
-from rapidrl.buffers.replay import ReplayBatch, ReplayBuffer, _stratify, _weighted_gather_table_core
+from rapidrl.buffers.replay import ReplayBuffer
 from rapidrl.kernels import SumMinTree
 from rapidrl.kernels.validation import check_array, check_int, check_scalar
 
@@ -45,10 +46,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     @staticmethod
     def storage_bytes(capacity: int, obs_shape: tuple, action_shape: tuple = (), **kwargs) -> int:
-        """``ReplayBuffer.storage_bytes`` plus the sum/min tree (2 x 2 x the next power of two float64) and the
-        priority mirror (float64 per row)."""
+        """``ReplayBuffer.storage_bytes`` plus the sum/min tree (2 x 2 x the next power of two float64)."""
         tree = 4 * (1 << (int(capacity) - 1).bit_length()) * 8
-        return ReplayBuffer.storage_bytes(capacity, obs_shape, action_shape, **kwargs) + tree + 8 * int(capacity)
+        return ReplayBuffer.storage_bytes(capacity, obs_shape, action_shape, **kwargs) + tree
 
     def __init__(self, capacity: int, obs_shape: tuple, action_shape: tuple = (), *, alpha: float = 0.6,
                  beta: float = 0.4, beta_final: float = 1.0, beta_anneal_steps: int | None = None,
@@ -61,7 +61,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.eps = check_scalar("eps", eps, low=0.0, low_open=True)
         super().__init__(capacity, obs_shape, action_shape, **kwargs)
         self._tree = SumMinTree(self.capacity)
-        self._q = np.zeros(self.capacity, dtype=np.float64)  # the tree's leaves, read by the gather core
         self._max_priority = 1.0
         self._samples = 0
         self._new_idx = np.empty(0, dtype=np.int64)
@@ -94,20 +93,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         _ring_rows(start, self.capacity, self._new_idx)
         self._new_q.fill(self._max_priority**self.alpha)
         self._tree.set(self._new_idx, self._new_q)
-        self._q[self._new_idx] = self._new_q
 
     def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         self._add_checked(obs, actions, rewards, next_obs, terminated, truncated)  # the fast path is off
 
     add.__doc__ = ReplayBuffer.add.__doc__
 
-    def _sample_locked(self, out: ReplayBatch, flat: tuple, u: np.ndarray) -> None:
-        size = self._check_can_sample(u.shape[0])
-        self._rng.random(out=u)
-        _stratify(u)
-        self._tree.sample_into(u, out.indices)
-        _weighted_gather_table_core(self._q, self._tree.min(), self.beta, out.weights, size, out.indices,
-                                    self._table_addr, *flat, *self._stream_args(size))
+    def _priority_tree(self) -> SumMinTree:
+        return self._tree
+
+    def _count_sample(self) -> None:
         self._samples += 1
 
     def update_priorities(self, indices, priorities) -> None:
@@ -133,8 +128,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         with self._lock:
             if idx.min() < 0 or idx.max() >= self._size:
                 raise ValueError(f"indices must lie in [0, {self._size}), got [{idx.min()}, {idx.max()}]")
-            self._tree.set(idx, p**self.alpha)
-            self._q[idx] = self._tree.get(idx)  # the tree resolved duplicates (last wins)
+            self._tree.set(idx, p**self.alpha)  # in order: for duplicate indices the last wins
             self._max_priority = max(self._max_priority, float(p.max()))
 
     # -- persistence -------------------------------------------------------------------------------
@@ -145,7 +139,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
         state, arrays = super()._state()
         state.update(max_priority=self._max_priority, samples=self._samples)
-        arrays["priorities"] = self._q[: self._size]
+        arrays["priorities"] = self._tree.get(np.arange(self._size, dtype=np.int64))
         return state, arrays
 
     def _set_state(self, state: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -156,7 +150,5 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if q.shape != (self._size,):
             raise ValueError(f"priorities.npy has shape {q.shape}, expected ({self._size},)")
         self._tree.clear()  # in place: a ReplaySampler holds the tree's addresses
-        self._q[:] = 0.0
-        self._q[: self._size] = q
         if self._size:
-            self._tree.set(np.arange(self._size, dtype=np.int64), self._q[: self._size].copy())
+            self._tree.set(np.arange(self._size, dtype=np.int64), np.ascontiguousarray(q, dtype=np.float64))

@@ -14,7 +14,7 @@ import numpy as np
 
 from rapidrl.kernels.validation import check_array, check_int
 
-__all__ = ["SumMinTree"]
+__all__ = ["SumMinTree", "sample_core"]
 
 _INT64 = np.dtype(np.int64)
 _FLOAT64 = np.dtype(np.float64)
@@ -58,7 +58,7 @@ def _get_core(sum_tree, capacity, indices, out):
 
 
 @numba.njit(cache=True)
-def _sample_core(sum_tree, u, out, mass):
+def sample_core(sum_tree, u, out, mass):
     """Prefix-sum search: out[k] = the leaf i with prefix(i) <= u[k] * total < prefix(i) + value(i).
 
     All K searches descend one level at a time together, so their memory loads overlap (the deep
@@ -126,6 +126,13 @@ class SumMinTree:
         """Smallest priority set so far (+inf if none)."""
         return float(self._min[1])
 
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (sum, min) node arrays, float64 [2P] each (layout in the module docstring): for compiled code that
+        searches the tree itself (the replay sampler). They are allocated once and reset in place, never
+        replaced, so their addresses hold for the tree's lifetime."""
+        return self._sum, self._min
+
     def clear(self) -> None:
         """Reset every priority to unset (sum 0, min +inf), in place: the arrays keep their addresses."""
         self._sum.fill(0.0)
@@ -168,7 +175,7 @@ class SumMinTree:
             raise ValueError(f"cannot sample: total priority is {total} (must be finite and > 0)")
         if self._mass.shape[0] < u.shape[0]:
             self._mass = np.empty(u.shape[0], dtype=np.float64)
-        bad = _sample_core(self._sum, u, out, self._mass)
+        bad = sample_core(self._sum, u, out, self._mass)
         if bad >= 0:
             raise ValueError(f"u[{bad}] = {u[bad]} must be in [0, 1)")
         return out

@@ -32,6 +32,7 @@ import numpy as np
 import psutil
 import torch
 
+from rapidrl._unsafe.torch_private import polyak
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
@@ -119,8 +120,7 @@ def maybe_compile(fn: Callable, enabled: bool) -> Callable:
 
 def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
     """target <- target + tau (online - target), all tensors in one foreach call (tau = 1 copies)."""
-    with torch.no_grad():
-        torch._foreach_lerp_(target, online, tau)
+    polyak(target, online, tau)
 
 
 def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from rapidrl._unsafe.blas import match_blas_threads_to_torch
+from rapidrl._unsafe.torch_private import adam_state
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
 from rapidrl.nn.mlp_grad import linear_layers
 
@@ -67,14 +68,8 @@ class CompiledPPOUpdate:
     def kernel(self) -> PPOEpochKernel:
         """The compiled epoch on zero-copy views of the parameters, gradients and Adam state (created here in
         torch's own layout when missing); rebound whenever one of those tensor objects was replaced."""
+        adam_state(self.optimizer, self.params)  # rapidrl._unsafe.torch_private: Adam's state, as its step makes it
         state = self.optimizer.state
-        for t in self.params:
-            if t.grad is None:
-                t.grad = torch.zeros_like(t)
-            if not state.get(t):
-                state[t] = {"step": torch.tensor(0.0, dtype=torch.float32),
-                            "exp_avg": torch.zeros_like(t, memory_format=torch.preserve_format),
-                            "exp_avg_sq": torch.zeros_like(t, memory_format=torch.preserve_format)}
         tensors = [x for t in self.params
                    for x in (t, t.grad, state[t]["exp_avg"], state[t]["exp_avg_sq"], state[t]["step"])]
         if self._bound is not None and all(a is b for a, b in zip(self._bound[0], tensors)):

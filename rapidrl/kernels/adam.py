@@ -29,7 +29,7 @@ def _sum_squares(g) -> float:  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def _clip_and_count(grads, steps, max_norm) -> float:  # pragma: no cover
+def clip_and_count_unchecked(grads, steps, max_norm) -> float:  # pragma: no cover
     """grads: tuple of 1-D float32 arrays (scaled in place when clipping binds); steps: tuple of 1-element
     float32 arrays (each incremented by 1). max_norm <= 0: no clipping. Returns the norm before clipping."""
     total = 0.0
@@ -50,10 +50,11 @@ def _clip_and_count(grads, steps, max_norm) -> float:  # pragma: no cover
 
 def clip_and_count(grads: tuple, steps: tuple, max_norm: float) -> float:
     """Clip ``grads`` to global norm ``max_norm`` (<= 0: no clipping) and add 1 to every step counter, in
-    place, after checking every array (see ``_clip_and_count``). Returns the norm before clipping. Callers
-    that pass the same arrays repeatedly check once with ``check_arrays`` and call ``_clip_and_count``."""
+    place, after checking every array (see ``clip_and_count_unchecked``). Returns the norm before clipping.
+    Callers that pass the same arrays repeatedly check once with ``check_arrays`` and call
+    ``clip_and_count_unchecked`` (the compiled PPO epoch calls it from compiled code)."""
     check_arrays(grads, steps)
-    return _clip_and_count(grads, steps, float(max_norm))
+    return clip_and_count_unchecked(grads, steps, float(max_norm))
 
 
 def check_arrays(grads: tuple, steps: tuple) -> None:

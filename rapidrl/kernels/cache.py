@@ -14,21 +14,20 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from rapidrl._unsafe.numba_cache import cache_dir as numba_cache_dir
+
 
 def invalidate_stale_cache(dispatcher, dependencies: Iterable[str]) -> bool:
     """Delete the cache files of ``dispatcher``'s module if ``dependencies`` (source paths) changed.
 
     dispatcher: any ``@njit(cache=True)`` function of the calling module (locates the cache directory).
-    Returns True when stale files were removed. Never raises for an unwritable cache directory.
+    Returns True when stale files were removed. Never raises for an unwritable cache directory; raises
+    RuntimeError when Numba no longer exposes where its cache is (``rapidrl._unsafe.numba_cache``).
     """
     digest = hashlib.sha256()
     for path in sorted(str(p) for p in dependencies):
         digest.update(Path(path).read_bytes())
-    try:
-        dispatcher.enable_caching()
-        cache_dir = Path(dispatcher._cache._cache_path)
-    except AttributeError:  # a Numba without the cache internals used here: nothing to do
-        return False
+    cache_dir = numba_cache_dir(dispatcher)  # Numba internals, rapidrl._unsafe.numba_cache (raises if they moved)
     stem = Path(dispatcher.py_func.__code__.co_filename).stem
     stamp = cache_dir / f"{stem}.deps.sha256"
     want = digest.hexdigest()

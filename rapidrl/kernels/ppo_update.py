@@ -39,7 +39,7 @@ import numpy as np
 
 from rapidrl.kernels import activations, adam
 from rapidrl.kernels.activations import tanh_inplace
-from rapidrl.kernels.adam import _clip_and_count
+from rapidrl.kernels.adam import clip_and_count_unchecked
 from rapidrl.kernels.cache import invalidate_stale_cache
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -225,7 +225,7 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
             g = grads[log_std_k]
             for j in range(n_act):
                 g[j] = d_log_std[j] - ent_coef
-        _clip_and_count(grads, steps, max_grad_norm)
+        clip_and_count_unchecked(grads, steps, max_grad_norm)
         _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps)
         stats_out[n_mb, 0] = pg_sum / m
         stats_out[n_mb, 1] = v_sum / m

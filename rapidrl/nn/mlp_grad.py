@@ -17,6 +17,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from rapidrl._unsafe.torch_private import relu_backward as _relu_backward
+
 
 class Layer(NamedTuple):
     """One Linear layer's parameters as the hand-written passes use them, ``weight_t`` being the transposed
@@ -63,8 +65,9 @@ def mlp_backward(d_out: torch.Tensor, inputs: list[torch.Tensor], layers: list[L
 
 
 def relu_backward(d: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """d loss / d z from d loss / d relu(z) and ``out`` = relu(z): zero where out is 0 (one kernel)."""
-    return torch.ops.aten.threshold_backward(d, out, 0.0)
+    """d loss / d z from d loss / d relu(z) and ``out`` = relu(z): zero where out is 0 (one kernel,
+    ``rapidrl._unsafe.torch_private.relu_backward``)."""
+    return _relu_backward(d, out)
 
 
 @torch.no_grad()

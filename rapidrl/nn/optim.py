@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from rapidrl.kernels.adam import _clip_and_count, check_arrays
+from rapidrl._unsafe.torch_private import cached_numpy_views, fused_adam_step, increment_steps
+from rapidrl.kernels.adam import check_arrays, clip_and_count_unchecked
 
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
@@ -27,7 +28,8 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
 def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float = 0.0) -> None:
     """Clip the gradients' global norm to ``max_grad_norm`` (0: no clipping), then take one optimizer step.
 
-    A fused Adam whose state exists calls ``torch._fused_adam_`` directly: the same kernel as
+    A fused Adam whose state exists calls ``torch._fused_adam_`` directly (``rapidrl._unsafe.torch_private``): the
+    same kernel as
     ``optimizer.step()`` without its ~0.2 ms of Python bookkeeping, which is as long as the kernel itself
     for RL-sized networks. On CPU float32 the clipping and step counters run in one compiled call
     (``rapidrl.kernels.adam``) instead of ~20 operator calls; elsewhere the result is bitwise that of
@@ -48,31 +50,12 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float = 0.0)
     grads = [p.grad for p in params] if fast else []
     steps = [s["step"] for s in states] if fast else []
     if fast and params[0].device.type == "cpu" and params[0].dtype == torch.float32:
-        _clip_and_count(*_numpy_views(optimizer, grads, steps), float(max_grad_norm))
+        clip_and_count_unchecked(*cached_numpy_views(optimizer, grads, steps, check_arrays), float(max_grad_norm))
     else:
         if max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], max_grad_norm, foreach=True)
         if not fast:
             optimizer.step()
             return
-        torch._foreach_add_(steps, 1)
-    beta1, beta2 = group["betas"]
-    torch._fused_adam_(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
-                       lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"], amsgrad=False,
-                       maximize=False)
-
-
-def _numpy_views(optimizer: torch.optim.Adam, grads: list, steps: list) -> tuple[tuple, tuple]:
-    """Flat NumPy views of ``grads`` and ``steps``, checked once and cached on the optimizer while the same
-    tensor objects are in place (the cache holds them, so a freed tensor cannot be replaced unnoticed by
-    another at the same address)."""
-    tensors = grads + steps
-    cached = getattr(optimizer, "_rapidrl_views", None)
-    if cached is not None and len(cached[0]) == len(tensors) and all(a is b for a, b in zip(cached[0], tensors)):
-        return cached[1]
-    if not all(t.is_contiguous() for t in tensors):
-        raise ValueError("optimizer_step needs contiguous gradients")
-    views = (tuple(t.detach().view(-1).numpy() for t in grads), tuple(t.detach().view(-1).numpy() for t in steps))
-    check_arrays(*views)
-    optimizer._rapidrl_views = (tensors, views)
-    return views
+        increment_steps(steps)
+    fused_adam_step(params, grads, states, steps, group)

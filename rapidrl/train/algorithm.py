@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs.base import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
@@ -210,7 +211,7 @@ class Algorithm:
         if not named:
             return
         # one reduction over every parameter: the largest |value| of each is NaN or inf exactly when one is
-        largest = torch.stack(torch._foreach_norm([p.detach() for _, p in named], math.inf))
+        largest = largest_abs([p.detach() for _, p in named])
         if not bool(torch.isfinite(largest).all()):
             bad = next(name for (name, _), m in zip(named, largest.tolist()) if not math.isfinite(m))
             raise NonFiniteError(f"parameter {bad} is not finite at step {self.num_timesteps}; training stopped")

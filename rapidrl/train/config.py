@@ -6,15 +6,14 @@ unknown keys with a suggestion and converts TOML-friendly values (lists -> tuple
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import difflib
-import functools
 import typing
 import warnings
 from typing import Any
 
 from rapidrl._system import usable_cpu_count
+from rapidrl._unsafe.malloc import keep_heap_memory
 
 GRADIENT_BACKENDS = ("auto", "compiled", "torch")
 
@@ -121,9 +120,9 @@ class RuntimeConfig:
     or "auto" (compiled wherever it applies). ``model.paths`` says which ran and why."""
     keep_heap: bool = True
     """glibc only: keep freed heap memory for reuse instead of returning it to the OS (mallopt trim and mmap
-    thresholds of 1 GiB) at construction. Otherwise every update's large temporaries are fresh pages that
-    fault in again: SAC's update (batch 256, 256x256) measured ~2-3 ms faster. The process then keeps its
-    peak heap. False leaves the allocator alone."""
+    thresholds of 1 GiB, ``rapidrl._unsafe.malloc``) at construction. Otherwise every update's large
+    temporaries are fresh pages that fault in again: SAC's update (batch 256, 256x256) measured ~2-3 ms
+    faster. The process then keeps its peak heap. False leaves the allocator alone."""
 
     @classmethod
     def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -150,14 +149,3 @@ def apply_runtime(config: RuntimeConfig) -> None:
         torch.set_flush_denormal(True)
     if config.keep_heap:
         keep_heap_memory()
-
-
-@functools.cache
-def keep_heap_memory() -> bool:
-    """Raise glibc's malloc trim and mmap thresholds to 1 GiB (once per process); False where not glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_trim_threshold, 1 << 30) and libc.mallopt(m_mmap_threshold, 1 << 30))
-    except (OSError, AttributeError):
-        return False

@@ -28,6 +28,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
+from rapidrl._unsafe.torch_private import flatten, unflatten
 from rapidrl.train.config import config_to_dict
 
 _ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -123,9 +124,9 @@ class DistributedContext:
         for t in tensors:
             groups.setdefault(t.dtype, []).append(t)
         for group in groups.values():
-            flat = torch._utils._flatten_dense_tensors([t.detach().to(self.device) for t in group])
+            flat = flatten([t.detach().to(self.device) for t in group])
             dist.broadcast(flat, src=0)
-            for t, v in zip(group, torch._utils._unflatten_dense_tensors(flat, group)):
+            for t, v in zip(group, unflatten(flat, group)):
                 t.copy_(v)
 
     # -- per update --------------------------------------------------------------------------------

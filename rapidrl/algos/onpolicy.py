@@ -1,18 +1,20 @@
-"""The on-policy core shared by PPO and A2C: config fields, policy/storage set-up, rollout collection.
+"""The on-policy core shared by PPO, A2C, IMPALA and MAPPO: config fields, policy/storage set-up, rollout collection.
 
-Collection has two paths that produce the same data in distribution:
-- fused (built-in envs with MLP policies): one compiled call collects the whole T x N rollout
-  (``rapidrl.train.fused``);
-- per-step: the PyTorch policy and the vector env's zero-copy outputs, for any env.
-Both normalise observations with the statistics frozen at the start of the rollout and update them
-with the raw observations afterwards, so the two paths agree exactly on what the learner sees.
+Collection has three paths, chosen once by ``collection`` (``rapidrl.train.paths``; "auto": the first that
+applies, in this order), that produce the same data in distribution:
+- "fused" (built-in classic-control envs with MLP policies on the CPU): one compiled call collects the whole
+  T x N rollout (``rapidrl.train.fused``);
+- "step": the PyTorch policy and the vector env's zero-copy outputs, for any env (a recurrent policy
+  (``recurrent="lstm"|"gru"``) collects here with a collector that carries its state, ``rapidrl.train.recurrent``;
+  PPO and A2C then update on whole env columns);
+- "device": with a ``TorchVecEnv`` the whole loop stays on the env's device (``rapidrl.train.device_collect``).
+The fused and step paths normalise observations with the statistics frozen at the start of the rollout and
+update them with the raw observations afterwards, so they agree exactly on what the learner sees. With
+``async_collect`` (PPO, IMPALA) fused or step collection runs in a collector thread with a behaviour copy of the
+policy while the learner trains (``rapidrl.train.async_collect``).
 
-A recurrent policy (``recurrent="lstm"|"gru"``) collects on the per-step path with a collector that carries its
-state (``rapidrl.train.recurrent``); PPO and A2C then update on whole env columns (``_sequences``).
-
-Two further modes: with ``async_collect`` (PPO, IMPALA) either path runs in a collector thread with a
-behaviour copy of the policy while the learner trains (``rapidrl.train.async_collect``); with a
-``TorchVecEnv`` the whole loop stays on the env's device (``rapidrl.train.device_collect``).
+The gradient backend (``gradient_backend``) is the algorithm's: PPO has "compiled" and "torch", A2C and IMPALA
+"torch" only (``_gradient_backends``).
 """
 
 from __future__ import annotations

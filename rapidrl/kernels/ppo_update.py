@@ -124,6 +124,7 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
     n_mb = 0
     log_std_k = 2 * (n_actor + n_critic)
     same_input = actor_lo == critic_lo and actor_hi == critic_hi
+    actor_first = np.int64(0)  # a typed int, not a literal 0: one specialization of _forward and _backward
     for start in range(0, total, batch_size):
         m = min(batch_size, total - start)
         idx = perm[start:start + m]
@@ -144,7 +145,7 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
             adv = (adv - mean) / std
         elif norm_mode == NORM_BATCH:
             adv = (adv - batch_mean) / batch_std
-        head, actor_inputs = _forward(x, params, shapes, 0, n_actor, relu)
+        head, actor_inputs = _forward(x, params, shapes, actor_first, n_actor, relu)
         values, critic_inputs = _forward(xc, params, shapes, 2 * n_actor, n_critic, relu)
         d_head = np.zeros_like(head)
         d_values = np.empty((m, 1), np.float32)
@@ -219,7 +220,7 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
             else:
                 d_values[r, 0] = v_err * (vf_coef / m)
                 v_sum += 0.5 * v_err * v_err
-        _backward(d_head, actor_inputs, params, grads, shapes, 0, n_actor, relu)
+        _backward(d_head, actor_inputs, params, grads, shapes, actor_first, n_actor, relu)
         _backward(d_values, critic_inputs, params, grads, shapes, 2 * n_actor, n_critic, relu)
         if not discrete:
             g = grads[log_std_k]

@@ -61,6 +61,7 @@ def mlp_into(x, ws, bs, hs, act, out):
     cur = x
     n_hidden = len(hs)
     blas = x.shape[0] >= BLAS_MIN_ROWS
+    linear_out = np.int64(0)  # no activation; a typed int, not a literal 0: one specialization of each layer
     for layer in range(n_hidden):
         if blas:
             _linear_blas(cur, ws[layer], bs[layer], hs[layer], act)
@@ -68,9 +69,9 @@ def mlp_into(x, ws, bs, hs, act, out):
             _linear(cur, ws[layer], bs[layer], hs[layer], act)
         cur = hs[layer]
     if blas:
-        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out, 0)
+        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out, linear_out)
     else:
-        _linear(cur, ws[n_hidden], bs[n_hidden], out, 0)
+        _linear(cur, ws[n_hidden], bs[n_hidden], out, linear_out)
 
 
 def mlp_arrays(seq) -> tuple[tuple, tuple]:

@@ -16,6 +16,7 @@ import torch
 
 from rapidrl._unsafe.blas import match_blas_threads_to_torch
 from rapidrl._unsafe.torch_private import adam_state
+from rapidrl.buffers.advantages import ADVANTAGE_EPS, advantage_moments
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
 from rapidrl.nn.mlp_grad import linear_layers
 
@@ -105,7 +106,11 @@ class CompiledPPOUpdate:
             with torch.no_grad():
                 old_log_probs = old_log_probs + policy.squash_log_jacobian(flat["actions"])
         adv = flat["advantages"][buffer.active_indices()] if buffer.masked else flat["advantages"]
-        batch_stats = (float(adv.mean()), float(adv.std(correction=0)) + 1e-8) if norm == "batch" else (0.0, 1.0)
+        if norm == "batch":  # the rollout's moments (normalize_advantages' definition; the kernel divides by these)
+            mean, std = advantage_moments(adv)
+            batch_stats = (float(mean), float(std) + ADVANTAGE_EPS)
+        else:
+            batch_stats = (0.0, 1.0)
         mode = {None: NORM_NONE, "minibatch": NORM_MINIBATCH, "batch": NORM_BATCH}[norm]
         sums, count = np.zeros(len(STAT_NAMES)), 0
         for _epoch in range(c.update_epochs):

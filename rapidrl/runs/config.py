@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from rapidrl.algos.registry import get_algorithm
 from rapidrl.runs.layout import CONFIG_FILE
-from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict, upgrade_legacy
+from rapidrl.train.config import ConfigError, check_known_keys, config_from_dict, config_to_dict, upgrade_legacy
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
 SECTIONS = ("run", "algo", "env")
@@ -198,15 +198,8 @@ def coerce_section(section: str, cls, values: dict) -> dict:
     renamed since an older rapidrl are upgraded first, ``rapidrl.train.config.upgrade_legacy``)."""
     values = upgrade_legacy(cls, values)
     hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
-    out = {}
-    for key, value in values.items():
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=3)
-            hint = f"did you mean {', '.join(close)}?" if close else f"allowed: {', '.join(known)}"
-            raise ConfigError(f"unknown key {section}.{key}; {hint}")
-        out[key] = _coerce(section, key, value, hints[key])
-    return out
+    check_known_keys(values, [f.name for f in dataclasses.fields(cls)], f"unknown key {section}.{{key}}")
+    return {key: _coerce(section, key, value, hints[key]) for key, value in values.items()}
 
 
 @dataclasses.dataclass

@@ -26,18 +26,24 @@ def field_names(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+def check_known_keys(keys, known: list[str], unknown: str) -> None:
+    """ConfigError for the first of ``keys`` not in ``known``: ``unknown`` (formatted with ``key``) plus the closest
+    known names, or the list of them."""
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else f"known keys: {', '.join(known)}"
+            raise ConfigError(f"{unknown.format(key=key)}; {hint}")
+
+
 def config_from_dict(cls, values: dict[str, Any]):
     """Build ``cls(**values)``; unknown keys raise ConfigError with the closest known names. Settings renamed since
     an older rapidrl wrote ``values`` (a checkpoint, a run's config.toml) are upgraded first (``upgrade_legacy``)."""
     values = upgrade_legacy(cls, values)
-    known = field_names(cls)
+    check_known_keys(values, field_names(cls), f"unknown {cls.__name__} key {{key!r}}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in values.items():
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else f"; known keys: {', '.join(known)}"
-            raise ConfigError(f"unknown {cls.__name__} key {key!r}{hint}")
         if isinstance(value, list) and "tuple" in str(hints.get(key, "")):
             value = tuple(value)
         kwargs[key] = value

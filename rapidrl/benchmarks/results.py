@@ -87,7 +87,7 @@ _CLEANRL_SAC = "CleanRL sac_continuous_action.py, v4, 1M steps, 3 seeds"
 _RLZOO_SAC = "rl-zoo3 SAC, v3, 1M steps, 1 run"
 _CLEANRL_ATARI = "CleanRL ppo_atari.py, 10M steps of 4 frames, 3 seeds"
 _RLZOO_ATARI = "rl-zoo3 PPO, 10M steps, 1 run"
-_MINATAR = "Young & Tian 2019, Fig. (DQN), 5M frames, read off the figure"
+_MINATAR = "MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its figure"
 
 ROWS: dict[str, Row] = {r.name: r for r in [
     Row("ppo-halfcheetah", "MuJoCo v5, 1M steps", "ppo", "HalfCheetah-v5", 1_000_000, (0, 1, 2),

@@ -17,7 +17,7 @@ import vec_test_envs
 from vec_test_envs import assert_same_trajectory, manual_episode_stats, random_actions
 
 import rapidrl
-from rapidrl.envs.base import ClosedEnvError
+from rapidrl.envs import ClosedEnvError
 from rapidrl.envs.gym_vec import SyncVecEnv
 from rapidrl.envs.subproc import EnvWorkerError
 

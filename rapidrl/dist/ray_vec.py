@@ -35,7 +35,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.envs.gym_vec import EnvOutputs, check_spaces, env_name, reset_env, resolve_env_fns, seed_list, step_env
 from rapidrl.envs.subproc import EnvWorkerError
 from rapidrl.kernels.validation import check_int, check_scalar

@@ -1,24 +1,35 @@
-"""Vector environments: built-in batched envs (Numba / PyTorch), Gymnasium adapters, ``make_vec``.
+"""Vector environments: one core, the families written on it, the adapters, and ``make_vec``.
 
-``SyncVecEnv`` and ``SubprocVecEnv`` (wrappers of arbitrary Gymnasium ids) are imported on first use.
+Layout (dependencies point down the list; see docs/envs.md):
+
+- ``core/``: the one vector-env core: ``VecEnvBase`` and the arena of outputs, autoreset and episode statistics
+  (``bookkeeping``), action validation, and the public authoring API: ``NumbaEnv`` (an env as Numba functions on
+  one env's state) batched by the compiled loop into a ``NumbaVecEnv``;
+- ``classic/``, ``minatar/``, ``pomdp/``, ``mpe/``: the families written on it (``classic`` with its PyTorch
+  twin, ``TorchVecEnv``); ``atari.py``, ``mujoco.py``: engines mapped into the same contract; ``gym_vec.py``,
+  ``subproc.py``: adapters of any Gymnasium env;
+- ``registry.py``: which family serves an id (``list_envs``, ``register``); ``make.py``: ``make_vec``.
+
+Adapters and device envs are imported on first use.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from rapidrl.envs.base import VecEnvBase
-from rapidrl.envs.builtin import BuiltinVecEnv, list_builtin_envs
+from rapidrl.envs.core.base import ClosedEnvError, ResetNeeded, VecEnvBase
+from rapidrl.envs.core.numba_env import NumbaEnv, NumbaVecEnv
 from rapidrl.envs.make import make_vec
+from rapidrl.envs.registry import BuiltinVecEnv, list_builtin_envs, list_envs, register
 
 _LAZY = {
     "SyncVecEnv": "rapidrl.envs.gym_vec",
     "SubprocVecEnv": "rapidrl.envs.subproc",
-    "TorchVecEnv": "rapidrl.envs.torch_envs",
+    "TorchVecEnv": "rapidrl.envs.classic.torch_vec",
 }
 
-__all__ = ["BuiltinVecEnv", "SubprocVecEnv", "SyncVecEnv", "TorchVecEnv", "VecEnvBase", "list_builtin_envs",
-           "make_vec"]
+__all__ = ["BuiltinVecEnv", "ClosedEnvError", "NumbaEnv", "NumbaVecEnv", "ResetNeeded", "SubprocVecEnv",
+           "SyncVecEnv", "TorchVecEnv", "VecEnvBase", "list_builtin_envs", "list_envs", "make_vec", "register"]
 
 
 def __getattr__(name: str):

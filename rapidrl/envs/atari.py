@@ -29,8 +29,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import AutoresetMode, VecEnvBase
+from rapidrl.envs.core.base import VecEnvBase
 from rapidrl.kernels.validation import check_int
 
 __all__ = ["AtariVecEnv", "atari_game", "is_atari_id"]

@@ -27,7 +27,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.kernels.validation import check_int
 
 SUPPORTED_OBS_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)

@@ -37,7 +37,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rapidrl._system import usable_cpu_count
-from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 
 __all__ = ["MUJOCO_TASKS", "MujocoVecEnv", "is_mujoco_id", "mujoco_available"]
 

@@ -22,7 +22,7 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
-from rapidrl.envs.base import VecEnvBase
+from rapidrl.envs.core.base import VecEnvBase
 
 
 class MultiAgentVecEnvBase(VecEnvBase):

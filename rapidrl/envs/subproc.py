@@ -48,7 +48,8 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import VecEnvBase, check_actions, parse_autoreset_mode
+from rapidrl.envs.core.actions import check_actions
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.envs.gym_vec import (
     EnvOutputs,
     check_spaces,
@@ -277,7 +278,7 @@ class SubprocVecEnv(VecEnvBase):
         self.worker_pids: list[int] = []
         self._state = np.zeros(n, dtype=np.int8)
         self._pending: list[deque] = [deque() for _ in range(self.num_workers)]
-        self._ready: deque[int] = deque()
+        self._finished: deque[int] = deque()  # envs whose step finished, in completion order
         self._needs_reset = True
         self._started = False
         self._alloc_batch()
@@ -347,7 +348,7 @@ class SubprocVecEnv(VecEnvBase):
         """
         self._check_open()
         self._wait_all()
-        self._ready.clear()
+        self._finished.clear()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
         seeds = seed_list(seed, self.num_envs)
@@ -416,7 +417,7 @@ class SubprocVecEnv(VecEnvBase):
         self._wait_ready(self.batch_size)
         ids = self._batch_ids
         for j in range(self.batch_size):
-            ids[j] = self._ready.popleft()
+            ids[j] = self._finished.popleft()
         self._state[ids] = _IDLE
         b = self._b
         for name in _OUTPUT_NAMES:
@@ -506,7 +507,7 @@ class SubprocVecEnv(VecEnvBase):
     def _wait_ready(self, need: int) -> None:
         """Collect worker answers, in completion order, until ``need`` envs are ready for ``recv``."""
         pending, conns, procs = self._pending, self._conns, self._procs
-        while len(self._ready) < need:
+        while len(self._finished) < need:
             busy = [w for w in range(self.num_workers) if pending[w]]
             oldest = min(busy, key=lambda w: pending[w][0][1])
             remaining = pending[oldest][0][1] + self.timeout - time.monotonic()
@@ -522,7 +523,7 @@ class SubprocVecEnv(VecEnvBase):
                     self._fail(w, "died")
                 ids = self._take_reply(w)
                 self._state[ids] = _READY
-                self._ready.extend(ids)
+                self._finished.extend(ids)
 
     def _take_reply(self, w: int):
         """Read worker ``w``'s answer to its oldest command; return that command's env ids."""

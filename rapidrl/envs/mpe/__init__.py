@@ -9,7 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from rapidrl.envs.base import parse_autoreset_mode
+from rapidrl.envs.core.base import parse_autoreset_mode
 from rapidrl.envs.mpe import simple_spread as _ss
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.kernels import rng

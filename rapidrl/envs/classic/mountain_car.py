@@ -1,4 +1,4 @@
-"""MountainCar-v0 for N envs in one Numba kernel: Gymnasium's ``MountainCarEnv`` equations, exactly.
+"""MountainCar-v0 as Numba functions on one env's state (and in PyTorch): Gymnasium's ``MountainCarEnv``, exactly.
 
 State float64[2, N]: rows position, velocity. Observation float32[N, 2] = the state. Actions 0/1/2
 (push left, none, right). velocity += (a - 1) * 0.001 - 0.0025 cos(3 position), clipped to
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import render as _render
-from rapidrl.envs.builtin import BuiltinSpec, env_kernels
+from rapidrl.envs.classic import render as _render
+from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
 MIN_POSITION = -1.2
@@ -30,7 +31,7 @@ NUM_ACTIONS = 3
 
 
 @numba.njit(cache=True, inline="always")
-def _dynamics(state, i, actions, params, elapsed):
+def step(state, i, actions, params, elapsed, rng_key, rng_counter):
     """Advance env i one step; returns (reward, terminated)."""
     position = state[0, i]
     velocity = state[1, i]
@@ -53,7 +54,7 @@ def observe(state, i, obs):
 
 
 @numba.njit(cache=True, inline="always")
-def _draw_initial(state, i, params, rng_key, rng_counter):
+def reset(state, i, params, rng_key, rng_counter):
     """position uniform in [low, high), velocity 0."""
     low = params[2]
     high = params[3]
@@ -61,18 +62,34 @@ def _draw_initial(state, i, params, rng_key, rng_counter):
     state[1, i] = 0.0
 
 
-# The batched kernels (the uniform protocol of builtin.py): thin wrappers around the shared loops.
-step, step_parallel, step_packed, step_packed_parallel, reset = env_kernels("MountainCar-v0")
+# -- the same dynamics in PyTorch (classic.torch_vec.TorchVecEnv): state [2, N] in place -------------------------
+
+def torch_step(state, actions, params):
+    """All envs one step: state [2, N] (modified), actions [N] -> (reward [N], terminated [N])."""
+    import torch
+
+    position, velocity = state
+    velocity = velocity + ((actions.to(state.dtype) - 1) * FORCE + torch.cos(3 * position) * (-GRAVITY))
+    velocity = velocity.clamp(-MAX_SPEED, MAX_SPEED)
+    position = (position + velocity).clamp(MIN_POSITION, MAX_POSITION)
+    velocity = torch.where((position == MIN_POSITION) & (velocity < 0), 0.0, velocity)
+    state[0], state[1] = position, velocity
+    term = (position >= GOAL_POSITION) & (velocity >= params[1])
+    return torch.full_like(position, -1.0), term
 
 
-def set_state(state, i, gym_state):
-    """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (position, velocity)."""
-    state[:, i] = np.asarray(gym_state, dtype=np.float64).reshape(2)
+def torch_observe(state):
+    """[N, 2] = the state."""
+    return state.T
 
 
-def get_state(state, i):
-    """Gymnasium's state vector of env i."""
-    return state[:, i].copy()
+def torch_initial(gen, n, params, like):
+    """[2, n] initial states: position uniform in [low, high), velocity 0."""
+    import torch
+
+    low, high = params[2], params[3]
+    position = low + (high - low) * torch.rand((n,), generator=gen, device=like.device, dtype=like.dtype)
+    return torch.stack([position, torch.zeros(n, dtype=like.dtype, device=like.device)])
 
 
 def check_params(params):
@@ -81,28 +98,19 @@ def check_params(params):
         raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
 
 
-SPEC = BuiltinSpec(
+SPEC = NumbaEnv(
     id="MountainCar-v0",
-    state_dim=2,
-    obs_low=np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
-    obs_high=np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
-    action_kind="discrete",
-    action_size=NUM_ACTIONS,
-    action_low=None,
-    action_high=None,
-    max_episode_steps=200,
-    param_names=("goal_velocity", "low", "high"),
-    default_params=(0.0, -0.6, -0.4),
-    reset_options={"low": "low", "high": "high"},
-    step=step,
-    step_parallel=step_parallel,
-    step_packed=step_packed,
-    step_packed_parallel=step_packed_parallel,
+    observation_space=gym.spaces.Box(np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
+                                     np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32), dtype=np.float32),
+    action_space=gym.spaces.Discrete(NUM_ACTIONS),
+    state_shape=(2, None),
     reset=reset,
+    step=step,
     observe=observe,
+    params={"goal_velocity": 0.0, "low": -0.6, "high": -0.4},
+    max_episode_steps=200,
+    reset_params=("low", "high"),
     check_params=check_params,
-    set_state=set_state,
-    get_state=get_state,
     render=_render.mountain_car,
     render_fps=30,
     reward_threshold=-110.0,

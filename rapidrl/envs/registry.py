@@ -114,7 +114,7 @@ def _make_pomdp(env_id: str, num_envs: int, *, vectorization: str, device, **kwa
 
 
 def _make_mpe(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
-    return _load("rapidrl.envs.mpe:make_mpe")(env_id, num_envs, **kwargs)
+    return _load("rapidrl.envs.multiagent.mpe:make_mpe")(env_id, num_envs, **kwargs)
 
 
 def _make_atari(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):

@@ -18,11 +18,11 @@ from vec_test_envs import assert_same_trajectory, manual_episode_stats, random_a
 
 import rapidrl
 from rapidrl.envs import ClosedEnvError
-from rapidrl.envs.gym_vec import SyncVecEnv
-from rapidrl.envs.subproc import EnvWorkerError
+from rapidrl.envs.adapters.gymnasium import SyncVecEnv
+from rapidrl.envs.adapters.subprocess import EnvWorkerError
 
 ray = pytest.importorskip("ray")
-from rapidrl.dist.ray_vec import RayVecEnv  # noqa: E402  (needs ray)
+from rapidrl.envs.adapters.ray import RayVecEnv  # noqa: E402  (needs ray)
 
 NUM_ENVS = 4
 # Ray has 2 CPUs here: half a CPU per actor lets the shared env (2 actors) and one more env run at once.

@@ -5,9 +5,12 @@ Layout (dependencies point down the list; see docs/envs.md):
 - ``core/``: the one vector-env core: ``VecEnvBase`` and the arena of outputs, autoreset and episode statistics
   (``bookkeeping``), action validation, and the public authoring API: ``NumbaEnv`` (an env as Numba functions on
   one env's state) batched by the compiled loop into a ``NumbaVecEnv``;
-- ``classic/``, ``minatar/``, ``pomdp/``, ``mpe/``: the families written on it (``classic`` with its PyTorch
-  twin, ``TorchVecEnv``); ``atari.py``, ``mujoco.py``: engines mapped into the same contract; ``gym_vec.py``,
-  ``subproc.py``: adapters of any Gymnasium env;
+- ``classic/``, ``minatar/``, ``pomdp/``, ``multiagent/`` (the row layout and MPE): the families written on it
+  (``classic`` with its PyTorch twin, ``TorchVecEnv``);
+- ``engines/``: external simulators batched into the same contract (``atari.py``: ale-py's C++ vector env;
+  ``mujoco.py``: N ``MjData``);
+- ``adapters/``: any Gymnasium env in process (``gymnasium.py``), in worker processes (``subprocess.py``), in Ray
+  actors (``ray.py``), and PettingZoo parallel envs (``pettingzoo.py``);
 - ``registry.py``: which family serves an id (``list_envs``, ``register``); ``make.py``: ``make_vec``.
 
 Adapters and device envs are imported on first use.
@@ -23,12 +26,13 @@ from rapidrl.envs.make import make_vec
 from rapidrl.envs.registry import BuiltinVecEnv, list_builtin_envs, list_envs, register
 
 _LAZY = {
-    "SyncVecEnv": "rapidrl.envs.gym_vec",
-    "SubprocVecEnv": "rapidrl.envs.subproc",
+    "SyncVecEnv": "rapidrl.envs.adapters.gymnasium",
+    "SubprocVecEnv": "rapidrl.envs.adapters.subprocess",
+    "RayVecEnv": "rapidrl.envs.adapters.ray",
     "TorchVecEnv": "rapidrl.envs.classic.torch_vec",
 }
 
-__all__ = ["BuiltinVecEnv", "ClosedEnvError", "NumbaEnv", "NumbaVecEnv", "ResetNeeded", "SubprocVecEnv",
+__all__ = ["BuiltinVecEnv", "ClosedEnvError", "NumbaEnv", "NumbaVecEnv", "RayVecEnv", "ResetNeeded", "SubprocVecEnv",
            "SyncVecEnv", "TorchVecEnv", "VecEnvBase", "list_builtin_envs", "list_envs", "make_vec", "register"]
 
 

@@ -119,11 +119,11 @@ def _make_gymnasium(env_id: str, num_envs: int, vectorization: str, flatten: boo
         source, count = [flattened(functools.partial(gym.make, env_id, **env_kwargs))] * num_envs, None
         env_kwargs = {}
     if vectorization == "sync":
-        from rapidrl.envs.gym_vec import SyncVecEnv as cls
+        from rapidrl.envs.adapters.gymnasium import SyncVecEnv as cls
     elif vectorization == "ray":
-        from rapidrl.dist.ray_vec import RayVecEnv as cls
+        from rapidrl.envs.adapters.ray import RayVecEnv as cls
     else:
-        from rapidrl.envs.subproc import SubprocVecEnv as cls
+        from rapidrl.envs.adapters.subprocess import SubprocVecEnv as cls
     env = cls(source, count, **common, **env_kwargs)
     env.env_id = env_id
     return env

@@ -118,18 +118,18 @@ def _make_mpe(env_id: str, num_envs: int, *, vectorization: str, device, **kwarg
 
 
 def _make_atari(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
-    return _load("rapidrl.envs.atari:AtariVecEnv")(env_id, num_envs, **kwargs)
+    return _load("rapidrl.envs.engines.atari:AtariVecEnv")(env_id, num_envs, **kwargs)
 
 
 def _make_mujoco(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
-    if not _load("rapidrl.envs.mujoco:mujoco_available")():
+    if not _load("rapidrl.envs.engines.mujoco:mujoco_available")():
         raise ValueError(f"vectorization='mujoco' needs the mujoco package (pip install 'rapidrl[mujoco]') for "
                          f"{env_id!r}")
-    return _load("rapidrl.envs.mujoco:MujocoVecEnv")(env_id, num_envs, **kwargs)
+    return _load("rapidrl.envs.engines.mujoco:MujocoVecEnv")(env_id, num_envs, **kwargs)
 
 
 def _mujoco_ids() -> tuple[str, ...]:
-    return tuple(_load("rapidrl.envs.mujoco:MUJOCO_TASKS"))
+    return tuple(_load("rapidrl.envs.engines.mujoco:MUJOCO_TASKS"))
 
 
 FAMILIES: list[Family] = [
@@ -141,8 +141,8 @@ FAMILIES: list[Family] = [
            gymnasium=True),
     Family("multi-agent (MPE)", lambda: ("MPE/simple_spread-v3",), _make_mpe, ("numba",)),
     Family("Atari (ale-py)", lambda: ("ALE/<Game>-v5", "<Game>NoFrameskip-v4"), _make_atari, ("ale",),
-           matches=_lazy("rapidrl.envs.atari:is_atari_id"), gymnasium=True,
-           gymnasium_setup=_lazy("rapidrl.envs.atari:_register")),
+           matches=_lazy("rapidrl.envs.engines.atari:is_atari_id"), gymnasium=True,
+           gymnasium_setup=_lazy("rapidrl.envs.engines.atari:_register")),
     Family("MuJoCo", _mujoco_ids, _make_mujoco, ("mujoco",), matches=lambda env_id: env_id in _mujoco_ids(),
            gymnasium=True),
     Family("registered", lambda: tuple(_USER), _make_numba, ("numba",), builtin=True),

@@ -25,7 +25,7 @@ from gymnasium.vector.utils import batch_space
 
 from rapidrl.envs.core.actions import check_actions
 from rapidrl.envs.core.arena import ArenaLayout
-from rapidrl.envs.core.kernels import clear_rows, record_steps
+from rapidrl.envs.core.kernels import clear_rows, cut_steps, record_steps
 
 
 class ClosedEnvError(RuntimeError):
@@ -133,6 +133,10 @@ class VecEnvBase(gym.vector.VectorEnv):
     def _clear(self, rows: np.ndarray | None = None) -> None:
         """Rows that were just reset: flags, statistics and counters cleared."""
         clear_rows(self.arena, self._all_rows if rows is None else rows)
+
+    def _cut(self, rows: np.ndarray) -> None:
+        """Rows whose engine failed mid-step: their episodes end as truncated, statistics up to the last step."""
+        cut_steps(self.arena, rows)
 
     def _step_result(self):
         """(obs, rewards, terminated, truncated, info) as views, or copies when ``copy=True``."""

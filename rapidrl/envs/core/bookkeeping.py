@@ -63,6 +63,20 @@ def skip_row(r, rewards, terminated, truncated, ep_return, ep_length, done):
 
 
 @numba.njit(cache=True, inline="always")
+def cut_row(r, rewards, terminated, truncated, ep_return, ep_length, done_return, done_length, done):
+    """Row r's episode ends without a step (its engine failed): reward 0, truncated, statistics up to the last
+    step."""
+    rewards[r] = 0.0
+    terminated[r] = False
+    truncated[r] = True
+    done[r] = True
+    done_return[r] = ep_return[r]
+    done_length[r] = ep_length[r]
+    ep_return[r] = 0.0
+    ep_length[r] = 0
+
+
+@numba.njit(cache=True, inline="always")
 def restart_env(i, elapsed, needs_reset):
     """Counters of env i that starts a new episode."""
     elapsed[i] = 0

@@ -58,7 +58,7 @@ from rapidrl.envs.core.arena import (
     HEADER_BYTES,
     ArenaViews,
 )
-from rapidrl.envs.core.bookkeeping import count_step, finish_row, restart_env, skip_row
+from rapidrl.envs.core.bookkeeping import count_step, cut_row, finish_row, restart_env, skip_row
 from rapidrl.kernels import rng
 from rapidrl.kernels.cache import invalidate_stale_cache
 
@@ -400,6 +400,25 @@ def clear_rows(arena, rows):
     a = unpack(None, arena)
     _clear_rows(rows, a.elapsed, a.needs_reset, a.rewards, a.terminated, a.truncated, a.ep_return, a.ep_length,
                 a.done)
+
+
+@numba.njit(cache=True, _nrt=False)
+def _cut_rows(rows, elapsed, next_step_mode, needs_reset, rewards, terminated, truncated, ep_return, ep_length,
+              done_return, done_length, done):
+    for k in range(rows.shape[0]):
+        i = rows[k]
+        cut_row(i, rewards, terminated, truncated, ep_return, ep_length, done_return, done_length, done)
+        needs_reset[i] = next_step_mode
+        elapsed[i] = 0
+
+
+@numba.njit(cache=True, _nrt=False)
+def cut_steps(arena, rows):
+    """Rows ``rows`` (one per env) end their episodes without a step, as truncated (``bookkeeping.cut_row``): an
+    engine that failed and was replaced. NEXT_STEP: their next step resets them."""
+    a = unpack(None, arena)
+    _cut_rows(rows, a.elapsed, a.next_step_mode, a.needs_reset, a.rewards, a.terminated, a.truncated, a.ep_return,
+              a.ep_length, a.done_return, a.done_length, a.done)
 
 
 class EnvKernels(NamedTuple):

@@ -16,11 +16,13 @@ Randomness: env ``i`` owns ``numpy.random.default_rng(seed + i)``, the generator
 ``reset(seed=seed + i)`` (what ``gymnasium.vector`` does), and draws its reset noise from it in Gymnasium's
 order, so resets, the first and every later one (autoreset), equal Gymnasium's.
 
-Outputs follow ``rapidrl.envs.base``: obs float64 ``[N, obs_dim]`` (the v5 observation dtype), rewards
-float32 ``[N]``, SAME_STEP autoreset with ``info["final_obs"]``, and per-step reward terms as float64 ``[N]``
-arrays in ``info`` (``reward_forward``, ``reward_ctrl``, ``x_velocity``, ...; the terms of the final step for
-envs that reset in this step). Episodes are truncated at the registered ``max_episode_steps`` (1000; Reacher
-50, Pusher 100), as ``gymnasium.make`` does.
+Outputs follow ``rapidrl.envs.VecEnvBase``: obs float64 ``[N, obs_dim]`` (the v5 observation dtype), rewards
+float32 ``[N]``, autoreset in both modes (SAME_STEP: ``info["final_obs"]``; NEXT_STEP: the step after an episode
+end resets the env, its action ignored), and per-step reward terms as float64 ``[N]`` arrays in ``info``
+(``reward_forward``, ``reward_ctrl``, ``x_velocity``, ...; the terms of the final step for envs that reset in this
+step). Episodes are truncated at the registered ``max_episode_steps`` (1000; Reacher 50, Pusher 100), as
+``gymnasium.make``'s ``TimeLimit`` does; the time limit, the episode statistics and the autoreset flags are the
+env core's (``VecEnvBase._record``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rapidrl._system import usable_cpu_count
-from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.base import VecEnvBase
 
 __all__ = ["MUJOCO_TASKS", "MujocoVecEnv", "is_mujoco_id", "mujoco_available"]
 
@@ -482,8 +484,6 @@ class MujocoVecEnv(VecEnvBase):
                  render_mode: str | None = None, **task_kwargs):
         import mujoco
 
-        if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:  # refused before anything is built
-            raise ValueError("MujocoVecEnv supports autoreset_mode='same_step' only (final_obs in the step's info)")
         if env_id not in MUJOCO_TASKS:
             raise ValueError(f"{env_id!r} is not a batched MuJoCo task; known: {', '.join(MUJOCO_TASKS)}")
         cls = MUJOCO_TASKS[env_id]
@@ -530,13 +530,12 @@ class MujocoVecEnv(VecEnvBase):
         bounds = np.linspace(0, n, self.num_threads + 1).astype(int)
         self._chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         self._pool = ThreadPoolExecutor(self.num_threads) if self.num_threads > 1 else None
-        self._ret = np.zeros(n, np.float64)  # running episode returns (float64, cast when an episode ends)
-        self._len = np.zeros(n, np.int32)
+        self._params = self.arrays.params
+        self._params[0] = self.max_episode_steps  # the core's time limit
         self._rngs: list[np.random.Generator] = []
         self._seed = seed  # used by the first reset() that gives no seed
         self._ctrl: np.ndarray | None = None
         self._renderer = None
-        self._needs_reset = True
         self.reward_terms: dict[str, np.ndarray] = {}
 
     # -- simulation --------------------------------------------------------------------------------------
@@ -569,7 +568,6 @@ class MujocoVecEnv(VecEnvBase):
         d.qvel[:] = qvel
         self._mj.mj_forward(self.model, d)
         self._gather(i)
-        self._ret[i], self._len[i] = 0.0, 0
 
     # -- the VectorEnv API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -583,13 +581,12 @@ class MujocoVecEnv(VecEnvBase):
         for i in range(self.num_envs):
             self._reset_env(i)
         self._obs[:] = self.task.observe(self.s, slice(None))
-        self._needs_reset = False
+        self._clear()
         return self._reset_result()
 
     def step(self, actions):
         a = self._check_actions(actions)
-        if self._needs_reset:
-            raise RuntimeError("call reset() before step()")
+        restart = np.flatnonzero(self.arrays.needs_reset)  # NEXT_STEP: envs whose episode ended last step
         before = self.task.before(self.s)
         self._ctrl = a
         if self._pool is None:
@@ -601,21 +598,21 @@ class MujocoVecEnv(VecEnvBase):
         self._obs[:] = self.task.observe(self.s, slice(None))
         self._rewards[:] = reward
         self._terminated[:] = terminated
-        self._ret += reward
-        self._len += 1
-        self._truncated[:] = (self._len >= self.max_episode_steps) & ~self._terminated
-        np.logical_or(self._terminated, self._truncated, out=self._done)
+        self._truncated[:] = False
         self.reward_terms = terms
         self._info.update(terms)
-        if self._done.any():
-            self._episode_return[self._done] = self._ret[self._done]
-            self._episode_length[self._done] = self._len[self._done]
-            self._final_obs[self._done] = self._obs[self._done]  # SAME_STEP (the only mode, checked at construction)
+        if restart.size:  # they were reset instead of stepped (their physics step above is discarded)
+            self._reset_rows(restart)
+        if self._record() and self.autoreset_mode == AutoresetMode.SAME_STEP:
             rows = np.flatnonzero(self._done)
-            for i in rows:
-                self._reset_env(int(i))
-            self._obs[rows] = self.task.observe(self.s, rows)
+            self._final_obs[rows] = self._obs[rows]
+            self._reset_rows(rows)
         return self._step_result()
+
+    def _reset_rows(self, rows: np.ndarray) -> None:
+        for i in rows:
+            self._reset_env(int(i))
+        self._obs[rows] = self.task.observe(self.s, rows)
 
     def render(self):
         """The first env as an RGB image [H, W, 3] uint8 through MuJoCo's renderer (needs an OpenGL backend)."""

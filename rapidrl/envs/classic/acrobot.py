@@ -19,6 +19,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import reset_bounds_check, torch_uniform
 from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
@@ -181,15 +182,10 @@ def torch_initial(gen, n, params, like):
     """[4, n] initial states, uniform in [low, high), rounded to float32 (as Gymnasium)."""
     import torch
 
-    low, high = params[1], params[2]
-    draw = low + (high - low) * torch.rand((4, n), generator=gen, device=like.device, dtype=like.dtype)
-    return draw.to(torch.float32).to(like.dtype)
+    return torch_uniform(gen, (4, n), params[1], params[2], like).to(torch.float32).to(like.dtype)
 
 
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[1] > params[2]:
-        raise ValueError(f"Lower bound ({params[1]}) must be lower than higher bound ({params[2]}).")
+check_params = reset_bounds_check(1)
 
 
 _HIGH = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)

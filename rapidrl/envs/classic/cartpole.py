@@ -19,6 +19,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import reset_bounds_check, torch_uniform
 from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
@@ -109,16 +110,10 @@ def torch_observe(state):
 
 def torch_initial(gen, n, params, like):
     """[4, n] initial states, each variable uniform in [low, high)."""
-    import torch
-
-    low, high = params[2], params[3]
-    return low + (high - low) * torch.rand((4, n), generator=gen, device=like.device, dtype=like.dtype)
+    return torch_uniform(gen, (4, n), params[2], params[3], like)
 
 
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[2] > params[3]:
-        raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
+check_params = reset_bounds_check(2)
 
 
 _HIGH = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)

@@ -18,6 +18,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import reset_bounds_check, torch_uniform
 from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
@@ -87,15 +88,11 @@ def torch_initial(gen, n, params, like):
     """[2, n] initial states: position uniform in [low, high), velocity 0."""
     import torch
 
-    low, high = params[2], params[3]
-    position = low + (high - low) * torch.rand((n,), generator=gen, device=like.device, dtype=like.dtype)
+    position = torch_uniform(gen, (n,), params[2], params[3], like)
     return torch.stack([position, torch.zeros(n, dtype=like.dtype, device=like.device)])
 
 
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[2] > params[3]:
-        raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
+check_params = reset_bounds_check(2)
 
 
 SPEC = NumbaEnv(

@@ -25,8 +25,8 @@ import numba
 import numpy as np
 
 from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.mountain_car import check_params, observe, reset, torch_initial, torch_observe
 from rapidrl.envs.core.numba_env import NumbaEnv
-from rapidrl.kernels.rng import next_uniform
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -93,21 +93,7 @@ def step(state, i, actions, params, elapsed, rng_key, rng_counter):
     return reward, term
 
 
-@numba.njit(cache=True, inline="always")
-def observe(state, i, obs):
-    """obs[i] = float32(state[:, i])."""
-    obs[i, 0] = np.float32(state[0, i])
-    obs[i, 1] = np.float32(state[1, i])
-
-
-@numba.njit(cache=True, inline="always")
-def reset(state, i, params, rng_key, rng_counter):
-    """position uniform in [low, high), velocity 0."""
-    low = params[2]
-    high = params[3]
-    state[0, i] = low + (high - low) * next_uniform(rng_key, rng_counter, i)
-    state[1, i] = 0.0
-
+# observe, reset (position uniform in [low, high), velocity 0) and their PyTorch forms are MountainCar-v0's.
 
 # -- the same dynamics in PyTorch (classic.torch_vec.TorchVecEnv): state [2, N] in place -------------------------
 # (evaluated in the env's dtype throughout: close to Gymnasium's float32 promotions, not bitwise)
@@ -127,25 +113,7 @@ def torch_step(state, actions, params):
     return torch.where(term, 100.0, 0.0).to(state.dtype) - a * a * 0.1, term
 
 
-def torch_observe(state):
-    """[N, 2] = the state."""
-    return state.T
-
-
-def torch_initial(gen, n, params, like):
-    """[2, n] initial states: position uniform in [low, high), velocity 0."""
-    import torch
-
-    low, high = params[2], params[3]
-    position = low + (high - low) * torch.rand((n,), generator=gen, device=like.device, dtype=like.dtype)
-    return torch.stack([position, torch.zeros(n, dtype=like.dtype, device=like.device)])
-
-
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[2] > params[3]:
-        raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
-
+__all__ = ["SPEC", "check_params", "observe", "reset", "step", "torch_initial", "torch_observe", "torch_step"]
 
 SPEC = NumbaEnv(
     id="MountainCarContinuous-v0",

@@ -17,6 +17,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import torch_uniform
 from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
@@ -100,11 +101,8 @@ def torch_initial(gen, n, params, like):
     """[2, n] initial states: theta uniform in [-x_init, x_init), theta_dot in [-y_init, y_init)."""
     import torch
 
-    def uniform(low, high):
-        return low + (high - low) * torch.rand((n,), generator=gen, device=like.device, dtype=like.dtype)
-
     x, y = params[2], params[3]
-    return torch.stack([uniform(-x, x), uniform(-y, y)])
+    return torch.stack([torch_uniform(gen, (n,), -x, x, like), torch_uniform(gen, (n,), -y, y, like)])
 
 
 _HIGH = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)

@@ -11,7 +11,9 @@ Layout (dependencies point down the list; see docs/envs.md):
   ``mujoco.py``: N ``MjData``);
 - ``adapters/``: any Gymnasium env in process (``gymnasium.py``), in worker processes (``subprocess.py``), in Ray
   actors (``ray.py``), and PettingZoo parallel envs (``pettingzoo.py``);
-- ``registry.py``: which family serves an id (``list_envs``, ``register``); ``make.py``: ``make_vec``.
+- ``registry.py``: which family serves an id (``list_envs``, ``register``); ``make.py``: ``make_vec``;
+- ``check.py``: ``check(envs)``, the vector-env contract on any VectorEnv; ``align.py``: ``align(envs, reference)``,
+  a batched env stepped beside reference Gymnasium envs (docs/custom-envs.md).
 
 Adapters and device envs are imported on first use.
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import importlib
 
+from rapidrl.envs.align import AlignmentReport, align
+from rapidrl.envs.check import CheckReport, EnvContractError, check
 from rapidrl.envs.core.base import ClosedEnvError, ResetNeeded, VecEnvBase
 from rapidrl.envs.core.numba_env import NumbaEnv, NumbaVecEnv
 from rapidrl.envs.make import make_vec
@@ -32,8 +36,9 @@ _LAZY = {
     "TorchVecEnv": "rapidrl.envs.classic.torch_vec",
 }
 
-__all__ = ["BuiltinVecEnv", "ClosedEnvError", "NumbaEnv", "NumbaVecEnv", "RayVecEnv", "ResetNeeded", "SubprocVecEnv",
-           "SyncVecEnv", "TorchVecEnv", "VecEnvBase", "list_builtin_envs", "list_envs", "make_vec", "register"]
+__all__ = ["AlignmentReport", "BuiltinVecEnv", "CheckReport", "ClosedEnvError", "EnvContractError", "NumbaEnv",
+           "NumbaVecEnv", "RayVecEnv", "ResetNeeded", "SubprocVecEnv", "SyncVecEnv", "TorchVecEnv", "VecEnvBase",
+           "align", "check", "list_builtin_envs", "list_envs", "make_vec", "register"]
 
 
 def __getattr__(name: str):

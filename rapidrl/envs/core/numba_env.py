@@ -432,9 +432,12 @@ class NumbaVecEnv(VecEnvBase):
         super().close_extras(**kwargs)
 
     # -- state access (alignment tests, scenarios) ---------------------------------------------------
-    def get_state(self) -> np.ndarray:
-        """A copy of the whole state (``NumbaEnv.state_shape``, env axis filled in)."""
-        return self._state.copy()
+    def get_state(self, i: int | None = None) -> np.ndarray:
+        """A copy of the whole state (``NumbaEnv.state_shape``, env axis filled in), or of env ``i``'s."""
+        if i is None:
+            return self._state.copy()
+        i = check_int("i", i, low=0, high=self.copies - 1)
+        return np.take(self._state, i, axis=self.definition.env_axis)
 
     def set_state(self, i: int, values) -> np.ndarray:
         """Set env i's state to ``values`` and start a new episode there; returns its observation rows."""

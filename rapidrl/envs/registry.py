@@ -58,10 +58,12 @@ _USER: dict[str, NumbaEnv] = {}
 
 def register(env: NumbaEnv) -> None:
     """Make a ``NumbaEnv`` available by its id: ``make_vec(env.id, n)``, the algorithms (``rr.PPO(env.id)``),
-    ``rapidrl list envs``. Registering another definition under a taken id is an error."""
+    ``rapidrl list envs``. Registering an env with other functions under a taken id is an error (the same
+    definition again, e.g. a re-run notebook cell, replaces it)."""
     if not isinstance(env, NumbaEnv):
         raise TypeError(f"register takes a rapidrl.envs.NumbaEnv, got {type(env).__name__}")
-    taken = env.id in _USER and _USER[env.id] is not env
+    old = _USER.get(env.id)
+    taken = old is not None and old is not env and old.kernel_key != env.kernel_key  # same source: a re-run
     if taken or any(f.serves(env.id) for f in FAMILIES if f.name != "registered"):
         raise ValueError(f"env id {env.id!r} is already taken")
     _USER[env.id] = env

@@ -1,8 +1,9 @@
 """MuJoCo continuous control, batched: Gymnasium's v5 tasks on one ``MjModel`` and N ``MjData``.
 
 ``MujocoVecEnv("HalfCheetah-v5", N)`` steps all N simulations per call (``mj_step`` with the task's frame skip,
-then ``mj_rnePostConstraint``, exactly Gymnasium's ``MujocoEnv.do_simulation``), spread over a thread pool
-(libmujoco called through ctypes, which releases the GIL; the ``mujoco`` bindings' ``mj_step`` holds it), and
+then ``mj_rnePostConstraint``, exactly Gymnasium's ``MujocoEnv.do_simulation``) in one compiled loop per chunk of
+envs that calls libmujoco through ctypes and holds no GIL, including the copies of the fields the task reads
+(``_batch_stepper``; the ``mujoco`` bindings' ``mj_step`` holds the GIL), chunks spread over a thread pool, and
 computes observations, rewards, terminations and the info reward terms of all envs at once in NumPy, in the
 order Gymnasium's ``*_v5.py`` computes them, so that they are equal to Gymnasium's
 (``tests/test_envs_mujoco.py`` compares every step of every task).
@@ -72,6 +73,44 @@ def _c_library():
         getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         getattr(lib, name).restype = None
     return lib
+
+
+@functools.cache
+def _batch_stepper():
+    """A compiled step of envs [lo, hi) that holds no GIL from start to end, or None without ``_c_library()``.
+
+    For each env: copy its control in, ``frame_skip`` x ``mj_step``, ``mj_rnePostConstraint``, copy the task's
+    fields out into the batch arrays: the calls of the Python loop, in the same order (results are identical), as
+    C calls from compiled code through ctypes function pointers (libmujoco's, and ``ctypes.memmove`` for the
+    copies) that take addresses as uint64.
+
+    Safety: every address is taken from an array that the env owns for its whole life and never reallocates (the
+    ``MjData`` objects and their fields, the batch arrays ``s``, the float64 control buffer); the env computes the
+    address tables once, when it is built. Envs [lo, hi) touch only their own ``MjData`` and rows, so threads given
+    disjoint ranges never write the same memory.
+    """
+    lib = _c_library()
+    if lib is None:
+        return None
+    import numba
+
+    u64 = ctypes.c_uint64
+    call2 = ctypes.CFUNCTYPE(None, u64, u64)
+    mj_step = call2(ctypes.cast(lib.mj_step, ctypes.c_void_p).value)
+    rne = call2(ctypes.cast(lib.mj_rnePostConstraint, ctypes.c_void_p).value)
+    memmove = ctypes.CFUNCTYPE(u64, u64, u64, u64)(ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
+
+    @numba.njit(nogil=True)
+    def step_range(model, datas, ctrl_src, ctrl_dst, ctrl_bytes, field_src, field_dst, field_bytes, skip, lo, hi):
+        for i in range(lo, hi):
+            memmove(ctrl_dst[i], ctrl_src[i], ctrl_bytes)
+            for _ in range(skip):
+                mj_step(model, datas[i])
+            rne(model, datas[i])
+            for k in range(field_bytes.shape[0]):
+                memmove(field_dst[i, k], field_src[i, k], field_bytes[k])
+
+    return step_range
 
 
 def _assets() -> Path:
@@ -514,15 +553,29 @@ class MujocoVecEnv(VecEnvBase):
         self.s = {f: np.zeros((n, *np.shape(getattr(self.datas[0], f))), np.float64) for f in self.task.fields}
         for i in range(n):
             self._gather(i)
+        self._ctrl64 = np.zeros((n, self.model.nu), np.float64)  # the actions as MjData.ctrl takes them
+        self._stepper = _batch_stepper() if self._lib is not None else None
+        if self._stepper is not None:  # address tables of the GIL-free step (see _batch_stepper's safety note)
+            u64 = np.uint64
+            self._tables = (
+                np.uint64(self._model_ptr), np.array(self._data_ptrs, u64),
+                np.array([row.ctypes.data for row in self._ctrl64], u64),
+                np.array([d.ctrl.ctypes.data for d in self.datas], u64), np.uint64(8 * self.model.nu),
+                np.array([[getattr(d, f).ctypes.data for f in self.s] for d in self.datas], u64).reshape(n, -1),
+                np.array([[arr[i].ctypes.data for arr in self.s.values()] for i in range(n)], u64).reshape(n, -1),
+                np.array([arr[0].nbytes for arr in self.s.values()], u64),
+            )
         obs_dim = self.task.obs_dim(self.s)
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         super().__init__(gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64),
                          gym.spaces.Box(low=low, high=high, dtype=np.float32), n, autoreset_mode=autoreset_mode,
                          copy=copy, render_mode=render_mode)
         cores = usable_cpu_count()
-        # Measured (rapidrl bench mujoco, 2 cores): two threads gained 1.1x on Humanoid (nv 23) at 8 and 64 envs and
-        # lost 0.8-0.86x on HalfCheetah (nv 9), whose step is too short for the hand-offs.
-        heavy = self.model.nv >= 20
+        # Measured (rapidrl bench mujoco, 2 cores) with the earlier Python loop, which held the GIL between the C
+        # calls: two threads gained 1.1x on Humanoid (nv 23) at 8 and 64 envs and lost 0.8-0.86x on HalfCheetah
+        # (nv 9). The compiled step (_batch_stepper) holds no GIL for a whole chunk of envs, so every model gets a
+        # thread per core from 2 * cores envs up; the Python loop (no ctypes) keeps the old rule.
+        heavy = self.model.nv >= 20 or self._stepper is not None
         threads = (cores if heavy and n >= 2 * cores else 1) if num_threads is None else num_threads
         if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
@@ -547,6 +600,9 @@ class MujocoVecEnv(VecEnvBase):
     def _step_range(self, bounds: tuple[int, int]) -> None:
         """Step envs [lo, hi): Gymnasium's ``do_simulation`` (frame_skip x ``mj_step``, ``mj_rnePostConstraint``)."""
         mj, model, ctrl, skip, lib = self._mj, self.model, self._ctrl, self.frame_skip, self._lib
+        if lib is not None and self._stepper is not None:  # compiled, no GIL, results identical
+            self._stepper(*self._tables, skip, *bounds)
+            return
         for i in range(*bounds):
             d = self.datas[i]
             d.ctrl[:] = ctrl[i]
@@ -589,6 +645,7 @@ class MujocoVecEnv(VecEnvBase):
         restart = np.flatnonzero(self.arrays.needs_reset)  # NEXT_STEP: envs whose episode ended last step
         before = self.task.before(self.s)
         self._ctrl = a
+        np.copyto(self._ctrl64, a)
         if self._pool is None:
             self._step_range((0, self.num_envs))
         else:

@@ -28,6 +28,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int
 
 SUPPORTED_OBS_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
@@ -88,20 +89,6 @@ def check_spaces(env: gym.Env, index: int, reference: gym.Env | None = None) -> 
             f"env {index} has spaces ({obs_space}, {act_space}) but env 0 has "
             f"({reference.observation_space}, {reference.action_space}); all envs must share their spaces"
         )
-
-
-def seed_list(seed, num_envs: int) -> list[int | None]:
-    """Per-env reset seeds: ``None`` -> all ``None``; ``s`` -> ``[s, s+1, ...]``; a list -> itself."""
-    if seed is None:
-        return [None] * num_envs
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        s = check_int("seed", seed, low=0)
-        return [s + i for i in range(num_envs)]
-    if isinstance(seed, (list, tuple, np.ndarray)):
-        if len(seed) != num_envs:
-            raise ValueError(f"seed must have one entry per env ({num_envs}), got {len(seed)}")
-        return [None if s is None else check_int(f"seed[{i}]", s, low=0) for i, s in enumerate(seed)]
-    raise TypeError(f"seed must be None, a non-negative int or a list of them, got {type(seed).__name__}")
 
 
 class EnvOutputs:
@@ -197,7 +184,7 @@ class SyncVecEnv(VecEnvBase):
         self._check_open()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
-        seeds = seed_list(seed, self.num_envs)
+        seeds = env_seeds(seed, self.num_envs)
         for i, env in enumerate(self.envs):
             reset_env(env, i, self._out, seeds[i], options)
         self._clear()

@@ -40,11 +40,11 @@ from rapidrl.envs.adapters.gymnasium import (
     env_name,
     reset_env,
     resolve_env_fns,
-    seed_list,
     step_env,
 )
 from rapidrl.envs.adapters.subprocess import EnvWorkerError
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int, check_scalar
 
 try:
@@ -195,7 +195,7 @@ class RayVecEnv(VecEnvBase):
         self._check_open()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
-        self._seeds = seed_list(seed, self.num_envs)
+        self._seeds = env_seeds(seed, self.num_envs)
         refs = [a.reset.remote(self._seeds[lo:hi], options) for a, lo, hi in self._slices()]
         for w, ref in enumerate(refs):
             lo, hi = self._bounds[w], self._bounds[w + 1]

@@ -54,12 +54,12 @@ from rapidrl.envs.adapters.gymnasium import (
     env_name,
     reset_env,
     resolve_env_fns,
-    seed_list,
     step_env,
 )
 from rapidrl.envs.core.actions import check_actions
 from rapidrl.envs.core.arena import ArenaLayout
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int, check_scalar
 
 # Pipe messages: one command byte, then a payload (int32 env indices, or a pickled reset request).
@@ -339,7 +339,7 @@ class SubprocVecEnv(VecEnvBase):
         self._finished.clear()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
-        seeds = seed_list(seed, self.num_envs)
+        seeds = env_seeds(seed, self.num_envs)
         now = time.monotonic()
         for w in range(self.num_workers):
             lo, hi = self._bounds[w], self._bounds[w + 1]

@@ -41,6 +41,7 @@ from gymnasium.vector import AutoresetMode
 
 from rapidrl._system import usable_cpu_count
 from rapidrl.envs.core.base import VecEnvBase
+from rapidrl.envs.core.seeding import env_generators
 
 __all__ = ["MUJOCO_TASKS", "MujocoVecEnv", "is_mujoco_id", "mujoco_available"]
 
@@ -631,9 +632,7 @@ class MujocoVecEnv(VecEnvBase):
         if seed is None and not self._rngs:
             seed = self._seed
         if seed is not None or not self._rngs:
-            seeds = (np.random.SeedSequence().generate_state(self.num_envs, np.uint32).tolist() if seed is None
-                     else [int(seed) + i for i in range(self.num_envs)])
-            self._rngs = [np.random.default_rng(s) for s in seeds]
+            self._rngs = env_generators(seed, self.num_envs)
         for i in range(self.num_envs):
             self._reset_env(i)
         self._obs[:] = self.task.observe(self.s, slice(None))

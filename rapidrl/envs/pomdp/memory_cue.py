@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rapidrl.envs.core.base import VecEnvBase
+from rapidrl.envs.core.seeding import env_generators
 from rapidrl.kernels.validation import check_int
 
 
@@ -68,8 +69,7 @@ class MemoryCueVecEnv(VecEnvBase):
         self._seed(seed)
 
     def _seed(self, seed: int | None) -> None:
-        base = np.random.SeedSequence().entropy % 2**31 if seed is None else int(seed)
-        self._rngs = [np.random.default_rng(base + i) for i in range(self.num_envs)]
+        self._rngs = env_generators(seed, self.num_envs)
 
     def _new_episodes(self, mask: np.ndarray) -> None:
         for i in np.flatnonzero(mask):

@@ -48,7 +48,7 @@ class TorchVecEnv(VecEnvBase):
         params = spec.make_params(max_episode_steps, **env_kwargs)
         super().__init__(spec.observation_space, spec.action_space, num_envs, autoreset_mode=autoreset_mode,
                          render_mode=render_mode)
-        self.spec_builtin = spec
+        self.definition = spec
         self.env_id = env_id
         self.device = torch.device(device)
         if dtype is None:
@@ -87,15 +87,15 @@ class TorchVecEnv(VecEnvBase):
         """Reset every env (``seed`` reseeds the device generator); returns (obs tensor, {})."""
         self._check_open()
         if options:
-            unknown = set(options) - set(self.spec_builtin.reset_params)
+            unknown = set(options) - set(self.definition.reset_params)
             if unknown:
-                raise ValueError(f"reset options must be among {sorted(self.spec_builtin.reset_params)}")
+                raise ValueError(f"reset options must be among {sorted(self.definition.reset_params)}")
             new = self._params_np.copy()
-            slices = self.spec_builtin.param_slices()
+            slices = self.definition.param_slices()
             for key, value in options.items():
                 new[slices[key]] = float(value)
-            if self.spec_builtin.check_params is not None:
-                self.spec_builtin.check_params(new)
+            if self.definition.check_params is not None:
+                self.definition.check_params(new)
             self._params_np, self._params = new, new.tolist()
         if seed is not None:
             self._seed(seed)
@@ -175,7 +175,7 @@ class TorchVecEnv(VecEnvBase):
         ids = range(self.num_envs) if env_ids is None else [check_int("env_ids[k]", i, low=0,
                                                                       high=self.num_envs - 1) for i in env_ids]
         state = self._state.detach().cpu().numpy()
-        return np.stack([self.spec_builtin.render(state[:, i], self._params_np) for i in ids])
+        return np.stack([self.definition.render(state[:, i], self._params_np) for i in ids])
 
     def close_extras(self, **kwargs) -> None:
         self._ready = False

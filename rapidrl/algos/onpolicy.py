@@ -119,7 +119,7 @@ class OnPolicyAlgorithm(Algorithm):
     """The update can train a recurrent policy on whole sequences (PPO, A2C)."""
 
     def _build(self) -> None:
-        from rapidrl.envs.torch_envs import TorchVecEnv
+        from rapidrl.envs import TorchVecEnv
 
         c = self.config
         if not isinstance(self.observation_space, gym.spaces.Box):

@@ -31,7 +31,7 @@ ASYNC_MAX_QUICK = 8
 
 def _bare_step(mujoco, env_id: str, n: int, actions: np.ndarray):
     """A zero-argument step of n bare MjData of the task's model (same frame skip as the task)."""
-    from rapidrl.envs.mujoco import MUJOCO_TASKS, _assets
+    from rapidrl.envs.engines.mujoco import MUJOCO_TASKS, _assets
 
     task = MUJOCO_TASKS[env_id]
     model = mujoco.MjModel.from_xml_path(str(_assets() / task.xml))

@@ -39,6 +39,7 @@ SUITES = {
     "pixels": "rapidrl.benchmarks.bench_pixels",
     "marl": "rapidrl.benchmarks.bench_marl",
     "recurrent": "rapidrl.benchmarks.bench_recurrent",
+    "custom": "rapidrl.benchmarks.bench_custom_env",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

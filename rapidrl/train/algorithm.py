@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.envs.base import VecEnvBase
+from rapidrl.envs import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.progress import TrainingProgress

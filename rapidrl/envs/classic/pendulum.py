@@ -1,4 +1,4 @@
-"""Pendulum-v1 for N envs in one Numba kernel: Gymnasium's ``PendulumEnv`` equations, exactly.
+"""Pendulum-v1 as Numba functions on one env's state (and in PyTorch): Gymnasium's ``PendulumEnv``, exactly.
 
 State float64[2, N]: rows theta (0 = upright), theta_dot. Observation float32[N, 3] =
 (cos theta, sin theta, theta_dot). Action float[N, 1], the torque, clipped to [-2, 2].
@@ -12,11 +12,13 @@ params: [max_episode_steps, g, x_init, y_init].
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import render as _render
-from rapidrl.envs.builtin import BuiltinSpec, env_kernels
+from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import torch_uniform
+from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
 MAX_SPEED = 8
@@ -30,7 +32,7 @@ _TWO_PI = 2 * np.pi
 
 
 @numba.njit(cache=True, inline="always")
-def _dynamics(state, i, actions, params, elapsed):
+def step(state, i, actions, params, elapsed, rng_key, rng_counter):
     """Advance env i one step under torque ``actions[i, 0]``; returns (reward, terminated=False)."""
     th = state[0, i]
     thdot = state[1, i]
@@ -63,55 +65,59 @@ def observe(state, i, obs):
 
 
 @numba.njit(cache=True, inline="always")
-def _draw_initial(state, i, params, rng_key, rng_counter):
+def reset(state, i, params, rng_key, rng_counter):
     """theta uniform in [-x_init, x_init), theta_dot in [-y_init, y_init) (Gymnasium's order)."""
     for j in range(2):
         high = params[2 + j]
         state[j, i] = -high + (high - -high) * next_uniform(rng_key, rng_counter, i)
 
 
-# The batched kernels (the uniform protocol of builtin.py): thin wrappers around the shared loops.
-step, step_parallel, step_packed, step_packed_parallel, reset = env_kernels("Pendulum-v1")
+# -- the same dynamics in PyTorch (classic.torch_vec.TorchVecEnv): state [2, N] in place -------------------------
+
+def torch_step(state, actions, params):
+    """All envs one step: state [2, N] (modified), actions [N, 1] -> (reward [N], terminated [N])."""
+    import torch
+
+    th, thdot = state
+    u = actions[:, 0].to(torch.float32).clamp(-MAX_TORQUE, MAX_TORQUE)  # torque terms in float32, as Gymnasium
+    an = torch.remainder(th + np.pi, 2 * np.pi) - np.pi
+    costs = an * an + 0.1 * (thdot * thdot) + (0.001 * (u * u)).to(state.dtype)
+    g = params[1]
+    torque = (3.0 / (MASS * LENGTH**2) * u).to(state.dtype)
+    newthdot = thdot + (3 * g / (2 * LENGTH) * torch.sin(th) + torque) * DT
+    newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED)
+    state[0], state[1] = th + newthdot * DT, newthdot
+    return -costs, torch.zeros_like(th, dtype=torch.bool)
 
 
-def set_state(state, i, gym_state):
-    """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (theta, theta_dot)."""
-    state[:, i] = np.asarray(gym_state, dtype=np.float64).reshape(2)
+def torch_observe(state):
+    """[N, 3] = (cos theta, sin theta, theta_dot)."""
+    import torch
+
+    return torch.stack([torch.cos(state[0]), torch.sin(state[0]), state[1]], dim=1)
 
 
-def get_state(state, i):
-    """Gymnasium's state vector of env i."""
-    return state[:, i].copy()
+def torch_initial(gen, n, params, like):
+    """[2, n] initial states: theta uniform in [-x_init, x_init), theta_dot in [-y_init, y_init)."""
+    import torch
 
-
-def check_params(params):
-    """Nothing to check: Gymnasium accepts any g and reset bounds."""
+    x, y = params[2], params[3]
+    return torch.stack([torch_uniform(gen, (n,), -x, x, like), torch_uniform(gen, (n,), -y, y, like)])
 
 
 _HIGH = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
 
-SPEC = BuiltinSpec(
+SPEC = NumbaEnv(
     id="Pendulum-v1",
-    state_dim=2,
-    obs_low=-_HIGH,
-    obs_high=_HIGH,
-    action_kind="box",
-    action_size=1,
-    action_low=-MAX_TORQUE,
-    action_high=MAX_TORQUE,
-    max_episode_steps=200,
-    param_names=("g", "x_init", "y_init"),
-    default_params=(10.0, np.pi, 1.0),
-    reset_options={"x_init": "x_init", "y_init": "y_init"},
-    step=step,
-    step_parallel=step_parallel,
-    step_packed=step_packed,
-    step_packed_parallel=step_packed_parallel,
+    observation_space=gym.spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
+    action_space=gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, shape=(1,), dtype=np.float32),
+    state_shape=(2, None),
     reset=reset,
+    step=step,
     observe=observe,
-    check_params=check_params,
-    set_state=set_state,
-    get_state=get_state,
+    params={"g": 10.0, "x_init": np.pi, "y_init": 1.0},
+    max_episode_steps=200,
+    reset_params=("x_init", "y_init"),
     render=_render.pendulum,
     render_fps=30,
 )

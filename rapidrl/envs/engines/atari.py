@@ -29,8 +29,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import AutoresetMode, VecEnvBase
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.kernels.validation import check_int
 
 __all__ = ["AtariVecEnv", "atari_game", "is_atari_id"]
@@ -93,6 +94,8 @@ class AtariVecEnv(VecEnvBase):
                  frame_stack: int = 4, screen_size: int = 84, episodic_life: bool | None = None,
                  clip_rewards: bool | None = None, fire_reset: bool = True, max_episode_frames: int = 108_000,
                  full_action_space: bool = False, num_threads: int = 0):
+        if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:  # refused before any emulator starts
+            raise ValueError("AtariVecEnv supports autoreset_mode='same_step' only (ale-py resets in the same step)")
         game, spec_kwargs = atari_game(env_id)
         from ale_py.vector_env import AtariVectorEnv
 
@@ -131,17 +134,12 @@ class AtariVecEnv(VecEnvBase):
                                    use_fire_reset=self.fire_reset)
         super().__init__(self._ale.single_observation_space, self._ale.single_action_space, num_envs,
                          autoreset_mode=autoreset_mode, copy=copy, render_mode=render_mode)
-        if self.autoreset_mode != AutoresetMode.SAME_STEP:
-            self._ale.close()
-            raise ValueError("AtariVecEnv supports autoreset_mode='same_step' only")
         n = self.num_envs
         self._seed = seed
         self._ended = np.zeros(n, np.bool_)  # where final_obs is valid (the learner's episode ended)
         self._info["_final_obs"] = self._ended
         self._lives = np.zeros(n, np.int32)
         self._info["lives"] = self._lives
-        self._game_return = np.zeros(n, np.float64)
-        self._game_length = np.zeros(n, np.int64)
         self._actions = np.zeros(n, np.int64)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -154,22 +152,29 @@ class AtariVecEnv(VecEnvBase):
         obs, info = self._ale.reset(seed=None if seed is None else int(seed))
         np.copyto(self._obs, obs)
         np.copyto(self._lives, info["lives"])
-        self._game_return[:] = 0.0
-        self._game_length[:] = 0
         self._ended[:] = False
+        self._clear()
         return self._reset_result()
 
     def step(self, actions):
-        """One agent step (``frame_skip`` frames) of every game; see the class docstring for the outputs."""
+        """One agent step (``frame_skip`` frames) of every game; see the class docstring for the outputs.
+
+        ale-py resets ended games itself (in the same step); this maps its outputs into the core's contract: the
+        core records the real game (unclipped rewards, game over or truncation: ``info["episode"]``), then the
+        learner's view is laid over it (clipped rewards, a lost life as ``terminated``, ``_final_obs`` where the
+        learner's episode ended).
+        """
         actions = self._check_actions(actions)
         np.copyto(self._actions, actions, casting="unsafe")
         obs, rewards, game_over, truncated, info = self._ale.step(self._actions)
         np.copyto(self._obs, obs)
         raw = rewards.astype(np.float64)
-        self._game_return += raw
-        self._game_length += 1
+        np.copyto(self._rewards, raw, casting="unsafe")
+        np.copyto(self._terminated, game_over)
+        np.copyto(self._truncated, truncated)
+        self._record()  # the game's statistics; _done = the games that ended (the engine already reset them)
+        game_end = self._done
         lives = info["lives"]
-        game_end = game_over | truncated
         if self.episodic_life:
             life_lost = (lives < self._lives) & ~game_end
             np.logical_or(game_over, life_lost, out=self._terminated)
@@ -178,18 +183,13 @@ class AtariVecEnv(VecEnvBase):
             np.copyto(self._terminated, game_over)
         np.copyto(self._truncated, truncated & ~self._terminated)
         np.copyto(self._lives, lives)
-        np.copyto(self._rewards, np.sign(raw) if self.clip_rewards else raw, casting="unsafe")
+        if self.clip_rewards:
+            np.copyto(self._rewards, np.sign(raw), casting="unsafe")
         np.logical_or(self._terminated, self._truncated, out=self._ended)
         if game_end.any():
             np.copyto(self._final_obs, info["final_obs"], where=game_end[:, None, None, None])
         if life_lost is not None and life_lost.any():  # the game goes on: its final obs is the current one
             np.copyto(self._final_obs, obs, where=life_lost[:, None, None, None])
-        np.copyto(self._done, game_end)
-        if game_end.any():
-            np.copyto(self._episode_return, self._game_return, casting="unsafe")
-            np.copyto(self._episode_length, self._game_length, casting="unsafe")
-            self._game_return[game_end] = 0.0
-            self._game_length[game_end] = 0
         return self._step_result()
 
     def close_extras(self, **kwargs) -> None:

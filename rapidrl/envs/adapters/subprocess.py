@@ -6,8 +6,9 @@ worker as NumPy arrays; ``step``/``reset`` return views of it. Per step only a f
 each pipe (a command code and, for a partial ``send``, the env indices); nothing is pickled per step.
 Each worker holds several envs (contiguous blocks, ``num_workers`` defaults to
 ``min(num_envs, os.cpu_count())``) and steps them with the same ``step_env`` as ``SyncVecEnv``, so both
-give identical trajectories (see ``rapidrl/envs/gym_vec.py`` for the semantics and the ``info`` layout;
-per-env ``info`` dicts are not gathered).
+give identical trajectories (see ``adapters/gymnasium.py`` for the semantics and the ``info`` layout;
+per-env ``info`` dicts are not gathered). The shared block is the env's arena (``rapidrl.envs.core.arena``): the
+workers write the engine's outputs, the parent records flags and episode statistics through the env core.
 
 Processes. Workers start with the ``"forkserver"`` method where the platform has it, else ``"spawn"``;
 ``"fork"`` is refused: forking a parent whose PyTorch/Numba/OpenMP thread pools already run can copy a
@@ -45,19 +46,20 @@ from multiprocessing.connection import wait as wait_any
 import cloudpickle
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import VecEnvBase, check_actions, parse_autoreset_mode
-from rapidrl.envs.gym_vec import (
+from rapidrl.envs.adapters.gymnasium import (
     EnvOutputs,
     check_spaces,
     env_name,
     reset_env,
     resolve_env_fns,
-    seed_list,
     step_env,
 )
+from rapidrl.envs.core.actions import check_actions
+from rapidrl.envs.core.arena import ArenaLayout
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int, check_scalar
 
 # Pipe messages: one command byte, then a payload (int32 env indices, or a pickled reset request).
@@ -70,7 +72,7 @@ _STARTUP_TIMEOUT = 120.0
 # Env states seen by the parent.
 _IDLE, _PENDING, _READY = 0, 1, 2
 _OUTPUT_NAMES = ("obs", "final_obs", "rewards", "terminated", "truncated", "done", "episode_return",
-                 "episode_length")
+                 "episode_length")  # what recv() gathers
 
 
 class EnvWorkerError(RuntimeError):
@@ -117,8 +119,8 @@ class _SharedLayout:
         return out
 
 
-def _worker(conn, raw, layout: _SharedLayout, fns_blob: bytes, first: int, worker_index: int,
-            same_step: bool) -> None:
+def _worker(conn, raw_arena, arena_layout: ArenaLayout, arena_start: int, raw, layout: _SharedLayout,
+            fns_blob: bytes, first: int, worker_index: int, same_step: bool) -> None:
     """Worker process: build envs ``first..first+len(fns)-1``, then serve commands until close/EOF.
 
     Before touching env ``i`` it writes ``i`` to ``current[worker_index]`` so that the parent can name the
@@ -127,7 +129,9 @@ def _worker(conn, raw, layout: _SharedLayout, fns_blob: bytes, first: int, worke
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     views = layout.views(raw)
     current, actions = views["current"], views["actions"]
-    out = EnvOutputs(*(views[name] for name in _OUTPUT_NAMES))
+    arena = np.frombuffer(raw_arena, np.uint8, count=arena_layout.nbytes, offset=arena_start)
+    a = arena_layout.views(arena)
+    out = EnvOutputs(a.obs, a.final_obs, a.rewards, a.terminated, a.truncated, a.needs_reset)
     envs: list[gym.Env] = []
     try:
         try:
@@ -252,22 +256,23 @@ class SubprocVecEnv(VecEnvBase):
             obs_space, act_space, render_mode = probe.observation_space, probe.action_space, probe.render_mode
         finally:
             probe.close()
-        super().__init__(obs_space, act_space, n, autoreset_mode=autoreset_mode, copy=copy,
-                         render_mode=render_mode)
+        ctx = _mp_context(method)
+        arena_layout = ArenaLayout(n, n, (), np.uint8, obs_space.shape, obs_space.dtype)
+        self._raw_arena = ctx.RawArray("B", arena_layout.nbytes + 64)  # the arena, shared with the workers
+        super().__init__(obs_space, act_space, n, autoreset_mode=autoreset_mode, copy=copy, render_mode=render_mode,
+                         layout=arena_layout, buffer=self._raw_arena)
         if self._initial_seed is not None:
             self.action_space.seed(self._initial_seed)
             self.single_action_space.seed(self._initial_seed)
 
         layout = _SharedLayout({
-            **{name: (getattr(self, "_" + name).shape, getattr(self, "_" + name).dtype) for name in _OUTPUT_NAMES},
             "actions": (self.action_space.shape, self.single_action_space.dtype),
             "current": ((self.num_workers,), np.int32),
         })
-        ctx = _mp_context(method)
         self._raw = ctx.RawArray("B", layout.nbytes)
         shared = layout.views(self._raw)
-        self._use_shared_outputs(shared)
         self._actions, self._current = shared["actions"], shared["current"]
+        arena_start = self.arena.ctypes.data - np.frombuffer(self._raw_arena, np.uint8).ctypes.data
 
         bounds = np.linspace(0, n, self.num_workers + 1).astype(np.int64)
         self._bounds = bounds.tolist()  # worker w holds envs bounds[w] .. bounds[w + 1] - 1
@@ -277,8 +282,7 @@ class SubprocVecEnv(VecEnvBase):
         self.worker_pids: list[int] = []
         self._state = np.zeros(n, dtype=np.int8)
         self._pending: list[deque] = [deque() for _ in range(self.num_workers)]
-        self._ready: deque[int] = deque()
-        self._needs_reset = True
+        self._finished: deque[int] = deque()  # envs whose step finished, in completion order
         self._started = False
         self._alloc_batch()
         _LIVE.add(self)
@@ -292,7 +296,8 @@ class SubprocVecEnv(VecEnvBase):
                     raise TypeError(f"env factories must be picklable (cloudpickle) for SubprocVecEnv: {e}") from e
                 parent_conn, child_conn = ctx.Pipe()
                 proc = ctx.Process(target=_worker, name=f"rapidrl-env-worker-{w}", daemon=True,
-                                   args=(child_conn, self._raw, layout, blob, lo, w, same_step))
+                                   args=(child_conn, self._raw_arena, arena_layout, arena_start, self._raw, layout,
+                                         blob, lo, w, same_step))
                 proc.start()
                 child_conn.close()
                 self._conns.append(parent_conn)
@@ -310,22 +315,6 @@ class SubprocVecEnv(VecEnvBase):
         return f"{type(self).__name__}({self.env_id}, num_envs={self.num_envs}, num_workers={self.num_workers})"
 
     # -- set-up helpers ---------------------------------------------------------------------------
-    def _use_shared_outputs(self, shared: dict[str, np.ndarray]) -> None:
-        """Point the base class's output arrays, and the ``info`` entries holding them, at shared memory."""
-        swap = {}
-        for name in _OUTPUT_NAMES:
-            swap[id(getattr(self, "_" + name))] = shared[name]
-            setattr(self, "_" + name, shared[name])
-
-        def rebind(d: dict) -> None:
-            for key, value in d.items():
-                if isinstance(value, dict):
-                    rebind(value)
-                elif id(value) in swap:
-                    d[key] = swap[id(value)]
-
-        rebind(self._info)
-
     def _alloc_batch(self) -> None:
         """Preallocated ``[batch_size, ...]`` outputs of ``recv`` and their ``info`` dict."""
         b = self.batch_size
@@ -347,28 +336,27 @@ class SubprocVecEnv(VecEnvBase):
         """
         self._check_open()
         self._wait_all()
-        self._ready.clear()
+        self._finished.clear()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
-        seeds = seed_list(seed, self.num_envs)
+        seeds = env_seeds(seed, self.num_envs)
         now = time.monotonic()
         for w in range(self.num_workers):
             lo, hi = self._bounds[w], self._bounds[w + 1]
             self._send_bytes(w, bytes([_RESET]) + pickle.dumps((seeds[lo:hi], options)))
             self._pending[w].append((list(range(lo, hi)), now))
         self._wait_all()
-        self._needs_reset = False
+        self._clear()
         return self._reset_result()
 
     def step(self, actions):
         """Step every env (``send`` to all, then wait for all); returns views of the shared outputs."""
         a = self._check_actions(actions)
         self._check_all_idle("step()")
-        if self._needs_reset:
-            raise ResetNeeded("call reset() before step()")
         np.copyto(self._actions, a, casting="same_kind")
         self._dispatch_all()
         self._wait_all()
+        self._record()
         return self._step_result()
 
     def send(self, actions, env_ids=None) -> None:
@@ -376,9 +364,7 @@ class SubprocVecEnv(VecEnvBase):
 
         Every env in ``env_ids`` must be idle: its previous result already returned by ``recv``.
         """
-        self._check_open()
-        if self._needs_reset:
-            raise ResetNeeded("call reset() before send()")
+        self._check_ready()
         if env_ids is None:
             a = check_actions(actions, self.single_action_space, self.num_envs)
             self._check_all_idle("send() to all envs")
@@ -416,7 +402,7 @@ class SubprocVecEnv(VecEnvBase):
         self._wait_ready(self.batch_size)
         ids = self._batch_ids
         for j in range(self.batch_size):
-            ids[j] = self._ready.popleft()
+            ids[j] = self._finished.popleft()
         self._state[ids] = _IDLE
         b = self._b
         for name in _OUTPUT_NAMES:
@@ -506,7 +492,7 @@ class SubprocVecEnv(VecEnvBase):
     def _wait_ready(self, need: int) -> None:
         """Collect worker answers, in completion order, until ``need`` envs are ready for ``recv``."""
         pending, conns, procs = self._pending, self._conns, self._procs
-        while len(self._ready) < need:
+        while len(self._finished) < need:
             busy = [w for w in range(self.num_workers) if pending[w]]
             oldest = min(busy, key=lambda w: pending[w][0][1])
             remaining = pending[oldest][0][1] + self.timeout - time.monotonic()
@@ -521,8 +507,9 @@ class SubprocVecEnv(VecEnvBase):
                 if obj is not conns[w] and not conns[w].poll():
                     self._fail(w, "died")
                 ids = self._take_reply(w)
+                self._record(np.asarray(ids, dtype=np.int64))
                 self._state[ids] = _READY
-                self._ready.extend(ids)
+                self._finished.extend(ids)
 
     def _take_reply(self, w: int):
         """Read worker ``w``'s answer to its oldest command; return that command's env ids."""

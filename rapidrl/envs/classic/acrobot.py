@@ -1,4 +1,4 @@
-"""Acrobot-v1 for N envs in one Numba kernel: Gymnasium's ``AcrobotEnv`` ("book" dynamics), exactly.
+"""Acrobot-v1 as Numba functions on one env's state (and in PyTorch): Gymnasium's ``AcrobotEnv`` ("book"), exactly.
 
 State float64[4, N]: rows theta1, theta2, dtheta1, dtheta2. Observation float32[N, 6] =
 (cos th1, sin th1, cos th2, sin th2, dth1, dth2). Actions 0/1/2 = torque -1/0/+1 on the second
@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from math import pi
 
+import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import render as _render
-from rapidrl.envs.builtin import BuiltinSpec, env_kernels
+from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import reset_bounds_check, torch_uniform
+from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
 DT = 0.2
@@ -78,7 +80,7 @@ def _wrap(x):
 
 
 @numba.njit(cache=True, inline="always")
-def _dynamics(state, i, actions, params, elapsed):
+def step(state, i, actions, params, elapsed, rng_key, rng_counter):
     """One RK4 step of env i under torque (action - 1); returns (reward, terminated)."""
     a = np.int64(actions[i]) - 1.0
     y0 = state[0, i]
@@ -116,7 +118,7 @@ def observe(state, i, obs):
 
 
 @numba.njit(cache=True, inline="always")
-def _draw_initial(state, i, params, rng_key, rng_counter):
+def reset(state, i, params, rng_key, rng_counter):
     """Each variable uniform in [low, high), rounded to float32 (Gymnasium's ``.astype(np.float32)``)."""
     low = params[1]
     high = params[2]
@@ -124,50 +126,82 @@ def _draw_initial(state, i, params, rng_key, rng_counter):
         state[j, i] = np.float64(np.float32(low + (high - low) * next_uniform(rng_key, rng_counter, i)))
 
 
-# The batched kernels (the uniform protocol of builtin.py): thin wrappers around the shared loops.
-step, step_parallel, step_packed, step_packed_parallel, reset = env_kernels("Acrobot-v1")
+# -- the same dynamics in PyTorch (classic.torch_vec.TorchVecEnv): state [4, N] in place -------------------------
+
+def _torch_dsdt(a, th1, th2, dth1, dth2):
+    import torch
+
+    d1 = _D1_CONST + _M2 * (_D1_INNER + _D1_COS * torch.cos(th2)) + _I1 + _I2
+    d2 = _M2 * (_LC2**2 + _D2_COS * torch.cos(th2)) + _I2
+    phi2 = _PHI2_C * torch.cos(th1 + th2 - pi / 2.0)
+    phi1 = (_PHI1_A * (dth2 * dth2) * torch.sin(th2) - _PHI1_B * dth2 * dth1 * torch.sin(th2)
+            + _PHI1_C * torch.cos(th1 - pi / 2) + phi2)
+    ddth2 = (a + d2 / d1 * phi1 - _DD2_C * (dth1 * dth1) * torch.sin(th2) - phi2) / (_DD2_DEN - d2 * d2 / d1)
+    ddth1 = -(d2 * ddth2 + phi1) / d1
+    return torch.stack([dth1, dth2, ddth1, ddth2])
 
 
-def set_state(state, i, gym_state):
-    """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (th1, th2, dth1, dth2)."""
-    state[:, i] = np.asarray(gym_state, dtype=np.float64).reshape(4)
+def _torch_wrap(x):
+    """Gymnasium's ``wrap`` to [-pi, pi] (one turn at most is ever needed after a 0.2 s step)."""
+    import torch
+
+    two_pi = 2 * pi
+    x = torch.where(x > pi, x - two_pi, x)
+    return torch.where(x < -pi, x + two_pi, x)
 
 
-def get_state(state, i):
-    """Gymnasium's state vector of env i."""
-    return state[:, i].copy()
+def torch_step(state, actions, params):
+    """All envs one RK4 step: state [4, N] (modified), actions [N] -> (reward [N], terminated [N])."""
+    import torch
+
+    a = actions.to(state.dtype) - 1.0
+    y = state.clone()
+    dt, dt2 = DT, DT / 2.0
+    k1 = _torch_dsdt(a, *y)
+    k2 = _torch_dsdt(a, *(y + dt2 * k1))
+    k3 = _torch_dsdt(a, *(y + dt2 * k2))
+    k4 = _torch_dsdt(a, *(y + dt * k3))
+    ns = y + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+    state[0] = _torch_wrap(ns[0])
+    state[1] = _torch_wrap(ns[1])
+    state[2] = ns[2].clamp(-MAX_VEL_1, MAX_VEL_1)
+    state[3] = ns[3].clamp(-MAX_VEL_2, MAX_VEL_2)
+    term = -torch.cos(state[0]) - torch.cos(state[1] + state[0]) > 1.0
+    return torch.where(term, 0.0, -1.0).to(state.dtype), term
 
 
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[1] > params[2]:
-        raise ValueError(f"Lower bound ({params[1]}) must be lower than higher bound ({params[2]}).")
+def torch_observe(state):
+    """[N, 6] = (cos th1, sin th1, cos th2, sin th2, dth1, dth2)."""
+    import torch
+
+    return torch.stack([torch.cos(state[0]), torch.sin(state[0]), torch.cos(state[1]), torch.sin(state[1]),
+                        state[2], state[3]], dim=1)
+
+
+def torch_initial(gen, n, params, like):
+    """[4, n] initial states, uniform in [low, high), rounded to float32 (as Gymnasium)."""
+    import torch
+
+    return torch_uniform(gen, (4, n), params[1], params[2], like).to(torch.float32).to(like.dtype)
+
+
+check_params = reset_bounds_check(1)
 
 
 _HIGH = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
 
-SPEC = BuiltinSpec(
+SPEC = NumbaEnv(
     id="Acrobot-v1",
-    state_dim=4,
-    obs_low=-_HIGH,
-    obs_high=_HIGH,
-    action_kind="discrete",
-    action_size=NUM_ACTIONS,
-    action_low=None,
-    action_high=None,
-    max_episode_steps=500,
-    param_names=("low", "high"),
-    default_params=(-0.1, 0.1),
-    reset_options={"low": "low", "high": "high"},
-    step=step,
-    step_parallel=step_parallel,
-    step_packed=step_packed,
-    step_packed_parallel=step_packed_parallel,
+    observation_space=gym.spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
+    action_space=gym.spaces.Discrete(NUM_ACTIONS),
+    state_shape=(4, None),
     reset=reset,
+    step=step,
     observe=observe,
+    params={"low": -0.1, "high": 0.1},
+    max_episode_steps=500,
+    reset_params=("low", "high"),
     check_params=check_params,
-    set_state=set_state,
-    get_state=get_state,
     render=_render.acrobot,
     render_fps=15,
     reward_threshold=-100.0,

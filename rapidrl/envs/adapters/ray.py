@@ -2,10 +2,10 @@
 
 For environments whose step is expensive (simulators, games) and that need more cores than one machine
 has. Each actor owns a contiguous slice of the envs and steps it with the same ``step_env`` as
-``SyncVecEnv`` and ``SubprocVecEnv`` (``rapidrl/envs/gym_vec.py``: auto-reset, final observations,
-episode statistics), so all three give identical trajectories for the same seeds and actions. Per step
-there is one remote call per actor; the actors run in parallel and their results (NumPy arrays) are
-copied into this env's preallocated outputs.
+``SyncVecEnv`` and ``SubprocVecEnv`` (``adapters/gymnasium.py``: auto-reset, final observations), so all three
+give identical trajectories for the same seeds and actions. Per step there is one remote call per actor; the actors
+run in parallel and their results (NumPy arrays) are copied into this env's arena, where the env core records
+flags and episode statistics.
 
 Ray must be initialised by the caller for a cluster (``ray.init(address="auto")``); otherwise the first
 remote call starts a local Ray instance. Each actor asks Ray for ``actor_options`` (default one CPU);
@@ -32,12 +32,19 @@ import warnings
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
-from rapidrl.envs.gym_vec import EnvOutputs, check_spaces, env_name, reset_env, resolve_env_fns, seed_list, step_env
-from rapidrl.envs.subproc import EnvWorkerError
+from rapidrl.envs.adapters.gymnasium import (
+    EnvOutputs,
+    check_spaces,
+    env_name,
+    reset_env,
+    resolve_env_fns,
+    step_env,
+)
+from rapidrl.envs.adapters.subprocess import EnvWorkerError
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int, check_scalar
 
 try:
@@ -46,8 +53,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError("RayVecEnv needs Ray: pip install 'rapidrl[ray]'") from e
 
-_OUTPUT_NAMES = ("obs", "final_obs", "rewards", "terminated", "truncated", "done", "episode_return",
-                 "episode_length")
+_OUTPUT_NAMES = ("obs", "final_obs", "rewards", "terminated", "truncated")  # what an actor's step returns
 
 
 class _EnvWorker:
@@ -66,7 +72,7 @@ class _EnvWorker:
         space, n = self.envs[0].observation_space, len(fns)
         self.out = EnvOutputs(np.zeros((n, *space.shape), space.dtype), np.zeros((n, *space.shape), space.dtype),
                               np.zeros(n, np.float32), np.zeros(n, np.bool_), np.zeros(n, np.bool_),
-                              np.zeros(n, np.bool_), np.zeros(n, np.float32), np.zeros(n, np.int32))
+                              np.zeros(n, np.bool_))
         self.first, self.same_step, self.default_name = first, same_step, default_name
 
     def describe(self) -> tuple:
@@ -74,17 +80,17 @@ class _EnvWorker:
         env = self.envs[0]
         return env.observation_space, env.action_space, env.render_mode, env_name(env, self.default_name), os.getpid()
 
-    def reset(self, seeds: list, options, autoreset_next: bool = False) -> np.ndarray:
-        """Reset every env (env ``k`` with ``seeds[k]``); ``autoreset_next``: the next step resets them
-        again (``NEXT_STEP`` mode after a restart). Returns the observations [k, *obs_shape]."""
+    def reset(self, seeds: list, options) -> np.ndarray:
+        """Reset every env (env ``k`` with ``seeds[k]``). Returns the observations [k, *obs_shape]."""
         for k, env in enumerate(self.envs):
             reset_env(env, k, self.out, seeds[k], options)
-        self.out.done[:] = autoreset_next
         return self.out.obs
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Step every env with its row of ``actions``; return the outputs in ``_OUTPUT_NAMES`` order."""
+    def step(self, actions: np.ndarray, needs_reset: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Step every env with its row of ``actions`` (or reset it where ``needs_reset``, NEXT_STEP); return the
+        outputs in ``_OUTPUT_NAMES`` order."""
         out = self.out
+        np.copyto(out.needs_reset, needs_reset)
         for k, env in enumerate(self.envs):
             try:
                 step_env(env, k, actions[k], out, self.same_step)
@@ -160,7 +166,6 @@ class RayVecEnv(VecEnvBase):
         self._info["restarted_envs"] = self._restarted
         self._actions = np.zeros(self.action_space.shape, dtype=self.single_action_space.dtype)
         self._seeds: list = [None] * n  # per-env seeds of the last reset
-        self._needs_reset = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_id}, num_envs={self.num_envs}, num_workers={self.num_workers})"
@@ -190,7 +195,7 @@ class RayVecEnv(VecEnvBase):
         self._check_open()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
-        self._seeds = seed_list(seed, self.num_envs)
+        self._seeds = env_seeds(seed, self.num_envs)
         refs = [a.reset.remote(self._seeds[lo:hi], options) for a, lo, hi in self._slices()]
         for w, ref in enumerate(refs):
             lo, hi = self._bounds[w], self._bounds[w + 1]
@@ -198,7 +203,7 @@ class RayVecEnv(VecEnvBase):
                 self._obs[lo:hi] = self._get(ref, w)
             except RayActorError as e:
                 self._obs[lo:hi] = self._restart(w, e, self._seeds[lo:hi], options)
-        self._needs_reset = False
+        self._clear()
         return self._reset_result()
 
     def step(self, actions):
@@ -208,9 +213,8 @@ class RayVecEnv(VecEnvBase):
         actor died during this step and was restarted (see the module docstring).
         """
         np.copyto(self._actions, self._check_actions(actions), casting="same_kind")
-        if self._needs_reset:
-            raise ResetNeeded("call reset() before step()")
-        refs = [a.step.remote(self._actions[lo:hi]) for a, lo, hi in self._slices()]
+        needs_reset = self.arrays.needs_reset
+        refs = [a.step.remote(self._actions[lo:hi], needs_reset[lo:hi]) for a, lo, hi in self._slices()]
         self._restarted[:] = False
         for w, ref in enumerate(refs):
             lo, hi = self._bounds[w], self._bounds[w + 1]
@@ -221,6 +225,7 @@ class RayVecEnv(VecEnvBase):
                 continue
             for name, value in zip(_OUTPUT_NAMES, results):
                 getattr(self, "_" + name)[lo:hi] = value
+        self._record(self._all_rows[~self._restarted])
         return self._step_result()
 
     def close_extras(self, **kwargs) -> None:
@@ -261,18 +266,13 @@ class RayVecEnv(VecEnvBase):
         rows = slice(lo, hi)
         if self._same_step:
             self._final_obs[rows] = self._obs[rows]
-        self._episode_return[rows] = np.where(self._done[rows], 0.0, self._episode_return[rows])
-        self._episode_length[rows] = np.where(self._done[rows], 0, self._episode_length[rows])
-        obs = self._restart(w, error, seeds, None, autoreset_next=not self._same_step)
+        obs = self._restart(w, error, seeds, None)
         if self._same_step:
             self._obs[rows] = obs  # in NEXT_STEP mode the last observation stays: the next step resets
-        self._rewards[rows] = 0.0
-        self._terminated[rows] = False
-        self._truncated[rows] = True
-        self._done[rows] = True
+        self._cut(self._all_rows[rows])
         self._restarted[rows] = True
 
-    def _restart(self, w: int, error: Exception, seeds: list, options, autoreset_next: bool = False) -> np.ndarray:
+    def _restart(self, w: int, error: Exception, seeds: list, options) -> np.ndarray:
         """Replace dead actor ``w`` by a new one, reset its envs with ``seeds``; return their observations."""
         lo, hi = self._bounds[w], self._bounds[w + 1]
         while True:
@@ -290,6 +290,6 @@ class RayVecEnv(VecEnvBase):
             self.actors[w] = self._start_actor(w)
             try:
                 *_, self.worker_pids[w] = self._wait_started([self.actors[w].describe.remote()])[0]
-                return self._get(self.actors[w].reset.remote(seeds, options, autoreset_next), w)
+                return self._get(self.actors[w].reset.remote(seeds, options), w)
             except RayActorError as e:
                 error = e

@@ -5,7 +5,7 @@ A multi-agent vector env with E copies of an N-agent env is a rapidrl vector env
 observation is ``[local obs (O) | agent one-hot (N) | global state (S)]`` float32 (width O + N + S): the policy
 reads what its kind allows (``rapidrl.algos.mappo``: the actor and an IPPO critic read the first O + N columns, a
 MAPPO critic the last S + the one-hot). Per row: the agent's own reward and terminated/truncated flags, and
-``info["episode"]`` with the agent's own return and length.
+``info["episode"]`` with the agent's own return and length (the core's statistics, one row each).
 
 Extra ``info`` keys: ``"team_reward"`` float32 [E] (sum of the copy's agent rewards this step), ``"team_episode"``
 ``{"r": float32[E], "l": int32[E]}`` valid where ``"_team_episode"`` bool [E] (a copy's episode ended) and
@@ -22,27 +22,25 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
-from rapidrl.envs.base import VecEnvBase
+
+def row_observation_space(local_obs_dim: int, num_agents: int, state_dim: int) -> gym.spaces.Box:
+    """The float32 Box of one row: [local obs | agent one-hot | global state]."""
+    return gym.spaces.Box(-np.inf, np.inf, (local_obs_dim + num_agents + state_dim,), np.float32)
 
 
-class MultiAgentVecEnvBase(VecEnvBase):
-    """Shared part of the multi-agent layout: sizes, the row observation space, the team statistics.
+class MultiAgentVecEnvBase:
+    """The multi-agent layout on top of a vector env (a mixin before ``VecEnvBase`` or ``NumbaVecEnv`` in the bases):
+    sizes, the team statistics and the ``info`` keys above.
 
-    Subclasses set up ``self._team_reward`` float32 [E], ``self._team_return`` float32 [E], ``self._team_length``
-    int32 [E], ``self._team_done`` bool [E] and ``self._active`` bool [E * N] (through ``_init_team``) and call
-    ``_collect_team_stats()`` after each step.
+    Subclasses call ``_init_multiagent`` after the vector env's ``__init__``, ``_reset_team_stats()`` after a reset
+    and ``_team_step(copy_ended)`` after each step.
     """
 
-    def __init__(self, *, num_copies: int, num_agents: int, local_obs_dim: int, state_dim: int,
-                 single_action_space: gym.Space, agent_names: list[str] | None = None, **kwargs):
-        if isinstance(num_copies, bool) or not isinstance(num_copies, (int, np.integer)) or num_copies < 1:
-            raise ValueError(f"num_copies must be a positive int, got {num_copies!r}")
+    def _init_multiagent(self, *, num_copies: int, num_agents: int, local_obs_dim: int, state_dim: int,
+                         agent_names: list[str] | None = None) -> None:
         self.num_copies, self.num_agents = int(num_copies), int(num_agents)
         self.local_obs_dim, self.state_dim = int(local_obs_dim), int(state_dim)
         self.agent_names = list(agent_names) if agent_names else [f"agent_{i}" for i in range(num_agents)]
-        width = self.local_obs_dim + self.num_agents + self.state_dim
-        space = gym.spaces.Box(-np.inf, np.inf, (width,), np.float32)
-        super().__init__(space, single_action_space, self.num_copies * self.num_agents, **kwargs)
         e = self.num_copies
         self._team_reward = np.zeros(e, np.float32)
         self._team_return = np.zeros(e, np.float32)
@@ -66,13 +64,23 @@ class MultiAgentVecEnvBase(VecEnvBase):
         """Columns the actor reads: local observation + agent one-hot."""
         return self.local_obs_dim + self.num_agents
 
-    def _collect_team_stats(self) -> None:
-        """Accumulate per-agent returns of active rows; move ended copies' returns to the ``finished_*`` queues."""
-        n = self.num_agents
+    def _team_step(self, copy_ended: np.ndarray) -> None:
+        """After a step: the copies' team reward (the float32 sum of their rows' rewards, in agent order), team
+        return and length, ``_team_episode`` = ``copy_ended``; then the per-agent returns of active rows, and the
+        returns of ended copies moved to the ``finished_*`` queues."""
+        rew = self._rewards.reshape(self.num_copies, self.num_agents)
+        restart = self._team_done.copy()  # copies whose episode ended last step start counting anew
+        self._team_return[restart] = 0.0
+        self._team_length[restart] = 0
+        np.copyto(self._team_reward, rew[:, 0])
+        for a in range(1, self.num_agents):
+            self._team_reward += rew[:, a]
+        self._team_return += self._team_reward
+        self._team_length += 1
+        np.copyto(self._team_done, copy_ended)
         if self.active_log is not None:
             self.active_log.append(self._active.copy())
-        rew = self._rewards.reshape(self.num_copies, n)
-        act = self._active.reshape(self.num_copies, n)
+        act = self._active.reshape(self.num_copies, self.num_agents)
         self._agent_ret_acc += np.where(act, rew, 0.0)
         self._agent_seen |= act
         for e in np.flatnonzero(self._team_done):

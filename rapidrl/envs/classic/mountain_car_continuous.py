@@ -1,4 +1,5 @@
-"""MountainCarContinuous-v0 for N envs in one Numba kernel: Gymnasium's ``Continuous_MountainCarEnv``.
+"""MountainCarContinuous-v0 as Numba functions on one env's state (and in PyTorch): Gymnasium's
+``Continuous_MountainCarEnv``, exactly.
 
 State float64[2, N]: rows position, velocity. Observation float32[N, 2] = the state. Action float[N, 1],
 the force, clipped to [-1, 1]. velocity += force * 0.0015 - 0.0025 cos(3 position), clipped to
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import render as _render
-from rapidrl.envs.builtin import BuiltinSpec, env_kernels
-from rapidrl.kernels.rng import next_uniform
+from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.mountain_car import check_params, observe, reset, torch_initial, torch_observe
+from rapidrl.envs.core.numba_env import NumbaEnv
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -43,7 +45,7 @@ _GOAL_POSITION32 = _F32(GOAL_POSITION)
 
 
 @numba.njit(cache=True, inline="always")
-def _dynamics(state, i, actions, params, elapsed):
+def step(state, i, actions, params, elapsed, rng_key, rng_counter):
     """Advance env i one step under force ``actions[i, 0]``; returns (reward, terminated)."""
     position = state[0, i]
     velocity = state[1, i]
@@ -91,68 +93,41 @@ def _dynamics(state, i, actions, params, elapsed):
     return reward, term
 
 
-@numba.njit(cache=True, inline="always")
-def observe(state, i, obs):
-    """obs[i] = float32(state[:, i])."""
-    obs[i, 0] = np.float32(state[0, i])
-    obs[i, 1] = np.float32(state[1, i])
+# observe, reset (position uniform in [low, high), velocity 0) and their PyTorch forms are MountainCar-v0's.
+
+# -- the same dynamics in PyTorch (classic.torch_vec.TorchVecEnv): state [2, N] in place -------------------------
+# (evaluated in the env's dtype throughout: close to Gymnasium's float32 promotions, not bitwise)
+
+def torch_step(state, actions, params):
+    """All envs one step: state [2, N] (modified), actions [N, 1] -> (reward [N], terminated [N])."""
+    import torch
+
+    position, velocity = state
+    a = actions[:, 0].to(state.dtype)
+    force = a.clamp(MIN_ACTION, MAX_ACTION)
+    velocity = (velocity + force * POWER - 0.0025 * torch.cos(3 * position)).clamp(-MAX_SPEED, MAX_SPEED)
+    position = (position + velocity).clamp(MIN_POSITION, MAX_POSITION)
+    velocity = torch.where((position == MIN_POSITION) & (velocity < 0), 0.0, velocity)
+    state[0], state[1] = position, velocity
+    term = (position >= GOAL_POSITION) & (velocity >= params[1])
+    return torch.where(term, 100.0, 0.0).to(state.dtype) - a * a * 0.1, term
 
 
-@numba.njit(cache=True, inline="always")
-def _draw_initial(state, i, params, rng_key, rng_counter):
-    """position uniform in [low, high), velocity 0."""
-    low = params[2]
-    high = params[3]
-    state[0, i] = low + (high - low) * next_uniform(rng_key, rng_counter, i)
-    state[1, i] = 0.0
+__all__ = ["SPEC", "check_params", "observe", "reset", "step", "torch_initial", "torch_observe", "torch_step"]
 
-
-# The batched kernels (the uniform protocol of builtin.py): thin wrappers around the shared loops.
-step, step_parallel, step_packed, step_packed_parallel, reset = env_kernels("MountainCarContinuous-v0")
-
-
-def set_state(state, i, gym_state):
-    """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (position, velocity).
-
-    Gymnasium holds a float64 state right after reset and a float32 one later; the kernel treats the
-    state as fresh (float64) because ``set_state`` starts a new episode.
-    """
-    state[:, i] = np.asarray(gym_state, dtype=np.float64).reshape(2)
-
-
-def get_state(state, i):
-    """Gymnasium's state vector of env i."""
-    return state[:, i].copy()
-
-
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[2] > params[3]:
-        raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
-
-
-SPEC = BuiltinSpec(
+SPEC = NumbaEnv(
     id="MountainCarContinuous-v0",
-    state_dim=2,
-    obs_low=np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
-    obs_high=np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
-    action_kind="box",
-    action_size=1,
-    action_low=MIN_ACTION,
-    action_high=MAX_ACTION,
-    max_episode_steps=999,
-    param_names=("goal_velocity", "low", "high"),
-    default_params=(0.0, -0.6, -0.4),
-    reset_options={"low": "low", "high": "high"},
-    step=step,
-    step_parallel=step_parallel,
-    step_packed=step_packed,
-    step_packed_parallel=step_packed_parallel,
+    observation_space=gym.spaces.Box(np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
+                                     np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32), dtype=np.float32),
+    action_space=gym.spaces.Box(MIN_ACTION, MAX_ACTION, shape=(1,), dtype=np.float32),
+    state_shape=(2, None),
     reset=reset,
+    step=step,
     observe=observe,
+    params={"goal_velocity": 0.0, "low": -0.6, "high": -0.4},
+    max_episode_steps=999,
+    reset_params=("low", "high"),
     check_params=check_params,
-    set_state=set_state,
-    get_state=get_state,
     render=_render.mountain_car_continuous,
     render_fps=30,
     reward_threshold=90.0,

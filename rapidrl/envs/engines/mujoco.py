@@ -1,8 +1,9 @@
 """MuJoCo continuous control, batched: Gymnasium's v5 tasks on one ``MjModel`` and N ``MjData``.
 
 ``MujocoVecEnv("HalfCheetah-v5", N)`` steps all N simulations per call (``mj_step`` with the task's frame skip,
-then ``mj_rnePostConstraint``, exactly Gymnasium's ``MujocoEnv.do_simulation``), spread over a thread pool
-(libmujoco called through ctypes, which releases the GIL; the ``mujoco`` bindings' ``mj_step`` holds it), and
+then ``mj_rnePostConstraint``, exactly Gymnasium's ``MujocoEnv.do_simulation``) in one compiled loop per chunk of
+envs that calls libmujoco through ctypes and holds no GIL, including the copies of the fields the task reads
+(``_batch_stepper``; the ``mujoco`` bindings' ``mj_step`` holds the GIL), chunks spread over a thread pool, and
 computes observations, rewards, terminations and the info reward terms of all envs at once in NumPy, in the
 order Gymnasium's ``*_v5.py`` computes them, so that they are equal to Gymnasium's
 (``tests/test_envs_mujoco.py`` compares every step of every task).
@@ -16,11 +17,13 @@ Randomness: env ``i`` owns ``numpy.random.default_rng(seed + i)``, the generator
 ``reset(seed=seed + i)`` (what ``gymnasium.vector`` does), and draws its reset noise from it in Gymnasium's
 order, so resets, the first and every later one (autoreset), equal Gymnasium's.
 
-Outputs follow ``rapidrl.envs.base``: obs float64 ``[N, obs_dim]`` (the v5 observation dtype), rewards
-float32 ``[N]``, SAME_STEP autoreset with ``info["final_obs"]``, and per-step reward terms as float64 ``[N]``
-arrays in ``info`` (``reward_forward``, ``reward_ctrl``, ``x_velocity``, ...; the terms of the final step for
-envs that reset in this step). Episodes are truncated at the registered ``max_episode_steps`` (1000; Reacher
-50, Pusher 100), as ``gymnasium.make`` does.
+Outputs follow ``rapidrl.envs.VecEnvBase``: obs float64 ``[N, obs_dim]`` (the v5 observation dtype), rewards
+float32 ``[N]``, autoreset in both modes (SAME_STEP: ``info["final_obs"]``; NEXT_STEP: the step after an episode
+end resets the env, its action ignored), and per-step reward terms as float64 ``[N]`` arrays in ``info``
+(``reward_forward``, ``reward_ctrl``, ``x_velocity``, ...; the terms of the final step for envs that reset in this
+step). Episodes are truncated at the registered ``max_episode_steps`` (1000; Reacher 50, Pusher 100), as
+``gymnasium.make``'s ``TimeLimit`` does; the time limit, the episode statistics and the autoreset flags are the
+env core's (``VecEnvBase._record``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from rapidrl._system import usable_cpu_count
-from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.base import VecEnvBase
+from rapidrl.envs.core.seeding import env_generators
 
 __all__ = ["MUJOCO_TASKS", "MujocoVecEnv", "is_mujoco_id", "mujoco_available"]
 
@@ -70,6 +74,44 @@ def _c_library():
         getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         getattr(lib, name).restype = None
     return lib
+
+
+@functools.cache
+def _batch_stepper():
+    """A compiled step of envs [lo, hi) that holds no GIL from start to end, or None without ``_c_library()``.
+
+    For each env: copy its control in, ``frame_skip`` x ``mj_step``, ``mj_rnePostConstraint``, copy the task's
+    fields out into the batch arrays: the calls of the Python loop, in the same order (results are identical), as
+    C calls from compiled code through ctypes function pointers (libmujoco's, and ``ctypes.memmove`` for the
+    copies) that take addresses as uint64.
+
+    Safety: every address is taken from an array that the env owns for its whole life and never reallocates (the
+    ``MjData`` objects and their fields, the batch arrays ``s``, the float64 control buffer); the env computes the
+    address tables once, when it is built. Envs [lo, hi) touch only their own ``MjData`` and rows, so threads given
+    disjoint ranges never write the same memory.
+    """
+    lib = _c_library()
+    if lib is None:
+        return None
+    import numba
+
+    u64 = ctypes.c_uint64
+    call2 = ctypes.CFUNCTYPE(None, u64, u64)
+    mj_step = call2(ctypes.cast(lib.mj_step, ctypes.c_void_p).value)
+    rne = call2(ctypes.cast(lib.mj_rnePostConstraint, ctypes.c_void_p).value)
+    memmove = ctypes.CFUNCTYPE(u64, u64, u64, u64)(ctypes.cast(ctypes.memmove, ctypes.c_void_p).value)
+
+    @numba.njit(nogil=True)
+    def step_range(model, datas, ctrl_src, ctrl_dst, ctrl_bytes, field_src, field_dst, field_bytes, skip, lo, hi):
+        for i in range(lo, hi):
+            memmove(ctrl_dst[i], ctrl_src[i], ctrl_bytes)
+            for _ in range(skip):
+                mj_step(model, datas[i])
+            rne(model, datas[i])
+            for k in range(field_bytes.shape[0]):
+                memmove(field_dst[i, k], field_src[i, k], field_bytes[k])
+
+    return step_range
 
 
 def _assets() -> Path:
@@ -482,8 +524,6 @@ class MujocoVecEnv(VecEnvBase):
                  render_mode: str | None = None, **task_kwargs):
         import mujoco
 
-        if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:  # refused before anything is built
-            raise ValueError("MujocoVecEnv supports autoreset_mode='same_step' only (final_obs in the step's info)")
         if env_id not in MUJOCO_TASKS:
             raise ValueError(f"{env_id!r} is not a batched MuJoCo task; known: {', '.join(MUJOCO_TASKS)}")
         cls = MUJOCO_TASKS[env_id]
@@ -514,15 +554,29 @@ class MujocoVecEnv(VecEnvBase):
         self.s = {f: np.zeros((n, *np.shape(getattr(self.datas[0], f))), np.float64) for f in self.task.fields}
         for i in range(n):
             self._gather(i)
+        self._ctrl64 = np.zeros((n, self.model.nu), np.float64)  # the actions as MjData.ctrl takes them
+        self._stepper = _batch_stepper() if self._lib is not None else None
+        if self._stepper is not None:  # address tables of the GIL-free step (see _batch_stepper's safety note)
+            u64 = np.uint64
+            self._tables = (
+                np.uint64(self._model_ptr), np.array(self._data_ptrs, u64),
+                np.array([row.ctypes.data for row in self._ctrl64], u64),
+                np.array([d.ctrl.ctypes.data for d in self.datas], u64), np.uint64(8 * self.model.nu),
+                np.array([[getattr(d, f).ctypes.data for f in self.s] for d in self.datas], u64).reshape(n, -1),
+                np.array([[arr[i].ctypes.data for arr in self.s.values()] for i in range(n)], u64).reshape(n, -1),
+                np.array([arr[0].nbytes for arr in self.s.values()], u64),
+            )
         obs_dim = self.task.obs_dim(self.s)
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         super().__init__(gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64),
                          gym.spaces.Box(low=low, high=high, dtype=np.float32), n, autoreset_mode=autoreset_mode,
                          copy=copy, render_mode=render_mode)
         cores = usable_cpu_count()
-        # Measured (rapidrl bench mujoco, 2 cores): two threads gained 1.1x on Humanoid (nv 23) at 8 and 64 envs and
-        # lost 0.8-0.86x on HalfCheetah (nv 9), whose step is too short for the hand-offs.
-        heavy = self.model.nv >= 20
+        # Measured (rapidrl bench mujoco, 2 cores) with the earlier Python loop, which held the GIL between the C
+        # calls: two threads gained 1.1x on Humanoid (nv 23) at 8 and 64 envs and lost 0.8-0.86x on HalfCheetah
+        # (nv 9). The compiled step (_batch_stepper) holds no GIL for a whole chunk of envs, so every model gets a
+        # thread per core from 2 * cores envs up; the Python loop (no ctypes) keeps the old rule.
+        heavy = self.model.nv >= 20 or self._stepper is not None
         threads = (cores if heavy and n >= 2 * cores else 1) if num_threads is None else num_threads
         if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
             raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
@@ -530,13 +584,12 @@ class MujocoVecEnv(VecEnvBase):
         bounds = np.linspace(0, n, self.num_threads + 1).astype(int)
         self._chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         self._pool = ThreadPoolExecutor(self.num_threads) if self.num_threads > 1 else None
-        self._ret = np.zeros(n, np.float64)  # running episode returns (float64, cast when an episode ends)
-        self._len = np.zeros(n, np.int32)
+        self._params = self.arrays.params
+        self._params[0] = self.max_episode_steps  # the core's time limit
         self._rngs: list[np.random.Generator] = []
         self._seed = seed  # used by the first reset() that gives no seed
         self._ctrl: np.ndarray | None = None
         self._renderer = None
-        self._needs_reset = True
         self.reward_terms: dict[str, np.ndarray] = {}
 
     # -- simulation --------------------------------------------------------------------------------------
@@ -548,6 +601,9 @@ class MujocoVecEnv(VecEnvBase):
     def _step_range(self, bounds: tuple[int, int]) -> None:
         """Step envs [lo, hi): Gymnasium's ``do_simulation`` (frame_skip x ``mj_step``, ``mj_rnePostConstraint``)."""
         mj, model, ctrl, skip, lib = self._mj, self.model, self._ctrl, self.frame_skip, self._lib
+        if lib is not None and self._stepper is not None:  # compiled, no GIL, results identical
+            self._stepper(*self._tables, skip, *bounds)
+            return
         for i in range(*bounds):
             d = self.datas[i]
             d.ctrl[:] = ctrl[i]
@@ -569,7 +625,6 @@ class MujocoVecEnv(VecEnvBase):
         d.qvel[:] = qvel
         self._mj.mj_forward(self.model, d)
         self._gather(i)
-        self._ret[i], self._len[i] = 0.0, 0
 
     # -- the VectorEnv API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -577,21 +632,19 @@ class MujocoVecEnv(VecEnvBase):
         if seed is None and not self._rngs:
             seed = self._seed
         if seed is not None or not self._rngs:
-            seeds = (np.random.SeedSequence().generate_state(self.num_envs, np.uint32).tolist() if seed is None
-                     else [int(seed) + i for i in range(self.num_envs)])
-            self._rngs = [np.random.default_rng(s) for s in seeds]
+            self._rngs = env_generators(seed, self.num_envs)
         for i in range(self.num_envs):
             self._reset_env(i)
         self._obs[:] = self.task.observe(self.s, slice(None))
-        self._needs_reset = False
+        self._clear()
         return self._reset_result()
 
     def step(self, actions):
         a = self._check_actions(actions)
-        if self._needs_reset:
-            raise RuntimeError("call reset() before step()")
+        restart = np.flatnonzero(self.arrays.needs_reset)  # NEXT_STEP: envs whose episode ended last step
         before = self.task.before(self.s)
         self._ctrl = a
+        np.copyto(self._ctrl64, a)
         if self._pool is None:
             self._step_range((0, self.num_envs))
         else:
@@ -601,21 +654,21 @@ class MujocoVecEnv(VecEnvBase):
         self._obs[:] = self.task.observe(self.s, slice(None))
         self._rewards[:] = reward
         self._terminated[:] = terminated
-        self._ret += reward
-        self._len += 1
-        self._truncated[:] = (self._len >= self.max_episode_steps) & ~self._terminated
-        np.logical_or(self._terminated, self._truncated, out=self._done)
+        self._truncated[:] = False
         self.reward_terms = terms
         self._info.update(terms)
-        if self._done.any():
-            self._episode_return[self._done] = self._ret[self._done]
-            self._episode_length[self._done] = self._len[self._done]
-            self._final_obs[self._done] = self._obs[self._done]  # SAME_STEP (the only mode, checked at construction)
+        if restart.size:  # they were reset instead of stepped (their physics step above is discarded)
+            self._reset_rows(restart)
+        if self._record() and self.autoreset_mode == AutoresetMode.SAME_STEP:
             rows = np.flatnonzero(self._done)
-            for i in rows:
-                self._reset_env(int(i))
-            self._obs[rows] = self.task.observe(self.s, rows)
+            self._final_obs[rows] = self._obs[rows]
+            self._reset_rows(rows)
         return self._step_result()
+
+    def _reset_rows(self, rows: np.ndarray) -> None:
+        for i in rows:
+            self._reset_env(int(i))
+        self._obs[rows] = self.task.observe(self.s, rows)
 
     def render(self):
         """The first env as an RGB image [H, W, 3] uint8 through MuJoCo's renderer (needs an OpenGL backend)."""

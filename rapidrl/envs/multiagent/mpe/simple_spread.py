@@ -11,7 +11,10 @@ within 0.3 of agent i). Truncated after ``max_cycles`` steps (25), never termina
 Actions: Discrete(5) by default (no-op, -x, +x, -y, +y), or with ``continuous_actions=True`` Box(0, 1, (5,))
 (clipped to [0, 1] as the reference's ClipOutOfBoundsWrapper does; force x = a2 - a1, y = a4 - a3).
 
-State float64 arrays: agent_pos / agent_vel [E, N, 2], landmark_pos [E, N, 2], steps int64 [E].
+State: float64 [E, 4, N, 2], per copy the agents' positions, their velocities, the landmarks' positions and a
+scratch of the forces of the step (``state[:, 0]``, ``[:, 1]``, ``[:, 2]``, ``[:, 3]``); the step count is the
+core's ``elapsed``. The functions below are the core's protocol for a multi-agent env (``rapidrl.envs.NumbaEnv``
+with ``agents=N``): copy e owns rows ``e * N .. e * N + N - 1``.
 Local observation of agent i (O = 4 + 2N + 4(N - 1) floats, 18 for N = 3), the reference's order:
 ``[vel, pos, landmark_j - pos (j = 0..N-1), pos_j - pos (j != i), communication zeros (2 per other agent)]``,
 computed in float64 then rounded to float32 as the reference's ``observe`` does. The global state is the
@@ -27,6 +30,7 @@ import math
 
 import numba
 import numpy as np
+from numba.extending import overload
 
 from rapidrl.kernels.rng import next_uniform
 
@@ -138,87 +142,70 @@ def observe(e, agent_pos, agent_vel, landmark_pos, obs):
                 obs[r, width + n + i * width + j] = obs[base + i, j]
 
 
+POS, VEL, LANDMARK, FORCE = range(4)  # state[:, k]
+
+
 @numba.njit(cache=True)
-def draw_initial(e, agent_pos, agent_vel, landmark_pos, steps, rng_key, rng_counter):
+def reset(state, e, params, rng_key, rng_counter):
     """New episode in copy e: positions uniform in [-1, 1) (agents, then landmarks, x then y), zero velocity."""
-    for a in range(agent_pos.shape[1]):
+    for a in range(state.shape[2]):
         for k in range(2):
-            agent_pos[e, a, k] = -1.0 + 2.0 * next_uniform(rng_key, rng_counter, e)
-            agent_vel[e, a, k] = 0.0
-    for m in range(landmark_pos.shape[1]):
+            state[e, POS, a, k] = -1.0 + 2.0 * next_uniform(rng_key, rng_counter, e)
+            state[e, VEL, a, k] = 0.0
+    for m in range(state.shape[2]):
         for k in range(2):
-            landmark_pos[e, m, k] = -1.0 + 2.0 * next_uniform(rng_key, rng_counter, e)
-    steps[e] = 0
+            state[e, LANDMARK, m, k] = -1.0 + 2.0 * next_uniform(rng_key, rng_counter, e)
+
+
+def _action_force(actions, r):
+    """(fx, fy) of row r's action before the sensitivity: Discrete (no-op, -x, +x, -y, +y) or Box(0, 1, (5,))
+    clipped to [0, 1] (float32, as the reference's ClipOutOfBoundsWrapper) with fx = a2 - a1, fy = a4 - a3."""
+
+
+@overload(_action_force, inline="always")
+def _action_force_typed(actions, r):
+    if actions.ndim == 2:
+        def continuous(actions, r):
+            c1 = np.float32(min(max(actions[r, 1], 0.0), 1.0))
+            c2 = np.float32(min(max(actions[r, 2], 0.0), 1.0))
+            c3 = np.float32(min(max(actions[r, 3], 0.0), 1.0))
+            c4 = np.float32(min(max(actions[r, 4], 0.0), 1.0))
+            return 0.0 + (c2 - c1), 0.0 + (c4 - c3)
+
+        return continuous
+
+    def discrete(actions, r):
+        u = actions[r]
+        fx, fy = 0.0, 0.0
+        if u == 1:
+            fx = -1.0
+        if u == 2:
+            fx = 1.0
+        if u == 3:
+            fy = -1.0
+        if u == 4:
+            fy = 1.0
+        return fx, fy
+
+    return discrete
 
 
 @numba.njit(cache=True)
-def reset_all(agent_pos, agent_vel, landmark_pos, steps, rng_key, rng_counter, obs):
-    for e in range(agent_pos.shape[0]):
-        draw_initial(e, agent_pos, agent_vel, landmark_pos, steps, rng_key, rng_counter)
-        observe(e, agent_pos, agent_vel, landmark_pos, obs)
+def step(state, e, actions, params, elapsed, rng_key, rng_counter, rewards):
+    """Copy e one ``World.step`` under its rows' actions; writes the rows' rewards (local_ratio = params[1]).
+    Never terminates (the time limit truncates)."""
+    n = state.shape[2]
+    forces = state[e, FORCE]
+    for a in range(n):
+        fx, fy = _action_force(actions, e * n + a)
+        forces[a, 0] = fx * SENSITIVITY + 0.0
+        forces[a, 1] = fy * SENSITIVITY + 0.0
+    _world_step(e, state[:, POS], state[:, VEL], forces)
+    _rewards(e, state[:, POS], state[:, LANDMARK], params[1], rewards)
+    return False
 
 
 @numba.njit(cache=True)
-def step(agent_pos, agent_vel, landmark_pos, steps, actions, continuous, local_ratio, max_cycles, rng_key,
-         rng_counter, obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done, team_reward,
-         team_return, team_done):
-    """Step every copy with ``actions`` (int64 [E * N] or float32 [E * N, 5]), autoreset in the same step.
-
-    Writes obs/final_obs [E * N, W] float32, rewards float32 [E * N], terminated/truncated/done bool [E * N],
-    per-agent episode return/length [E * N], team_reward float32 [E] (sum of the agents' rewards), team_return
-    float32 [E] and team_done bool [E]; ended episodes leave their return in ep_return / team_return.
-    """
-    n_copies, n = agent_pos.shape[0], agent_pos.shape[1]
-    forces = np.zeros((n, 2))
-    for e in range(n_copies):
-        for a in range(n):
-            r = e * n + a
-            forces[a, 0] = 0.0
-            forces[a, 1] = 0.0
-            if continuous:
-                c = np.empty(5, np.float32)
-                for k in range(5):
-                    c[k] = min(max(actions[r, k], np.float32(0.0)), np.float32(1.0))
-                forces[a, 0] += c[2] - c[1]
-                forces[a, 1] += c[4] - c[3]
-            else:
-                u = actions[r, 0]
-                if u == 1:
-                    forces[a, 0] = -1.0
-                if u == 2:
-                    forces[a, 0] = 1.0
-                if u == 3:
-                    forces[a, 1] = -1.0
-                if u == 4:
-                    forces[a, 1] = 1.0
-            forces[a, 0] = forces[a, 0] * SENSITIVITY + 0.0
-            forces[a, 1] = forces[a, 1] * SENSITIVITY + 0.0
-        _world_step(e, agent_pos, agent_vel, forces)
-        _rewards(e, agent_pos, landmark_pos, local_ratio, rewards)
-        steps[e] += 1
-        ended = steps[e] >= max_cycles
-        if team_done[e]:
-            team_return[e] = 0.0
-        team_sum = np.float32(0.0)
-        for a in range(n):
-            r = e * n + a
-            if done[r]:
-                ep_return[r] = 0.0
-                ep_length[r] = 0
-            ep_return[r] += rewards[r]
-            ep_length[r] += 1
-            team_sum += rewards[r]
-            terminated[r] = False
-            truncated[r] = ended
-            done[r] = ended
-        team_reward[e] = team_sum
-        team_return[e] += team_sum
-        team_done[e] = ended
-        observe(e, agent_pos, agent_vel, landmark_pos, obs)
-        if ended:
-            for a in range(n):
-                r = e * n + a
-                for j in range(obs.shape[1]):
-                    final_obs[r, j] = obs[r, j]
-            draw_initial(e, agent_pos, agent_vel, landmark_pos, steps, rng_key, rng_counter)
-            observe(e, agent_pos, agent_vel, landmark_pos, obs)
+def observe_rows(state, e, obs):
+    """Rows of copy e := [local obs | agent one-hot | state]."""
+    observe(e, state[:, POS], state[:, VEL], state[:, LANDMARK], obs)

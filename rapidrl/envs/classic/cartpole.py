@@ -1,4 +1,4 @@
-"""CartPole-v1 for N envs in one Numba kernel: Gymnasium's ``CartPoleEnv`` equations, exactly.
+"""CartPole-v1 as Numba functions on one env's state (and in PyTorch): Gymnasium's ``CartPoleEnv``, exactly.
 
 State float64[4, N]: rows x, x_dot, theta, theta_dot. Observation float32[N, 4] = the state.
 Explicit Euler with tau = 0.02; terminated when |x| > 2.4 or |theta| > 12 degrees; reward +1 on
@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import render as _render
-from rapidrl.envs.builtin import BuiltinSpec, env_kernels
+from rapidrl.envs.classic import render as _render
+from rapidrl.envs.classic.common import reset_bounds_check, torch_uniform
+from rapidrl.envs.core.numba_env import NumbaEnv
 from rapidrl.kernels.rng import next_uniform
 
 # Constants computed with Gymnasium's expressions, so they round identically.
@@ -36,7 +38,7 @@ NUM_ACTIONS = 2
 
 
 @numba.njit(cache=True, inline="always")
-def _dynamics(state, i, actions, params, elapsed):
+def step(state, i, actions, params, elapsed, rng_key, rng_counter):
     """Advance env i one Euler step (action 0 = push left, 1 = right); returns (reward, terminated)."""
     x = state[0, i]
     x_dot = state[1, i]
@@ -72,7 +74,7 @@ def observe(state, i, obs):
 
 
 @numba.njit(cache=True, inline="always")
-def _draw_initial(state, i, params, rng_key, rng_counter):
+def reset(state, i, params, rng_key, rng_counter):
     """Each state variable uniform in [low, high)."""
     low = params[2]
     high = params[3]
@@ -80,50 +82,54 @@ def _draw_initial(state, i, params, rng_key, rng_counter):
         state[j, i] = low + (high - low) * next_uniform(rng_key, rng_counter, i)
 
 
-# The batched kernels (the uniform protocol of builtin.py): thin wrappers around the shared loops.
-step, step_parallel, step_packed, step_packed_parallel, reset = env_kernels("CartPole-v1")
+# -- the same dynamics in PyTorch (classic.torch_vec.TorchVecEnv): state [4, N] in place -------------------------
+
+def torch_step(state, actions, params):
+    """All envs one Euler step: state [4, N] (modified), actions [N] -> (reward [N], terminated [N])."""
+    import torch
+
+    x, x_dot, theta, theta_dot = state
+    force = torch.where(actions == 1, FORCE_MAG, -FORCE_MAG).to(state.dtype)
+    costheta, sintheta = torch.cos(theta), torch.sin(theta)
+    temp = (force + POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / TOTAL_MASS
+    thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+        LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS))
+    xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
+    state.copy_(torch.stack([x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc]))
+    x, theta = state[0], state[2]
+    term = (x < -X_THRESHOLD) | (x > X_THRESHOLD) | (theta < -THETA_THRESHOLD) | (theta > THETA_THRESHOLD)
+    if params[1] != 0.0:
+        return -term.to(state.dtype), term
+    return torch.ones_like(x), term
 
 
-def set_state(state, i, gym_state):
-    """Column i of ``state`` := Gymnasium's ``env.unwrapped.state`` (x, x_dot, theta, theta_dot)."""
-    state[:, i] = np.asarray(gym_state, dtype=np.float64).reshape(4)
+def torch_observe(state):
+    """[N, 4] = the state."""
+    return state.T
 
 
-def get_state(state, i):
-    """Gymnasium's state vector of env i."""
-    return state[:, i].copy()
+def torch_initial(gen, n, params, like):
+    """[4, n] initial states, each variable uniform in [low, high)."""
+    return torch_uniform(gen, (4, n), params[2], params[3], like)
 
 
-def check_params(params):
-    """Reset bounds must be ordered (Gymnasium's ``maybe_parse_reset_bounds``)."""
-    if params[2] > params[3]:
-        raise ValueError(f"Lower bound ({params[2]}) must be lower than higher bound ({params[3]}).")
+check_params = reset_bounds_check(2)
 
 
 _HIGH = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], dtype=np.float32)
 
-SPEC = BuiltinSpec(
+SPEC = NumbaEnv(
     id="CartPole-v1",
-    state_dim=4,
-    obs_low=-_HIGH,
-    obs_high=_HIGH,
-    action_kind="discrete",
-    action_size=NUM_ACTIONS,
-    action_low=None,
-    action_high=None,
-    max_episode_steps=500,
-    param_names=("sutton_barto_reward", "low", "high"),
-    default_params=(0.0, -0.05, 0.05),
-    reset_options={"low": "low", "high": "high"},
-    step=step,
-    step_parallel=step_parallel,
-    step_packed=step_packed,
-    step_packed_parallel=step_packed_parallel,
+    observation_space=gym.spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
+    action_space=gym.spaces.Discrete(NUM_ACTIONS),
+    state_shape=(4, None),
     reset=reset,
+    step=step,
     observe=observe,
+    params={"sutton_barto_reward": 0.0, "low": -0.05, "high": 0.05},
+    max_episode_steps=500,
+    reset_params=("low", "high"),
     check_params=check_params,
-    set_state=set_state,
-    get_state=get_state,
     render=_render.cartpole,
     render_fps=50,
     reward_threshold=475.0,

@@ -1,7 +1,8 @@
 """``SyncVecEnv``: any Gymnasium environment, N copies stepped in this process, rapidrl's output layout.
 
-It is the in-process counterpart of ``SubprocVecEnv`` (``rapidrl/envs/subproc.py``); both step each env
-with the same function (``step_env``), so their trajectories are identical. Compared with
+It is the in-process counterpart of ``SubprocVecEnv`` (``adapters/subprocess.py``) and ``RayVecEnv``
+(``adapters/ray.py``); all three step each env with the same function (``step_env``), so their trajectories are
+identical, and record flags and statistics through the env core (``VecEnvBase._record``). Compared with
 ``gymnasium.vector.SyncVectorEnv``:
 
 - outputs are views of preallocated arrays (``VecEnvBase``): rewards float32, flags bool, and in
@@ -24,10 +25,10 @@ from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
+from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int
 
 SUPPORTED_OBS_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
@@ -90,66 +91,43 @@ def check_spaces(env: gym.Env, index: int, reference: gym.Env | None = None) -> 
         )
 
 
-def seed_list(seed, num_envs: int) -> list[int | None]:
-    """Per-env reset seeds: ``None`` -> all ``None``; ``s`` -> ``[s, s+1, ...]``; a list -> itself."""
-    if seed is None:
-        return [None] * num_envs
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        s = check_int("seed", seed, low=0)
-        return [s + i for i in range(num_envs)]
-    if isinstance(seed, (list, tuple, np.ndarray)):
-        if len(seed) != num_envs:
-            raise ValueError(f"seed must have one entry per env ({num_envs}), got {len(seed)}")
-        return [None if s is None else check_int(f"seed[{i}]", s, low=0) for i, s in enumerate(seed)]
-    raise TypeError(f"seed must be None, a non-negative int or a list of them, got {type(seed).__name__}")
-
-
 class EnvOutputs:
-    """The arrays ``step_env``/``reset_env`` write into (row ``i`` belongs to env ``i``)."""
+    """The arrays ``step_env``/``reset_env`` write into (row ``i`` belongs to env ``i``): views of the arena, or an
+    actor's own arrays (Ray)."""
 
-    __slots__ = ("done", "episode_length", "episode_return", "final_obs", "obs", "rewards",
-                 "terminated", "truncated")
+    __slots__ = ("final_obs", "needs_reset", "obs", "rewards", "terminated", "truncated")
 
-    def __init__(self, obs, final_obs, rewards, terminated, truncated, done, episode_return, episode_length):
+    def __init__(self, obs, final_obs, rewards, terminated, truncated, needs_reset):
         self.obs, self.final_obs, self.rewards = obs, final_obs, rewards
-        self.terminated, self.truncated, self.done = terminated, truncated, done
-        self.episode_return, self.episode_length = episode_return, episode_length
+        self.terminated, self.truncated, self.needs_reset = terminated, truncated, needs_reset
+
+    @classmethod
+    def of(cls, env: VecEnvBase) -> EnvOutputs:
+        a = env.arrays
+        return cls(a.obs, a.final_obs, a.rewards, a.terminated, a.truncated, a.needs_reset)
 
 
 def reset_env(env: gym.Env, i: int, out: EnvOutputs, seed, options) -> None:
-    """Reset env ``i`` with ``seed``/``options`` and clear its row of flags and episode statistics."""
+    """Reset env ``i`` with ``seed``/``options`` (the caller then clears its counters: ``VecEnvBase._clear``)."""
     out.obs[i], _ = env.reset(seed=seed, options=options)
-    out.rewards[i] = 0.0
-    out.terminated[i] = out.truncated[i] = out.done[i] = False
-    out.episode_return[i] = 0.0
-    out.episode_length[i] = 0
 
 
 def step_env(env: gym.Env, i: int, action, out: EnvOutputs, same_step: bool) -> None:
-    """Advance env ``i`` by one vector step and write row ``i`` of ``out``.
+    """Advance env ``i`` by one vector step and write the engine's outputs into row ``i`` of ``out``.
 
-    ``out.done[i]`` on entry says the env's episode ended on the previous step: its statistics restart,
-    and in ``NEXT_STEP`` mode this step only resets it (reward 0, flags False, ``action`` ignored). In
-    ``SAME_STEP`` mode an ending episode's last observation goes to ``out.final_obs[i]`` and the env is
-    reset at once, so ``out.obs[i]`` is the first observation of the next episode.
+    ``out.needs_reset[i]`` (NEXT_STEP: the env's episode ended on the previous step) makes this step a reset
+    instead (``action`` ignored). In ``SAME_STEP`` mode an ending episode's last observation goes to
+    ``out.final_obs[i]`` and the env is reset at once, so ``out.obs[i]`` is the first observation of the next
+    episode. Statistics and the autoreset flags are the core's (``VecEnvBase._record`` on these rows).
     """
-    if out.done[i]:
-        out.episode_return[i] = 0.0
-        out.episode_length[i] = 0
-        if not same_step:
-            out.obs[i], _ = env.reset()
-            out.rewards[i] = 0.0
-            out.terminated[i] = out.truncated[i] = out.done[i] = False
-            return
+    if out.needs_reset[i]:
+        out.obs[i], _ = env.reset()
+        return
     obs, reward, terminated, truncated, _ = env.step(action)
     out.rewards[i] = reward
     out.terminated[i] = terminated
     out.truncated[i] = truncated
-    out.episode_return[i] += out.rewards[i]  # float32 accumulation, same as summing the returned rewards
-    out.episode_length[i] += 1
-    done = bool(terminated or truncated)
-    out.done[i] = done
-    if done and same_step:
+    if same_step and (terminated or truncated):
         out.final_obs[i] = obs
         obs, _ = env.reset()
     out.obs[i] = obs
@@ -191,11 +169,9 @@ class SyncVecEnv(VecEnvBase):
         if self._initial_seed is not None:
             self.action_space.seed(self._initial_seed)
             self.single_action_space.seed(self._initial_seed)
-        self._out = EnvOutputs(self._obs, self._final_obs, self._rewards, self._terminated, self._truncated,
-                               self._done, self._episode_return, self._episode_length)
+        self._out = EnvOutputs.of(self)
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._actions = np.zeros(self.action_space.shape, dtype=self.single_action_space.dtype)
-        self._needs_reset = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_id}, num_envs={self.num_envs})"
@@ -208,10 +184,10 @@ class SyncVecEnv(VecEnvBase):
         self._check_open()
         if seed is None:
             seed, self._initial_seed = self._initial_seed, None
-        seeds = seed_list(seed, self.num_envs)
+        seeds = env_seeds(seed, self.num_envs)
         for i, env in enumerate(self.envs):
             reset_env(env, i, self._out, seeds[i], options)
-        self._needs_reset = False
+        self._clear()
         return self._reset_result()
 
     def step(self, actions):
@@ -221,11 +197,10 @@ class SyncVecEnv(VecEnvBase):
         pass actions of that dtype to reproduce ``gymnasium.vector.SyncVectorEnv`` bit for bit.
         """
         np.copyto(self._actions, self._check_actions(actions), casting="same_kind")
-        if self._needs_reset:
-            raise ResetNeeded("call reset() before step()")
         out, same_step, a = self._out, self._same_step, self._actions
         for i, env in enumerate(self.envs):
             step_env(env, i, a[i], out, same_step)
+        self._record()
         return self._step_result()
 
     def close_extras(self, **kwargs) -> None:

@@ -9,7 +9,11 @@ observations (zeros in the slots of agents that are not present).
 Agents that leave mid-episode: on the step an agent terminates or is truncated its row carries the real final
 reward, flag and observation (``info["final_obs"]``); afterwards, until its copy resets (when no agent is left),
 the row is inactive (``info["active"]`` False): observation zeros, reward 0, ``terminated`` True, no episode
-statistics, and its actions are not sent to the env. Agents absent at reset are inactive the same way.
+statistics, and its actions are not sent to the env. Agents absent at reset are inactive the same way. An agent
+that leaves without a terminated or truncated flag counts as truncated (its episode was cut, not ended).
+
+Episode statistics of the rows and autoreset flags come from the env core (``VecEnvBase._record`` over the rows
+that acted); autoreset is per copy, in the same step (``autoreset_mode="same_step"``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from rapidrl.envs.multiagent import MultiAgentVecEnvBase
+from rapidrl.envs.core.base import VecEnvBase
+from rapidrl.envs.multiagent.base import MultiAgentVecEnvBase, row_observation_space
 
 
 def _same_space(a: gym.Space, b: gym.Space) -> bool:
@@ -31,7 +36,7 @@ def _same_space(a: gym.Space, b: gym.Space) -> bool:
     return a == b
 
 
-class PettingZooVecEnv(MultiAgentVecEnvBase):
+class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
     """E copies of a PettingZoo ``ParallelEnv`` as ``E * N`` rows.
 
     Args:
@@ -68,11 +73,12 @@ class PettingZooVecEnv(MultiAgentVecEnvBase):
         state_space = getattr(first, "state_space", None)
         self._has_state = isinstance(state_space, gym.spaces.Box)
         state_dim = int(np.prod(state_space.shape)) if self._has_state else len(agents) * o
-        super().__init__(num_copies=int(num_copies), num_agents=len(agents), local_obs_dim=o, state_dim=state_dim,
-                         single_action_space=act_space, agent_names=agents, copy=copy)
+        super().__init__(row_observation_space(o, len(agents), state_dim), act_space, int(num_copies) * len(agents),
+                         copy=copy)
+        self._init_multiagent(num_copies=int(num_copies), num_agents=len(agents), local_obs_dim=o,
+                              state_dim=state_dim, agent_names=agents)
         self.seed = seed
         self._alive = np.zeros(self.num_envs, np.bool_)
-        self._episode_steps = np.zeros(self.num_copies, np.int32)
 
     # -- writing rows -------------------------------------------------------------------------------
     def _write_copy(self, e: int, obs: dict, out: np.ndarray) -> None:
@@ -96,7 +102,6 @@ class PettingZooVecEnv(MultiAgentVecEnvBase):
         alive = self._alive[e * n:(e + 1) * n]
         alive[:] = [name in obs for name in self.agent_names]
         self._write_copy(e, obs, self._obs)
-        self._episode_steps[e] = 0
 
     # -- the API ------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -105,8 +110,7 @@ class PettingZooVecEnv(MultiAgentVecEnvBase):
             self.seed = seed
         for e in range(self.num_copies):
             self._reset_copy(e, None if self.seed is None else self.seed + e)
-        self._episode_return[:] = 0.0
-        self._episode_length[:] = 0
+        self._clear()
         self._reset_team_stats()
         self._active[:] = self._alive
         self.seed = None  # later resets continue each copy's own stream
@@ -115,46 +119,40 @@ class PettingZooVecEnv(MultiAgentVecEnvBase):
     def step(self, actions):
         actions = self._check_actions(actions)
         n, o = self.num_agents, self.local_obs_dim
-        self._active[:] = self._alive
+        np.copyto(self._active, self._alive)
+        acting = np.flatnonzero(self._alive)
         self._rewards[:] = 0.0
         self._terminated[:] = ~self._alive
         self._truncated[:] = False
-        self._episode_return[self._done] = 0.0  # episodes that ended last step (their stats were in that info)
-        self._episode_length[self._done] = 0
-        self._done[:] = False
-        self._team_return[self._team_done] = 0.0
-        self._team_done[:] = False
+        copy_ended = np.zeros(self.num_copies, np.bool_)
         for e, env in enumerate(self.envs):
             act = {name: actions[e * n + i] for i, name in enumerate(self.agent_names) if self._alive[e * n + i]}
             obs, rewards, terms, truncs, _ = env.step(act)
-            self._episode_steps[e] += 1
             for i, name in enumerate(self.agent_names):
                 r = e * n + i
                 if not self._alive[r]:
                     continue
                 self._rewards[r] = rewards.get(name, 0.0)
                 self._terminated[r] = bool(terms.get(name, False))
-                self._truncated[r] = bool(truncs.get(name, False))
-                self._episode_return[r] += self._rewards[r]
-                self._episode_length[r] += 1
-                if self._terminated[r] or self._truncated[r] or name not in env.agents:
-                    self._done[r] = True
+                self._truncated[r] = bool(truncs.get(name, False)) or (name not in env.agents
+                                                                         and not self._terminated[r])
+                if self._terminated[r] or self._truncated[r]:
                     self._alive[r] = False
             self._write_copy(e, obs, self._obs)
-            team = np.float32(self._rewards[e * n:(e + 1) * n].sum())
-            self._team_reward[e] = team
-            self._team_return[e] += team
-            self._team_length[e] = self._episode_steps[e]
-            if not env.agents:
-                self._team_done[e] = True
-                self._final_obs[e * n:(e + 1) * n] = self._obs[e * n:(e + 1) * n]
+            copy_ended[e] = not env.agents
+        self._done[~self._active] = False  # rows that did not act: no statistics (the core records acting rows)
+        self._record(acting)
+        self._team_step(copy_ended)
+        for e in range(self.num_copies):
+            rows = slice(e * n, (e + 1) * n)
+            if copy_ended[e]:
+                self._final_obs[rows] = self._obs[rows]
                 self._reset_copy(e, None)
             else:
-                done_rows = np.flatnonzero(self._done[e * n:(e + 1) * n]) + e * n
+                done_rows = np.flatnonzero(self._done[rows]) + e * n
                 self._final_obs[done_rows] = self._obs[done_rows]
-                gone = ~self._alive[e * n:(e + 1) * n]
-                self._obs[e * n:(e + 1) * n][gone, :o] = 0.0
-        self._collect_team_stats()
+                gone = ~self._alive[rows]
+                self._obs[rows][gone, :o] = 0.0
         return self._step_result()
 
     def close_extras(self, **kwargs) -> None:

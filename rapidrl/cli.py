@@ -390,15 +390,13 @@ def cmd_list(args) -> int:
         for name, cls in algorithms().items():
             print(f"  {name:6s} {(cls.__doc__ or '').strip().splitlines()[0]}")
     if "envs" in what:
-        from rapidrl.envs import list_builtin_envs
-        from rapidrl.envs.mpe import MPE_ENVS
-        from rapidrl.envs.pomdp import POMDP_ENVS
+        from rapidrl.envs import list_envs
 
-        print("built-in envs (any Gymnasium id works too):")
-        for env_id in list_builtin_envs():
-            print(f"  {env_id}")
-        print(f"  partially observed: {', '.join(POMDP_ENVS)}")
-        print(f"  multi-agent: {', '.join(MPE_ENVS)}")
+        print("envs by family (any Gymnasium id works too):")
+        for family, ids in list_envs().items():
+            print(f"  {family}:")
+            for env_id in ids:
+                print(f"    {env_id}")
     if "presets" in what:
         print("presets (rapidrl/configs/, applied automatically for their algo and env):")
         for p in list_presets():

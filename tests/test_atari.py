@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import rapidrl as rr
-from rapidrl.envs.atari import AtariVecEnv
+from rapidrl.envs.engines.atari import AtariVecEnv
 from rapidrl.runs.config import preset_path
 
 gym.register_envs(ale_py)

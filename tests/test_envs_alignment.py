@@ -13,7 +13,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_classic_control_envs
+from rapidrl.envs import BuiltinVecEnv
+from rapidrl.envs.classic import get_spec, list_classic_control_envs
 
 N = 6
 

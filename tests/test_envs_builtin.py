@@ -1,4 +1,5 @@
-"""BuiltinVecEnv behaviour: auto-reset modes, seeding, threads, views, episode stats, render, bad input."""
+"""NumbaVecEnv behaviour on the classic envs: auto-reset modes, seeding, threads, views, episode stats, render,
+resume, bad input."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_classic_control_envs, unpack
+from rapidrl.envs import BuiltinVecEnv, ClosedEnvError
+from rapidrl.envs.classic import get_spec, list_classic_control_envs
+from rapidrl.envs.core import kernels
 from rapidrl.kernels import parallel, rng
 
 ALL = list_classic_control_envs()
@@ -21,7 +23,7 @@ ALL = list_classic_control_envs()
 
 def _policy(env, obs, t):
     """Actions that are a deterministic function of obs (t only varies them): identical runs stay identical."""
-    spec = env.spec_builtin
+    spec = env.definition
     h = (np.abs(obs).sum(axis=1) * 1e4).astype(np.int64) + t
     if spec.action_kind == "discrete":
         return h % spec.action_size
@@ -141,14 +143,14 @@ def test_results_do_not_depend_on_threads_or_kernel_variant(env_id):
     runs = []
     before = numba.get_num_threads()
     try:
-        for threads, kernel in [(1, spec.step_packed), (1, spec.step_packed_parallel),
-                                (min(2, numba.config.NUMBA_NUM_THREADS), spec.step_packed_parallel)]:
+        for threads, kernel in [(1, spec.kernels.step), (1, spec.kernels.step_threads),
+                                (min(2, numba.config.NUMBA_NUM_THREADS), spec.kernels.step_threads)]:
             numba.set_num_threads(threads)
             env = BuiltinVecEnv(env_id, n, seed=9, max_episode_steps=25)
             obs, _ = env.reset()
             out = []
             for t in range(50):
-                assert kernel(env._arena, _policy(env, obs, t)) == -1
+                assert kernel(env.arena, _policy(env, obs, t)) == -1
                 out.append(np.concatenate([env._obs.ravel(), env._rewards, env._final_obs.ravel(),
                                            env._episode_return, env._terminated, env._truncated]))
             runs.append(np.array(out))
@@ -156,31 +158,67 @@ def test_results_do_not_depend_on_threads_or_kernel_variant(env_id):
         numba.set_num_threads(before)
     np.testing.assert_array_equal(runs[0], runs[1])
     np.testing.assert_array_equal(runs[0], runs[2])
-    env = BuiltinVecEnv(env_id, n, seed=0)
-    assert env._step_packed is spec.step_packed_parallel  # chosen above the threshold
+    assert BuiltinVecEnv(env_id, n, seed=0).threads  # chosen above the threshold
+    assert not BuiltinVecEnv(env_id, 8, seed=0).threads
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"])
-def test_python_kernels_match_compiled(env_id):
-    """``.py_func`` of step/reset (the uniform protocol) gives the compiled results."""
-    spec = get_spec(env_id)
+@pytest.mark.parametrize("mode", ["same_step", "next_step"])
+def test_python_loop_matches_compiled(env_id, mode):
+    """The core's step of one env run as Python (``_step_env.py_func``, looking the env's functions up at run time)
+    gives the compiled results."""
     results = []
     for compiled in (True, False):
-        env = BuiltinVecEnv(env_id, 5, seed=4, max_episode_steps=7)
-        a = unpack(env._arena)
-        reset = spec.reset if compiled else spec.reset.py_func
-        step = spec.step if compiled else spec.step.py_func
-        reset(a[0], a[1], np.ones(5, dtype=bool), a[3], a[4], a[7], a[2], a[6], a[12], a[13])
+        env = BuiltinVecEnv(env_id, 5, seed=4, max_episode_steps=7, autoreset_mode=mode)
+        obs, _ = env.reset()
         out = []
         for t in range(20):
-            actions = _policy(env, a[7], t)
-            step(a[0], actions, a[1], a[2], a[3], a[4], t % 2 == 1, a[6], a[7], a[8], a[9], a[10], a[11],
-                 a[12], a[13], a[14], a[15], a[16])
-            out.append(np.concatenate([a[7].ravel(), a[8], a[11].ravel() * a[16].repeat(a[7].shape[1]),
-                                       a[9], a[10]]))
+            actions = _policy(env, obs, t)
+            if compiled:
+                env.step(actions)
+            else:
+                a = kernels.unpack(env.kernel_key, env.arena)
+                for i in range(5):
+                    kernels._step_env.py_func(env.kernel_key, i, 1, a.state, actions, *a[1:])
+            a = env.arrays
+            out.append(np.concatenate([a.obs.ravel(), a.rewards, a.final_obs.ravel() * a.done.repeat(a.obs.shape[1]),
+                                       a.terminated, a.truncated, a.done_return * a.done, a.state.ravel()]))
         results.append(np.array(out))
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_arena_views_agree_between_python_and_compiled_code():
+    """``ArenaLayout.views`` (NumPy) and ``kernels.unpack`` (the layout read from the header) see the same arrays."""
+    env = BuiltinVecEnv("Acrobot-v1", 3, seed=0, autoreset_mode="next_step")
+    py, key = env.arrays, env.kernel_key
+    compiled = numba.njit(lambda arena: kernels.unpack(key, arena))(env.arena)
+    for name, x, y in zip(py._fields, py, compiled):
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.shares_memory(x, y), name
+            assert x.ctypes.data == y.ctypes.data, name
+        else:
+            assert x == y, name
+    assert py.next_step_mode and py.state.shape == (4, 3) and py.obs.shape == (3, 6)
+
+
+def test_state_dict_restores_the_run_and_checks_its_layout():
+    env = BuiltinVecEnv("CartPole-v1", 4, seed=3, max_episode_steps=20)
+    env.reset()
+    for t in range(7):
+        env.step(np.full(4, t % 2, np.int64))
+    saved = env.state_dict()
+    after = [env.step(np.ones(4, np.int64))[0].copy() for _ in range(30)]
+    other = BuiltinVecEnv("CartPole-v1", 4, seed=99, max_episode_steps=20)
+    other.load_state_dict(saved)
+    np.testing.assert_array_equal(np.array([other.step(np.ones(4, np.int64))[0].copy() for _ in range(30)]),
+                                  np.array(after))
+    with pytest.raises(ValueError, match=r"another env|bytes"):
+        BuiltinVecEnv("CartPole-v1", 5).load_state_dict(saved)
+    with pytest.raises(ValueError, match=r"header|bytes"):
+        BuiltinVecEnv("MountainCar-v0", 4).load_state_dict(saved)
+    with pytest.raises(ValueError, match="autoreset mode"):
+        BuiltinVecEnv("CartPole-v1", 4, autoreset_mode="next_step").load_state_dict(saved)
 
 
 def test_views_by_default_and_copies_on_request():
@@ -189,10 +227,10 @@ def test_views_by_default_and_copies_on_request():
     obs1, rew1, _, _, info1 = env.step(np.zeros(4, dtype=np.int64))
     obs2, rew2, *_ , info2 = env.step(np.zeros(4, dtype=np.int64))
     assert obs1 is obs2 and rew1 is rew2 and info1 is info2 and obs0 is obs1
-    assert info1["episode"]["r"] is env._episode_return
-    for a in unpack(env._arena):
+    assert info1["episode"]["r"] is env.arrays.done_return
+    for a in env.arrays:
         if isinstance(a, np.ndarray):
-            assert np.shares_memory(a, env._arena)
+            assert np.shares_memory(a, env.arena)
     t = torch.from_numpy(obs2)
     env.step(np.ones(4, dtype=np.int64))
     np.testing.assert_array_equal(t.numpy(), env._obs)  # zero-copy: the tensor follows the env
@@ -339,22 +377,22 @@ def test_rng_matches_reference_and_is_uniform():
 
 def test_import_compiles_nothing():
     code = ("import rapidrl, rapidrl.envs\n"
-            "from rapidrl.envs import cartpole, builtin\n"
-            "assert not cartpole.step.signatures and not cartpole.step_packed.signatures\n"
-            "assert not builtin.unpack.signatures\n"
-            "rapidrl.make_vec\n")
+            "from rapidrl.envs.classic import cartpole\n"
+            "from rapidrl.envs.core import kernels\n"
+            "rapidrl.make_vec('CartPole-v1', 2)\n"
+            "assert not cartpole.step.signatures and not kernels.step_envs.signatures\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_shared_kernels_reject_actions_of_the_other_kind():
-    """The per-env wrappers share one compiled loop per actions type; a wrong-kind array steps nothing."""
+def test_kernels_reject_actions_of_the_other_kind():
+    """An env's compiled step given actions of the wrong kind or rank compiles to "-2, nothing stepped"."""
     cart = BuiltinVecEnv("CartPole-v1", 3, seed=0)
     cart.reset()
     before = cart.get_state()
-    assert cart.spec_builtin.step_packed(cart._arena, np.zeros((3, 1), dtype=np.float32)) == -2
+    assert cart.definition.kernels.step(cart.arena, np.zeros((3, 1), dtype=np.float32)) == -2
     np.testing.assert_array_equal(cart.get_state(), before)
     pend = BuiltinVecEnv("Pendulum-v1", 3, seed=0)
     pend.reset()
     before = pend.get_state()
-    assert pend.spec_builtin.step_packed(pend._arena, np.zeros(3, dtype=np.int64)) == -2
+    assert pend.definition.kernels.step(pend.arena, np.zeros(3, dtype=np.int64)) == -2
     np.testing.assert_array_equal(pend.get_state(), before)

@@ -21,7 +21,7 @@ import pytest
 from minatar import Environment
 
 import rapidrl as rr
-from rapidrl.envs.base import ClosedEnvError
+from rapidrl.envs import ClosedEnvError
 from rapidrl.envs.minatar import MINATAR_IDS, MinAtarVecEnv, list_minatar_envs
 from rapidrl.envs.minatar import asterix as ra
 from rapidrl.envs.minatar import breakout as rb

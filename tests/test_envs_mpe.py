@@ -19,7 +19,7 @@ import pytest
 from mpe2 import simple_spread_v3
 
 import rapidrl
-from rapidrl.envs.mpe import SimpleSpreadVecEnv
+from rapidrl.envs.multiagent.mpe import SimpleSpreadVecEnv
 
 
 def _copy_state_into(ref, env: SimpleSpreadVecEnv, e: int) -> None:

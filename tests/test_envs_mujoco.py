@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rapidrl as rr
-from rapidrl.envs.mujoco import MUJOCO_TASKS, MujocoVecEnv
+from rapidrl.envs.engines.mujoco import MUJOCO_TASKS, MujocoVecEnv
 
 N, STEPS, SEED = 3, 60, 7
 LIMIT = 25  # a short time limit on both sides, so every task also truncates and autoresets within the test
@@ -171,9 +171,28 @@ def test_docs_examples_run():
     assert type(ns["envs"]).__name__ == "MujocoVecEnv" and ns["sac"].num_timesteps == 512
 
 
-def test_next_step_autoreset_is_refused_at_construction():
-    """Only SAME_STEP is implemented: NEXT_STEP fails when the env is made, not at the first episode end."""
-    with pytest.raises(ValueError, match="same_step"):
-        MujocoVecEnv("Hopper-v5", 2, autoreset_mode="next_step")
-    with pytest.raises(ValueError, match="same_step"):
-        rr.make_vec("HalfCheetah-v5", 2, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+def test_next_step_autoreset_gives_the_same_episodes():
+    """NEXT_STEP: the step ending an episode shows its final observation, the next one resets the env (action
+    ignored, reward 0, no flags); the episodes are SAME_STEP's, with the same seed and actions."""
+    same = MujocoVecEnv("Hopper-v5", 2, seed=4, max_episode_steps=6)
+    nxt = rr.make_vec("Hopper-v5", 2, seed=4, max_episode_steps=6, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    assert isinstance(nxt, MujocoVecEnv) and "final_obs" not in nxt.reset()[1]
+    np.testing.assert_array_equal(same.reset()[0], nxt.arrays.obs)
+    rng = np.random.default_rng(3)
+    ends = 0
+    for _ in range(20):
+        a = _actions(same.single_action_space, rng)[:1].repeat(2, 0)
+        obs_s, r_s, te_s, tr_s, info_s = same.step(a)
+        obs_n, r_n, te_n, tr_n, info_n = nxt.step(a)
+        np.testing.assert_array_equal(r_s, r_n)
+        np.testing.assert_array_equal(te_s | tr_s, te_n | tr_n)
+        np.testing.assert_array_equal(info_s["_episode"], info_n["_episode"])
+        if (te_s | tr_s).any():
+            ends += 1
+            np.testing.assert_array_equal(obs_n, info_s["final_obs"])  # both envs end together (same actions)
+            np.testing.assert_array_equal(info_s["episode"]["l"], info_n["episode"]["l"])
+            obs_n, r_n, te_n, tr_n, info_n = nxt.step(np.full_like(a, 0.3))
+            assert (r_n == 0).all() and not (te_n | tr_n).any() and not info_n["_episode"].any()
+        np.testing.assert_array_equal(obs_n, obs_s)
+    assert ends >= 3
+    same.close(), nxt.close()

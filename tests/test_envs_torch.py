@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.builtin import BuiltinVecEnv, get_spec, list_classic_control_envs
-from rapidrl.envs.torch_envs import TorchVecEnv
+from rapidrl.envs import BuiltinVecEnv, ClosedEnvError, TorchVecEnv
+from rapidrl.envs.classic import get_spec, list_classic_control_envs
 
 N = 8
 # Numba reproduces Gymnasium's float32 rounding in MountainCarContinuous; torch runs it in float64.

@@ -25,7 +25,7 @@ def test_builtin_ids_default_to_numba_and_forward_options():
 
 def test_torch_backend_on_cpu():
     env = make_vec("CartPole-v1", 5, seed=1, vectorization="torch", device="cpu", max_episode_steps=9)
-    from rapidrl.envs.torch_envs import TorchVecEnv
+    from rapidrl.envs import TorchVecEnv
 
     assert isinstance(env, TorchVecEnv) and env.max_episode_steps == 9
     obs, _ = env.reset()

@@ -11,8 +11,8 @@ from pettingzoo import ParallelEnv
 
 import rapidrl as rr
 from rapidrl.algos.mappo import MultiAgentActorCritic
-from rapidrl.envs.mpe import SimpleSpreadVecEnv
-from rapidrl.envs.pettingzoo_vec import PettingZooVecEnv
+from rapidrl.envs.adapters.pettingzoo import PettingZooVecEnv
+from rapidrl.envs.multiagent.mpe import SimpleSpreadVecEnv
 
 
 class Leaving(ParallelEnv):

@@ -53,10 +53,10 @@ PPO_CASES = {
     ("torch", "auto", "auto"): ("device", "torch"),
     ("torch", "device", "torch"): ("device", "torch"),
     ("torch", "device", "compiled"): "gradient_backend='compiled' cannot run here: the device path",
-    ("torch", "fused", "auto"): "collection='fused' cannot run here: needs a built-in classic-control env",
+    ("torch", "fused", "auto"): "collection='fused' cannot run here: needs an env written as Numba functions",
     ("torch", "step", "auto"): "collection='step' cannot run here: a TorchVecEnv returns device tensors",
     ("sync", "auto", "auto"): ("step", "compiled"),
-    ("sync", "fused", "auto"): "collection='fused' cannot run here: needs a built-in classic-control env",
+    ("sync", "fused", "auto"): "collection='fused' cannot run here: needs an env written as Numba functions",
     ("sync", "step", "torch"): ("step", "torch"),
 }
 

@@ -37,7 +37,7 @@ def _one_update(fused: bool, env: str, algo: str = "PPO", **over):
     if env == "leaving":  # a multi-agent env whose agents leave: a masked rollout (test_marl.Leaving)
         from test_marl import Leaving
 
-        from rapidrl.envs.pettingzoo_vec import PettingZooVecEnv
+        from rapidrl.envs.adapters.pettingzoo import PettingZooVecEnv
 
         env = PettingZooVecEnv(Leaving, kw["num_envs"] // 3)
     model = getattr(rr, algo)(env, gradient_backend="compiled" if fused else "torch", **kw)

@@ -17,12 +17,12 @@ import vec_test_envs
 from vec_test_envs import assert_same_trajectory, manual_episode_stats, random_actions
 
 import rapidrl
-from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.gym_vec import SyncVecEnv
-from rapidrl.envs.subproc import EnvWorkerError
+from rapidrl.envs import ClosedEnvError, check
+from rapidrl.envs.adapters.gymnasium import SyncVecEnv
+from rapidrl.envs.adapters.subprocess import EnvWorkerError
 
 ray = pytest.importorskip("ray")
-from rapidrl.dist.ray_vec import RayVecEnv  # noqa: E402  (needs ray)
+from rapidrl.envs.adapters.ray import RayVecEnv  # noqa: E402  (needs ray)
 
 NUM_ENVS = 4
 # Ray has 2 CPUs here: half a CPU per actor lets the shared env (2 actors) and one more env run at once.
@@ -215,3 +215,9 @@ def test_step_before_reset_and_env_exception(make):
 def test_actors_that_cannot_be_scheduled_are_a_clear_error():
     with pytest.raises(RuntimeError, match=r"did not start within start_timeout=1 s.*num_cpus"):
         RayVecEnv("CartPole-v1", 2, num_workers=2, actor_options={"num_cpus": 3}, start_timeout=1)
+
+
+@pytest.mark.parametrize("mode", ["same_step", "next_step"])
+def test_contract(make, mode):
+    """The adapter keeps the vector-env contract (rapidrl.envs.check), actor boundaries included."""
+    check(make("CartPole-v1", 3, num_workers=2, autoreset_mode=mode, max_episode_steps=12), steps=40)

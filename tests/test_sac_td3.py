@@ -15,7 +15,7 @@ from rapidrl.algos.dqn import DQN
 from rapidrl.algos.offpolicy import critic_loss
 from rapidrl.algos.sac import SAC, actor_loss, soft_target, temperature_loss
 from rapidrl.algos.td3 import TD3, smoothed_target_actions, td3_target
-from rapidrl.envs.gym_vec import SyncVecEnv
+from rapidrl.envs.adapters.gymnasium import SyncVecEnv
 from rapidrl.train.callbacks import EvalCallback
 
 TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_interval=5)

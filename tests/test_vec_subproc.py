@@ -15,9 +15,9 @@ import vec_test_envs
 from gymnasium.vector import AutoresetMode
 from vec_test_envs import assert_same_trajectory, gym_reference, manual_episode_stats, random_actions
 
-from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.gym_vec import SyncVecEnv
-from rapidrl.envs.subproc import AsyncCallOrderError, EnvWorkerError, SubprocVecEnv
+from rapidrl.envs import ClosedEnvError
+from rapidrl.envs.adapters.gymnasium import SyncVecEnv
+from rapidrl.envs.adapters.subprocess import AsyncCallOrderError, EnvWorkerError, SubprocVecEnv
 
 NUM_ENVS = 3
 

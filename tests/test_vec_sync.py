@@ -12,8 +12,8 @@ from gymnasium.error import ResetNeeded
 from gymnasium.vector import AutoresetMode
 from vec_test_envs import assert_same_trajectory, gym_reference, manual_episode_stats, random_actions
 
-from rapidrl.envs.base import ClosedEnvError
-from rapidrl.envs.gym_vec import SyncVecEnv
+from rapidrl.envs import ClosedEnvError
+from rapidrl.envs.adapters.gymnasium import SyncVecEnv
 
 # (id, gymnasium.make kwargs): slippery FrozenLake (random transitions, terminations), Taxi cut to 12
 # steps (truncations), Pendulum cut to 9 steps (Box observations and actions, truncations).

@@ -183,7 +183,7 @@ class OnPolicyAlgorithm(Algorithm):
     # -- paths -------------------------------------------------------------------------------------
     def _collections(self) -> dict:
         """The collection paths in "auto"'s order, each with its check (None: it can run; else what to change)."""
-        from rapidrl.envs.torch_envs import TorchVecEnv
+        from rapidrl.envs import TorchVecEnv
         from rapidrl.train.fused import fused_unavailable
 
         c = self.config

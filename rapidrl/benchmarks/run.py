@@ -39,6 +39,7 @@ SUITES = {
     "pixels": "rapidrl.benchmarks.bench_pixels",
     "marl": "rapidrl.benchmarks.bench_marl",
     "recurrent": "rapidrl.benchmarks.bench_recurrent",
+    "custom": "rapidrl.benchmarks.bench_custom_env",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}
@@ -138,6 +139,11 @@ def write_report(out: Path, argv: list[str], sections: dict[str, str]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 on bad arguments or an unknown suite)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "results":  # learning results, not timings: rapidrl.benchmarks.results
+        from rapidrl.benchmarks.results import main as results_main
+
+        return results_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.suite != "all" and args.suite not in SUITES:
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(SUITES) if args.suite == "all" else [args.suite]
     sections = {n: md for n in names if (md := run_suite(n, args, against, Path(args.out))) is not None}
     if sections:
-        report = write_report(Path(args.out), sys.argv[1:] if argv is None else list(argv), sections)
+        report = write_report(Path(args.out), argv, sections)
         print(f"report: {report}", file=sys.stderr)
     ok = [n in sections for n in names]
     return 0 if all(ok) or (args.suite == "all" and any(ok)) else 1

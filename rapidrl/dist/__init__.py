@@ -9,7 +9,7 @@ import importlib
 
 _LAZY = {
     "DistributedContext": "rapidrl.train.ddp",
-    "RayVecEnv": "rapidrl.dist.ray_vec",
+    "RayVecEnv": "rapidrl.envs.adapters.ray",
 }
 
 __all__ = list(_LAZY)

@@ -279,13 +279,13 @@ def check_env_id(env_id: str) -> None:
     import gymnasium as gym
 
     from rapidrl.envs import list_builtin_envs
-    from rapidrl.envs.mpe import MPE_ENVS
+    from rapidrl.envs.multiagent.mpe import MPE_ENVS
 
     builtin = list_builtin_envs()
     if env_id in builtin or env_id in gym.registry or env_id in MPE_ENVS:
         return
     if env_family(env_id) == "atari":  # ale-py registers its ids on import
-        from rapidrl.envs.atari import is_atari_id
+        from rapidrl.envs.engines.atari import is_atari_id
 
         if is_atari_id(env_id):
             try:

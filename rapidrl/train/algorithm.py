@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from rapidrl._unsafe.torch_private import largest_abs
-from rapidrl.envs.base import VecEnvBase
+from rapidrl.envs import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss

@@ -37,7 +37,7 @@ class DeviceCollector:
     """
 
     def __init__(self, env, policy, num_steps: int, *, cuda_graph: bool = False):
-        from rapidrl.envs.torch_envs import TorchVecEnv
+        from rapidrl.envs import TorchVecEnv
 
         if not isinstance(env, TorchVecEnv):
             raise ConfigError(f"the device path needs a TorchVecEnv, got {type(env).__name__} "
@@ -49,7 +49,7 @@ class DeviceCollector:
             raise ConfigError(f"the policy is on {device} and the env on {env.device}: set device to the env's device")
         if cuda_graph and device.type != "cuda":
             raise ConfigError(f"cuda_graph=True needs a CUDA device, got {device}")
-        if cuda_graph and env._validate:
+        if cuda_graph and env.validate_actions:
             raise ConfigError("cuda_graph=True needs an env made with rr.make_vec(..., validate_actions=False)")
         self.env, self.policy, self.num_steps, self.device = env, policy, num_steps, device
         n = env.num_envs
@@ -102,7 +102,7 @@ class DeviceCollector:
     def _capture(self, buffer) -> None:
         """Record ``_rollout`` into a CUDA graph (kernels are recorded, not run, during capture)."""
         graph = torch.cuda.CUDAGraph()
-        graph.register_generator_state(self.env._gen)  # the env's reset generator advances on every replay
+        graph.register_generator_state(self.env.generator)  # the env's reset generator advances on every replay
         with torch.cuda.graph(graph):  # captures on its own side stream
             self._rollout(buffer)
         self._graph, self._graph_buffer = graph, buffer

@@ -3,33 +3,33 @@
 Per step, inside Numba: normalize observations, run the actor and critic MLPs reading the PyTorch
 weights zero-copy (``param.detach().numpy()`` views, so optimizer steps are seen without copying), sample
 actions exactly as ``ActorCritic.act`` does (categorical by inverse CDF; Gaussian with the
-state-independent std, clip or tanh squash), step the env with its own kernel (``rapidrl.envs`` uniform
-step protocol), write storage, value the final observations of truncated episodes, and collect
+state-independent std, clip or tanh squash), step the env with its own compiled loop (``rapidrl.envs.core.kernels``),
+write storage, value the final observations of truncated episodes, and collect
 episode statistics. The per-step Python loop, the ~60-90 µs PyTorch policy call and the tensor
 conversions disappear.
 
-The env kernel is ``rapidrl.envs.builtin.step_any`` with the env's integer code (functions passed as
-arguments would defeat Numba's on-disk cache). Randomness comes from Numba's generator, seeded from the
+The env loop is ``rapidrl.envs.core.kernels.step_envs`` with the env's kernel key (``NumbaVecEnv.kernel_key``), a
+compile-time constant: ``_collectors(key)`` binds it, so each env gets its own collector, cached on disk (functions
+passed as arguments would defeat Numba's on-disk cache). Randomness comes from Numba's generator, seeded from the
 algorithm's NumPy generator at every call, so a seed fixes the whole run.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl.envs import builtin
-from rapidrl.envs.builtin import step_any, unpack
+from rapidrl.envs.core import kernels as env_kernels
+from rapidrl.envs.core.kernels import step_envs, unpack
 from rapidrl.kernels import activations
 from rapidrl.kernels.cache import invalidate_stale_cache
 from rapidrl.nn import numba_mlp
 from rapidrl.nn.numba_mlp import ACTIVATION_CODES, mlp_arrays, mlp_into
 
-DISCRETE_CODES = {"CartPole-v1": 0, "Acrobot-v1": 1, "MountainCar-v0": 2}  # builtin.step_any's env codes
-CONTINUOUS_CODES = {"MountainCarContinuous-v0": 3, "Pendulum-v1": 4}
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -78,12 +78,13 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
                      b_final_values, raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count):
     """Collect T steps of N discrete-action envs into the rollout arrays ``b_*`` [T, N, ...].
 
-    arena: the env's packed arrays (``rapidrl.envs.builtin.unpack``: state, params, counters, RNG, outputs).
+    env_code: the env's kernel key (a compile-time constant, bound by ``_collectors``).
+    arena: the env's arena (``rapidrl.envs.core.kernels.unpack``: state, params, counters, RNG, outputs).
     logits [N, A], values [N, 1], scratch_obs [N, O] are scratch.
     """
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(arena)
+     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
     n_actions = logits.shape[1]
     for t in range(n_steps):
@@ -109,8 +110,9 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
             b_actions[t, i] = a
             b_log_probs[t, i] = np.float64(logits[i, a]) - m - math.log(total)
             b_values[t, i] = values[i, 0]
-        step_any(env_code, state, b_actions[t], params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                 obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done)
+        step_envs(env_code, state, b_actions[t], params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+                  obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
+                  done)
         b_rewards[t] = rewards
         b_terminated[t] = terminated
         b_truncated[t] = truncated
@@ -128,7 +130,7 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
     env actions (clipped, or tanh-scaled to [low, high]) in ``env_actions`` [N, A]."""
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(arena)
+     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
     n_dims = means.shape[1]
     for t in range(n_steps):
@@ -154,8 +156,9 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
                     env_actions[i, d] = min(max(raw, low[d]), high[d])
             b_log_probs[t, i] = logp
             b_values[t, i] = values[i, 0]
-        step_any(env_code, state, env_actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                 obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done)
+        step_envs(env_code, state, env_actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+                  obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
+                  done)
         b_rewards[t] = rewards
         b_terminated[t] = terminated
         b_truncated[t] = truncated
@@ -164,28 +167,59 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
         _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count)
 
 
-# The collectors inline the env kernels: recompile them whenever an env's (or the shared loop's) source changes.
-invalidate_stale_cache(collect_discrete, [m.__file__ for m in (*builtin._ENV_MODULES, builtin.rng, builtin,
-                                                                activations, numba_mlp)])
+# The collectors inline the core's step loop: recompile them whenever its source changes (an env's own functions
+# are covered by its kernel key, which hashes their source).
+invalidate_stale_cache(collect_discrete, [m.__file__ for m in (env_kernels, env_kernels._bookkeeping,
+                                                                env_kernels._arena, env_kernels.rng, activations,
+                                                                numba_mlp)])
+
+
+@functools.cache
+def _collectors(key: str) -> tuple:
+    """(collect_discrete, collect_continuous) bound to env kernel ``key``: one compiled collector per env. (The
+    arguments are spelled out: Numba passes the key on as a compile-time constant only through explicit arguments.)"""
+
+    @numba.njit(cache=True, nogil=True)
+    def discrete(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs, b_actions,
+                 b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values, raw_obs, logits, values,
+                 scratch_obs, ep_r, ep_l, ep_count):
+        collect_discrete(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs,
+                         b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values,
+                         raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count)
+
+    @numba.njit(cache=True, nogil=True)
+    def continuous(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std, low, high,
+                   tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated,
+                   b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r, ep_l, ep_count):
+        collect_continuous(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std,
+                           low, high, tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards,
+                           b_terminated, b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r,
+                           ep_l, ep_count)
+
+    return discrete, continuous
 
 
 def fused_unavailable(env, policy, device) -> str | None:
-    """None when ``FusedCollector`` can run ``policy`` on ``env``, else what to change: it needs a built-in Numba
-    classic-control env in "same_step" autoreset mode and separate feed-forward MLPs on the CPU."""
-    from rapidrl.envs.builtin import BuiltinVecEnv
+    """None when ``FusedCollector`` can run ``policy`` on ``env``, else what to change: it needs an env written as
+    Numba functions (``rapidrl.envs.NumbaVecEnv``, single-agent, flat float32 observations, SAME_STEP autoreset)
+    and separate feed-forward MLPs on the CPU."""
+    from rapidrl.envs import NumbaVecEnv
 
-    ids = (*DISCRETE_CODES, *CONTINUOUS_CODES)
-    if not isinstance(env, BuiltinVecEnv) or env.env_id not in ids:
-        got = getattr(env, "env_id", None) or type(env).__name__
-        return f"needs a built-in classic-control env ({', '.join(ids)}), got {got}"
+    if not isinstance(env, NumbaVecEnv):
+        return f"needs an env written as Numba functions (rapidrl.envs.NumbaVecEnv), got {type(env).__name__}"
+    obs = env.single_observation_space
+    if env.agents != 1 or len(obs.shape) != 1 or obs.dtype != np.float32:
+        return "needs a single-agent env with flat float32 observations"
     if env.autoreset_mode != gym.vector.AutoresetMode.SAME_STEP:
         return "needs the env's autoreset_mode='same_step'"
     if torch_device_type(device) != "cpu":
         return "needs device='cpu'"
     if getattr(policy, "recurrent", False):
         return "needs a feed-forward policy (recurrent='none')"
-    if policy.encoder_kind != "mlp" or policy.shared:
+    if policy.shared or policy.encoder_kind != "mlp":
         return "needs separate actor and critic MLPs (shared=False, encoder='mlp')"
+    if getattr(policy, "multi", False):
+        return "covers Discrete and Box actions (MultiDiscrete/MultiBinary collect with collection='step')"
     return None
 
 
@@ -206,8 +240,8 @@ class FusedCollector:
         n, obs_dim = env.num_envs, policy.obs_dim
         self.env, self.policy = env, policy
         self.discrete = policy.discrete
-        self.code = (DISCRETE_CODES if self.discrete else CONTINUOUS_CODES)[env.env_id]
-        self.arena = env._arena
+        self._collect_discrete, self._collect_continuous = _collectors(env.kernel_key)
+        self.arena = env.arena
         self.aws, self.abs = mlp_arrays(policy.actor)
         self.cws, self.cbs = mlp_arrays(policy.critic)
         self.ahs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
@@ -240,19 +274,19 @@ class FusedCollector:
         else:
             (mean, std), clip = self._no_stats, 0.0
         self.ep_count[0] = 0
-        np.copyto(self.env._obs, obs)
-        common = (self.code, self.arena, self.aws, self.abs, self.ahs, self.cws, self.cbs, self.chs, self.act,
+        np.copyto(self.env.arrays.obs, obs)
+        common = (self.arena, self.aws, self.abs, self.ahs, self.cws, self.cbs, self.chs, self.act,
                   mean, std, clip, norm is not None, seed)
         storage = (buffer.obs, buffer.actions, buffer.log_probs, buffer.values, buffer.rewards, buffer.terminated,
                    buffer.truncated, buffer.final_values, raw_obs)
         if self.discrete:
-            collect_discrete(*common, *storage, self.head, self.values, self.scratch_obs, self.ep_r, self.ep_l,
+            self._collect_discrete(*common, *storage, self.head, self.values, self.scratch_obs, self.ep_r, self.ep_l,
                              self.ep_count)
         else:
-            collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
+            self._collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
                                self.env_actions, *storage, self.head, self.values, self.scratch_obs, self.ep_r,
                                self.ep_l, self.ep_count)
         buffer.mark_full()
-        np.copyto(obs, self.env._obs)
+        np.copyto(obs, self.env.arrays.obs)
         k = int(self.ep_count[0])
         return self.ep_r[:k], self.ep_l[:k]

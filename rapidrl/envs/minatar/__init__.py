@@ -1,7 +1,7 @@
-"""MinAtar (Young & Tian 2019) built in: the five games as batched Numba kernels, exact to ``minatar``.
+"""MinAtar (Young & Tian 2019) built in: the five games written on the env core, exact to ``minatar``.
 
 ``rr.make_vec("MinAtar/Breakout-v1", 512, seed=0)`` returns a ``MinAtarVecEnv``; see docs/minatar.md.
-The kernels are imported on first use (``rapidrl.envs.builtin`` imports ``ids`` from here).
+The games are imported on first use (``rapidrl.envs.registry`` reads only ``ids``).
 """
 
 from __future__ import annotations

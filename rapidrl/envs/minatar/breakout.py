@@ -5,7 +5,7 @@ when no brick is left and the ball reaches the bottom row the bricks come back. 
 when the ball reaches the bottom row beside the paddle. No random draws except at reset (the ball starts
 top-left moving down-right or top-right moving down-left: one ``randint(2)``). No difficulty ramp.
 
-State row (int32, see ``rapidrl.envs.minatar.kernels`` for the shared column 0 = last action):
+State row (int32, see ``rapidrl.envs.minatar.vec`` for the shared column 0 = last action):
 ball x/y, ball direction (0 up-left, 1 up-right, 2 down-right, 3 down-left), paddle x, the strike flag
 (a brick was hit last step: the next brick the ball enters is not broken), the ball's previous x/y (the
 trail channel), the number of bricks, then the 10x10 brick map (row-major, 1 = brick).

@@ -1,0 +1,339 @@
+"""Learning results at the standard budgets, beside the published ones: ``rapidrl bench results``.
+
+    rapidrl bench results list                     # the rows, their budgets and published figures
+    rapidrl bench results ppo-hopper               # run a row's missing seeds, then update docs/RESULTS.md
+    rapidrl bench results ppo-hopper --seeds 0-2   # these seeds (already recorded ones are kept, not re-run)
+    rapidrl bench results --quick                  # every row, short budget, one seed, into bench_results/
+
+A row is a task, an algorithm, a budget and seeds; it trains with the shipped preset for its algorithm and env
+(``rapidrl/configs``), each seed as its own ``rapidrl train ... --headless`` process, one at a time (so the
+wall-clock is that of a run alone on the machine). Each finished seed is appended to ``docs/results/<row>.csv``
+(final deterministic evaluation, final training return, wall-clock, date, commit) with its learning curve in
+``docs/results/<row>-curve.csv``; then ``docs/results/<row>.png`` and ``docs/RESULTS.md`` are redrawn from all
+the CSVs. A row can therefore grow over several sessions: keep its CSVs in the repository.
+
+Evaluation protocol (the ``eval`` column): the mean of ``eval_episodes`` (10 unless the preset says otherwise)
+deterministic episodes on separate evaluation envs at the end of training, raw (unclipped, unnormalized)
+rewards. The ``train`` column is the mean return of the last 20 training episodes (stochastic policy), the
+figure CleanRL's tables report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_seed", "run_row", "write_page"]
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+RESULTS_MD = "RESULTS.md"
+CURVE_POINTS = 200
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published figure: ``value`` (mean) and ``spread`` (std over seeds, or None), its source and setting."""
+
+    value: float
+    source: str
+    setting: str
+    spread: float | None = None
+
+    def text(self) -> str:
+        value = f"{self.value:g}" + (f" ± {self.spread:g}" if self.spread is not None else "")
+        return f"{value} ({self.setting})"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the results page."""
+
+    name: str
+    family: str
+    algo: str
+    env: str
+    timesteps: int
+    seeds: tuple[int, ...]
+    published: tuple[Published, ...] = ()
+    quick_timesteps: int = 10_000
+    sets: tuple[str, ...] = ()
+    """``--set`` assignments on top of the preset (the preset is the row's setting; keep this empty)."""
+    quick_sets: tuple[str, ...] = ()
+    """Extra assignments of the quick version only (e.g. shorter Atari games for the final evaluation)."""
+    notes: str = ""
+
+    def train_argv(self, timesteps: int, quick: bool) -> list[str]:
+        argv = [self.algo, self.env, "--timesteps", str(timesteps)]
+        for assignment in self.sets + (self.quick_sets if quick else ()):
+            argv += ["--set", assignment]
+        return argv
+
+
+_CLEANRL_PPO = "CleanRL ppo_continuous_action.py, v4, 1M steps, 3 seeds"
+_RLZOO_PPO = "rl-zoo3 PPO, v3, 1M steps, 1 run"
+_CLEANRL_SAC = "CleanRL sac_continuous_action.py, v4, 1M steps, 3 seeds"
+_RLZOO_SAC = "rl-zoo3 SAC, v3, 1M steps, 1 run"
+_CLEANRL_ATARI = "CleanRL ppo_atari.py, 10M steps of 4 frames, 3 seeds"
+_RLZOO_ATARI = "rl-zoo3 PPO, 10M steps, 1 run"
+_MINATAR = "MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its figure"
+
+ROWS: dict[str, Row] = {r.name: r for r in [
+    Row("ppo-halfcheetah", "MuJoCo v5, 1M steps", "ppo", "HalfCheetah-v5", 1_000_000, (0, 1, 2),
+        (Published(1443, "CleanRL", _CLEANRL_PPO, 46), Published(5819, "rl-zoo3", _RLZOO_PPO))),
+    Row("ppo-hopper", "MuJoCo v5, 1M steps", "ppo", "Hopper-v5", 1_000_000, (0, 1, 2),
+        (Published(2383, "CleanRL", _CLEANRL_PPO, 272), Published(2410, "rl-zoo3", _RLZOO_PPO))),
+    Row("ppo-walker2d", "MuJoCo v5, 1M steps", "ppo", "Walker2d-v5", 1_000_000, (0, 1, 2),
+        (Published(2288, "CleanRL", _CLEANRL_PPO, 572), Published(3479, "rl-zoo3", _RLZOO_PPO))),
+    Row("sac-halfcheetah", "MuJoCo v5, 1M steps", "sac", "HalfCheetah-v5", 1_000_000, (0,),
+        (Published(9635, "CleanRL", _CLEANRL_SAC, 1424), Published(9535, "rl-zoo3", _RLZOO_SAC)), 3_000),
+    Row("sac-hopper", "MuJoCo v5, 1M steps", "sac", "Hopper-v5", 1_000_000, (0,),
+        (Published(2310, "CleanRL", _CLEANRL_SAC, 343), Published(2326, "rl-zoo3", _RLZOO_SAC)), 3_000),
+    Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
+        (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
+        quick_sets=("env.max_episode_frames=8000",)),
+    Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
+        (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,
+        quick_sets=("env.max_episode_frames=8000",)),
+    *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
+          (Published(value, "MinAtar paper", _MINATAR),), 20_480)
+      for game, value in (("Breakout", 10), ("Asterix", 17), ("Freeway", 50), ("Seaquest", 20),
+                          ("SpaceInvaders", 43))],
+    Row("ppo-cartpolenovel", "Memory (partially observed), 150k steps", "ppo", "CartPoleNoVel-v1", 150_000,
+        (0, 1, 2, 3, 4), (Published(500, "sb3-contrib", "sb3-contrib RecurrentPPO run here: rl-zoo3 setting, the "
+                                    "critic's own LSTM, solved at 100k steps on 2 seeds, 102-118 s"),),
+        20_480),
+    Row("mappo-simple-spread", "Multi-agent, 10M agent-steps", "mappo", "MPE/simple_spread-v3", 10_000_000, (0,),
+        (), 30_000),
+]}
+
+
+# -- recording ------------------------------------------------------------------------------------------
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+RESULT_FIELDS = ["seed", "timesteps", "eval_mean", "eval_std", "eval_episodes", "train_return", "wall_s", "sps",
+                 "date_utc", "commit"]
+CURVE_FIELDS = ["seed", "step", "episodic_return"]
+
+
+def _curve(run_dir: Path) -> list[tuple[float, float]]:
+    """(step, training episodic return) points of a run's metrics.csv, thinned to at most CURVE_POINTS."""
+    from rapidrl.runs.layout import read_csv_metrics
+
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return []
+    cols = read_csv_metrics(path)
+    pts = [(x, y) for x, y in zip(cols.get("global_step", []), cols.get("charts/episodic_return", []))
+           if math.isfinite(x) and math.isfinite(y)]
+    if len(pts) > CURVE_POINTS:
+        keep = np.unique(np.linspace(0, len(pts) - 1, CURVE_POINTS).round().astype(int))
+        pts = [pts[i] for i in keep]
+    return pts
+
+
+def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
+    """Append a finished seed's result and curve to ``out/<row>.csv`` and ``out/<row>-curve.csv``."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if summary.get("status") != "finished":
+        raise RuntimeError(f"{run_dir} did not finish ({summary.get('status')})")
+    curve = _curve(run_dir)
+    tail = [y for _, y in curve[-1:]]
+    result = {"seed": seed, "timesteps": summary["timesteps"],
+              "eval_mean": round(summary.get("eval_mean", math.nan), 2),
+              "eval_std": round(summary.get("eval_std", math.nan), 2), "eval_episodes": summary.get("eval_episodes", 0),
+              "train_return": round(tail[0], 2) if tail else "", "wall_s": round(summary["wall_time_s"], 1),
+              "sps": summary["sps"], "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
+              "commit": _git_commit()}
+    results = [r for r in _read_csv(out / f"{row.name}.csv") if int(r["seed"]) != seed] + [result]
+    _write_csv(out / f"{row.name}.csv", sorted(results, key=lambda r: int(r["seed"])), RESULT_FIELDS)
+    curves = [r for r in _read_csv(out / f"{row.name}-curve.csv") if int(r["seed"]) != seed]
+    curves += [{"seed": seed, "step": int(x), "episodic_return": round(y, 3)} for x, y in curve]
+    _write_csv(out / f"{row.name}-curve.csv", curves, CURVE_FIELDS)
+    return result
+
+
+def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick: bool = False) -> list[dict]:
+    """Train the seeds of ``row`` not yet recorded in ``out`` (one process at a time) and record them."""
+    done = {int(r["seed"]) for r in _read_csv(out / f"{row.name}.csv")}
+    timesteps = row.quick_timesteps if quick else row.timesteps
+    recorded = []
+    for seed in seeds:
+        if seed in done:
+            print(f"{row.name} seed {seed}: already recorded in {out / (row.name + '.csv')}", flush=True)
+            continue
+        run_dir = runs_root / row.name / f"seed-{seed}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        argv = [sys.executable, "-m", "rapidrl", "train", *row.train_argv(timesteps, quick), "--seed", str(seed),
+                "--run-dir", str(run_dir), "--headless"]
+        print(f"{row.name} seed {seed}: {' '.join(argv[3:])}", flush=True)
+        t0 = time.perf_counter()
+        code = subprocess.run(argv).returncode
+        if code != 0:
+            raise RuntimeError(f"{row.name} seed {seed} failed (exit {code}); its run is in {run_dir}")
+        result = record_seed(row, seed, run_dir, out)
+        print(f"{row.name} seed {seed}: eval {result['eval_mean']} ± {result['eval_std']}, train "
+              f"{result['train_return']}, {time.perf_counter() - t0:.0f} s", flush=True)
+        recorded.append(result)
+    draw_row(row, out)
+    return recorded
+
+
+# -- the page ---------------------------------------------------------------------------------------------
+
+def _stats(values: list[float]) -> str:
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+
+
+def draw_row(row: Row, out: Path) -> Path | None:
+    """``out/<row>.png``: each seed's training curve and their mean (None when no seed is recorded)."""
+    curves = _read_csv(out / f"{row.name}-curve.csv")
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    by_seed: dict[int, list[tuple[float, float]]] = {}
+    for r in curves:
+        by_seed.setdefault(int(r["seed"]), []).append((float(r["step"]), float(r["episodic_return"])))
+    for seed, pts in sorted(by_seed.items()):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linewidth=1, label=f"seed {seed}")
+    for p in row.published:
+        ax.axhline(p.value, linestyle="--", linewidth=0.8, color="grey")
+        ax.annotate(p.source, (0, p.value), fontsize="x-small", color="grey", va="bottom")
+    ax.set_title(f"{row.algo.upper()} {row.env}", fontsize="small")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("training return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    path = out / f"{row.name}.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_page(out: Path, title_note: str = "") -> Path:
+    """``out/../RESULTS.md`` (``docs/RESULTS.md`` for the default ``out``): one table per family."""
+    page = out.parent / RESULTS_MD
+    image_dir = out.relative_to(out.parent).as_posix()
+    lines = ["# Learning results", "",
+             "Each row trains the shipped preset of its algorithm and task (`rapidrl/configs`) from the command line, "
+             "one seed per process, alone on the 2-core development machine (no GPU). Reproduce a row with "
+             "`rapidrl bench results ROW` (`rapidrl bench results list` names them); `--quick` runs a short "
+             "version of every row. The numbers below are read from `docs/results/<row>.csv`, which the command "
+             "appends to.", "",
+             "**eval**: mean ± std over seeds of each seed's final evaluation (10 deterministic episodes unless "
+             "the preset sets `eval_episodes`, raw rewards). **train**: mean ± std over seeds of the mean return "
+             "of the last 20 training episodes (stochastic policy), the figure CleanRL reports. "
+             "**wall**: wall-clock of one seed's whole run (training and evaluation), mean over seeds.", ""]
+    if title_note:
+        lines += [title_note, ""]
+    families: dict[str, list[Row]] = {}
+    for row in ROWS.values():
+        families.setdefault(row.family, []).append(row)
+    for family, rows in families.items():
+        lines += [f"## {family}", "",
+                  "| row | task | algo | budget | seeds | eval | train | published | wall | curve |",
+                  "|---|---|---|---:|---|---:|---:|---|---:|---|"]
+        for row in rows:
+            results = _read_csv(out / f"{row.name}.csv")
+            seeds = ", ".join(r["seed"] for r in results) or "not run yet"
+            budget = {int(r["timesteps"]) for r in results} or {row.timesteps}
+            evals = [float(r["eval_mean"]) for r in results]
+            trains = [float(r["train_return"]) for r in results if r["train_return"]]
+            wall = f"{np.mean([float(r['wall_s']) for r in results]):.0f} s" if results else "-"
+            published = "<br>".join(p.text() for p in row.published) or "-"
+            curve = f"![{row.name}]({image_dir}/{row.name}.png)" if (out / f"{row.name}.png").is_file() else "-"
+            lines.append(f"| `{row.name}` | {row.env} | {row.algo.upper()} | {', '.join(f'{b:,}' for b in budget)} "
+                         f"| {seeds} | {_stats(evals)} | {_stats(trains)} | {published} | {wall} | {curve} |")
+        notes = [f"- `{row.name}`: {row.notes}" for row in rows if row.notes]
+        lines += ["", *notes, ""] if notes else [""]
+    page.write_text("\n".join(lines))
+    return page
+
+
+# -- command line -----------------------------------------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="rapidrl bench results",
+                                description="Learning results at the standard budgets (docs/RESULTS.md).")
+    p.add_argument("rows", nargs="*", help="row names, or 'list' (default with --quick: every row)")
+    p.add_argument("--seeds", default=None, help="seeds to run, e.g. 0-2 (default: the row's)")
+    p.add_argument("--quick", action="store_true", help="short budgets, first seed only, into --out")
+    p.add_argument("--out", default=None, help="directory of the CSVs and images (default docs/results, "
+                                                 "or bench_results/results-quick with --quick)")
+    p.add_argument("--runs-root", default="runs/results", help="where the run directories go")
+    args = p.parse_args(argv)
+    if args.rows == ["list"]:
+        for row in ROWS.values():
+            pub = "; ".join(x.text() for x in row.published) or "-"
+            print(f"{row.name:24s} {row.algo} {row.env}, {row.timesteps:,} steps, seeds {list(row.seeds)}: {pub}")
+        return 0
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown or (not args.rows and not args.quick):
+        print(f"rapidrl: error: name rows ({', '.join(ROWS)}), 'list', or --quick"
+              + (f"; unknown: {', '.join(unknown)}" if unknown else ""), file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else (Path("bench_results/results-quick") if args.quick else DOCS / "results")
+    rows = [ROWS[r] for r in args.rows] or list(ROWS.values())
+    if args.seeds is not None:
+        from rapidrl.runs.experiment import parse_seeds
+
+        seeds = tuple(parse_seeds(args.seeds))
+    for row in rows:
+        chosen = seeds if args.seeds is not None else (row.seeds[:1] if args.quick else row.seeds)
+        run_row(row, chosen, out, Path(args.runs_root) / ("quick" if args.quick else "full"), quick=args.quick)
+    page = write_page(out, "Quick version (short budgets, one seed): a check of the pipeline, not results."
+                      if args.quick else "")
+    print(f"results page: {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+

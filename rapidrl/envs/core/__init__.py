@@ -1,0 +1,1 @@
+"""The one vector-env core every family is written on (see ``rapidrl.envs``)."""

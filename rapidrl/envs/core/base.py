@@ -1,0 +1,168 @@
+"""``VecEnvBase``: what every rapidrl vector env shares (spaces, the arena of outputs, the ``info`` layout).
+
+Every vector env (envs written as Numba functions, PyTorch device envs, engines, wrapped Gymnasium envs)
+subclasses ``VecEnvBase`` and therefore is a ``gymnasium.vector.VectorEnv``. Its outputs live in an arena
+(``rapidrl.envs.core.arena``): ``step``/``reset`` return views of preallocated arrays that the next call
+overwrites (``copy=True`` at construction returns fresh copies instead). The ``info`` dict is reused too:
+
+- ``info["final_obs"]``: ``[N, *obs_shape]`` the final observation of episodes that ended this step (valid where
+  ``info["_final_obs"]`` is True). Only in ``AutoresetMode.SAME_STEP``; unlike Gymnasium's object array it is a
+  dense array of the observation dtype.
+- ``info["episode"] = {"r": float32[N], "l": int32[N]}``: return and length of episodes that ended this step,
+  valid where ``info["_episode"]`` is True (the layout of Gymnasium's RecordEpisodeStatistics).
+
+Envs stepped in Python write the engine's observations, rewards, terminated and truncated flags into the arena
+and call ``_record()``: the core's compiled bookkeeping (``rapidrl.envs.core.bookkeeping``) then adds the time
+limit, the episode statistics and the autoreset flags, exactly as for the compiled envs.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from rapidrl.envs.core.actions import check_actions
+from rapidrl.envs.core.arena import ArenaLayout
+from rapidrl.envs.core.kernels import clear_rows, cut_steps, record_steps
+
+
+class ClosedEnvError(RuntimeError):
+    """Raised when a closed vector env is used."""
+
+
+class ResetNeeded(gym.error.ResetNeeded, RuntimeError):
+    """Raised when a vector env is stepped before its first ``reset()``."""
+
+
+def parse_autoreset_mode(mode) -> AutoresetMode:
+    """Accept an ``AutoresetMode`` or its name/value ('same_step', 'SameStep', ...)."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    if isinstance(mode, str):
+        key = mode.replace("_", "").replace("-", "").lower()
+        for m in (AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP):
+            if key in (m.name.replace("_", "").lower(), m.value.lower()):
+                return m
+    raise ValueError(f"autoreset_mode must be AutoresetMode.SAME_STEP or NEXT_STEP, got {mode!r}")
+
+
+def check_num_envs(num_envs, name: str = "num_envs") -> int:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise ValueError(f"{name} must be a positive int, got {num_envs!r}")
+    return int(num_envs)
+
+
+class VecEnvBase(gym.vector.VectorEnv):
+    """Spaces, the arena of outputs and the shared ``info`` layout of a rapidrl vector env.
+
+    ``layout`` (default: no state, one row per env, no time limit) sizes the arena; ``buffer`` is memory to put it
+    in (``SubprocVecEnv`` shares it with its workers). Subclasses write the outputs (``self._obs``, ``_rewards``,
+    ``_terminated``, ``_truncated``, ``_final_obs``; or all of the arena through compiled kernels) and return
+    ``self._step_result()``. ``self.arrays`` holds every view of the arena (``ArenaViews``).
+    """
+
+    def __init__(
+        self,
+        single_observation_space: gym.Space,
+        single_action_space: gym.Space,
+        num_envs: int,
+        *,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        copy: bool = False,
+        render_mode: str | None = None,
+        layout: ArenaLayout | None = None,
+        buffer=None,
+    ):
+        self.num_envs = check_num_envs(num_envs)
+        self.single_observation_space = single_observation_space
+        self.single_action_space = single_action_space
+        self.observation_space = batch_space(single_observation_space, self.num_envs)
+        self.action_space = batch_space(single_action_space, self.num_envs)
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": ["rgb_array"]}
+        self.render_mode = render_mode
+        self.copy = bool(copy)
+        self.closed = False
+        self._ready = False  # reset() has run (and close() has not)
+
+        if layout is None:
+            layout = ArenaLayout(self.num_envs, self.num_envs, (), np.uint8, single_observation_space.shape,
+                                 single_observation_space.dtype)
+        if layout.rows != self.num_envs:
+            raise ValueError(f"the arena has {layout.rows} rows for {self.num_envs} envs")
+        self.layout = layout
+        self.arena = layout.new(self.autoreset_mode == AutoresetMode.NEXT_STEP, buffer)
+        self.arrays = a = layout.views(self.arena)
+        a.params[0] = np.inf  # no time limit unless the env sets one
+        self._obs, self._final_obs, self._rewards = a.obs, a.final_obs, a.rewards
+        self._terminated, self._truncated, self._done = a.terminated, a.truncated, a.done
+        self._episode_return, self._episode_length = a.done_return, a.done_length
+        self._info: dict = {"episode": {"r": self._episode_return, "l": self._episode_length}, "_episode": self._done}
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            self._info["final_obs"] = self._final_obs
+            self._info["_final_obs"] = self._done
+        self._all_rows = np.arange(self.num_envs, dtype=np.int64)
+
+    # -- helpers for subclasses -------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedEnvError(f"{type(self).__name__} is closed; create a new one with rapidrl.make_vec")
+
+    def _check_ready(self) -> None:
+        """ClosedEnvError after close, ResetNeeded before the first reset."""
+        self._check_open()
+        if not self._ready:
+            raise ResetNeeded("call reset() before step()")
+
+    def _check_actions(self, actions) -> np.ndarray:
+        """The actions as a NumPy array, checked (``rapidrl.envs.core.actions``); the env must be ready."""
+        self._check_ready()
+        return check_actions(actions, self.single_action_space, self.num_envs)
+
+    def _record(self, rows: np.ndarray | None = None) -> int:
+        """After an engine step of ``rows`` (default all; int64): time limit, statistics, autoreset flags.
+
+        The engine's rewards/terminated/truncated must be in ``self._rewards`` etc.; rows with
+        ``self.arrays.needs_reset`` (NEXT_STEP) count as reset by this step. Returns the number of episodes that
+        ended (``self._done``); in SAME_STEP the caller resets those rows unless its engine did.
+        """
+        return record_steps(self.arena, self._all_rows if rows is None else rows)
+
+    def _clear(self, rows: np.ndarray | None = None) -> None:
+        """Rows that were just reset: flags, statistics and counters cleared."""
+        clear_rows(self.arena, self._all_rows if rows is None else rows)
+
+    def _cut(self, rows: np.ndarray) -> None:
+        """Rows whose engine failed mid-step: their episodes end as truncated, statistics up to the last step."""
+        cut_steps(self.arena, rows)
+
+    def _step_result(self):
+        """(obs, rewards, terminated, truncated, info) as views, or copies when ``copy=True``."""
+        if not self.copy:
+            return self._obs, self._rewards, self._terminated, self._truncated, self._info
+        info = {k: (v.copy() if isinstance(v, np.ndarray) else {kk: vv.copy() for kk, vv in v.items()})
+                for k, v in self._info.items()}
+        return self._obs.copy(), self._rewards.copy(), self._terminated.copy(), self._truncated.copy(), info
+
+    def _reset_result(self):
+        """(obs, info) after a reset; the info holds no finished episodes. The env is ready to step."""
+        self._done[:] = False
+        self._ready = True
+        return (self._obs.copy() if self.copy else self._obs), {}
+
+    # -- exact resume ------------------------------------------------------------------------------
+    def state_dict(self) -> dict | None:
+        """What fixes this env's future exactly, as tensors and plain values (a training checkpoint stores it), or
+        None where the env cannot be captured (engines such as MuJoCo and the ALE, Python envs): a resumed run
+        then starts fresh episodes. Envs written as Numba functions return their whole arena."""
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a ``state_dict()`` in place (views of the outputs held elsewhere stay valid)."""
+        raise NotImplementedError(f"{type(self).__name__} has no state to restore (its state_dict() is None)")
+
+    def close_extras(self, **kwargs) -> None:
+        self._ready = False
+        self.closed = True

@@ -1,0 +1,109 @@
+"""MemoryCue-v0: a cue shown at the first step must be named ``delay`` steps later.
+
+``MemoryCueEnv`` is the single Gymnasium env (the reference); ``MemoryCueVecEnv`` steps N of them together in NumPy,
+on the core's bookkeeping (``VecEnvBase._record``: episode statistics, autoreset in both modes).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from rapidrl.envs.core.base import VecEnvBase
+from rapidrl.envs.core.seeding import env_generators
+from rapidrl.kernels.validation import check_int
+
+
+class MemoryCueEnv(gym.Env):
+    """The memory task as one Gymnasium env. Observation float32 [num_cues + 1]: the cue one-hot at step 0,
+    the query flag (last entry) at step ``delay``, zeros otherwise. Discrete(num_cues) actions."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, num_cues: int = 4, delay: int = 8):
+        self.num_cues = check_int("num_cues", num_cues, low=2)
+        self.delay = check_int("delay", delay, low=1)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
+        self.action_space = gym.spaces.Discrete(self.num_cues)
+        self._cue, self._t = 0, 0
+
+    def _observe(self) -> np.ndarray:
+        obs = np.zeros(self.num_cues + 1, np.float32)
+        if self._t == 0:
+            obs[self._cue] = 1.0
+        elif self._t == self.delay:
+            obs[-1] = 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._cue, self._t = int(self.np_random.integers(self.num_cues)), 0
+        return self._observe(), {}
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action {action!r} is not in {self.action_space}")
+        query = self._t == self.delay
+        reward = float(query and int(action) == self._cue)
+        self._t += 1
+        return self._observe(), reward, query, False, {}
+
+
+class MemoryCueVecEnv(VecEnvBase):
+    """N ``MemoryCueEnv``s stepped together in NumPy. Env i draws its cues from ``default_rng(seed + i)``, the
+    generator of ``MemoryCueEnv.reset(seed=seed + i)``, so it equals that env step by step, resets included."""
+
+    def __init__(self, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step", copy: bool = False,
+                 num_cues: int = 4, delay: int = 8):
+        single = MemoryCueEnv(num_cues, delay)
+        super().__init__(single.observation_space, single.action_space, num_envs, autoreset_mode=autoreset_mode,
+                         copy=copy)
+        self.env_id = "MemoryCue-v0"
+        self.num_cues, self.delay = single.num_cues, single.delay
+        self._cue = np.zeros(num_envs, np.int64)
+        self._t = np.zeros(num_envs, np.int64)
+        self._rngs: list[np.random.Generator] = []
+        self._seed(seed)
+
+    def _seed(self, seed: int | None) -> None:
+        self._rngs = env_generators(seed, self.num_envs)
+
+    def _new_episodes(self, mask: np.ndarray) -> None:
+        for i in np.flatnonzero(mask):
+            self._cue[i] = self._rngs[i].integers(self.num_cues)
+        self._t[mask] = 0
+
+    def _observe(self, out: np.ndarray, idx=slice(None)) -> None:
+        cue, t = self._cue[idx], self._t[idx]
+        out[idx] = 0.0
+        rows = np.arange(out.shape[0])[idx]
+        out[rows, cue] = np.where(t == 0, 1.0, 0.0)
+        out[rows, -1] = np.where(t == self.delay, 1.0, 0.0)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._check_open()
+        if seed is not None:
+            self._seed(seed)
+        self._new_episodes(np.ones(self.num_envs, bool))
+        self._observe(self._obs)
+        self._clear()
+        return self._reset_result()
+
+    def step(self, actions):
+        a = self._check_actions(actions)
+        restart = self.arrays.needs_reset.copy()  # NEXT_STEP: envs whose episode ended last step start anew
+        query = (self._t == self.delay) & ~restart
+        np.copyto(self._rewards, (query & (a == self._cue)).astype(np.float32))
+        self._t += 1
+        np.copyto(self._terminated, query)
+        self._truncated[:] = False
+        if restart.any():
+            self._new_episodes(restart)
+        if self._record() and self.autoreset_mode == AutoresetMode.SAME_STEP:
+            self._observe(self._final_obs, self._done)
+            self._new_episodes(self._done)
+        self._observe(self._obs)
+        return self._step_result()

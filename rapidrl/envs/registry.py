@@ -1,0 +1,178 @@
+"""Which family serves an env id: the one table ``make_vec`` and ``rapidrl list envs`` read.
+
+A family is one ``Family`` entry: the ids it serves (a list, or a test for open sets such as Atari's), the
+vectorizations it implements itself (the first is its default on the CPU) and how to make its vector env. Adding a
+family adds one entry to ``FAMILIES``; a user's env written as Numba functions is added with ``register``. Ids of
+no family go to the Gymnasium adapters (``vectorization`` "sync", "subprocess" or "ray"). Family modules are
+imported only when one of their envs is made.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rapidrl.envs.classic import CLASSIC_ENVS, get_spec
+from rapidrl.envs.core.numba_env import NumbaEnv, NumbaVecEnv
+from rapidrl.envs.minatar.ids import MINATAR_ENVS
+
+GYMNASIUM_VECTORIZATIONS = ("sync", "subprocess", "ray")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family of envs (see the module docstring).
+
+    make(env_id, num_envs, vectorization=..., device=..., **kwargs): its vector env for one of its own
+    ``vectorizations``; kwargs are seed, autoreset_mode, copy and the env's own keyword arguments.
+    """
+
+    name: str
+    ids: Callable[[], Sequence[str]]
+    make: Callable
+    vectorizations: tuple[str, ...]
+    matches: Callable[[str], bool] | None = None  # for open id sets; default: ``env_id in ids()``
+    device_vectorization: str | None = None  # what it runs on a non-CPU device (classic: "torch")
+    gymnasium: bool = False  # its ids are Gymnasium ids too: the adapters run Gymnasium's env
+    gymnasium_setup: Callable[[], None] | None = None  # registers its Gymnasium ids (called before the adapters)
+    builtin: bool = False  # listed by ``list_builtin_envs``
+
+    def serves(self, env_id: str) -> bool:
+        return self.matches(env_id) if self.matches is not None else env_id in self.ids()
+
+
+def _load(path: str):
+    """'module:attribute' -> the attribute (the module imported on first use)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _lazy(path: str) -> Callable:
+    return lambda *args, **kwargs: _load(path)(*args, **kwargs)
+
+
+_USER: dict[str, NumbaEnv] = {}
+
+
+def register(env: NumbaEnv) -> None:
+    """Make a ``NumbaEnv`` available by its id: ``make_vec(env.id, n)``, the algorithms (``rr.PPO(env.id)``),
+    ``rapidrl list envs``. Registering an env with other functions under a taken id is an error (the same
+    definition again, e.g. a re-run notebook cell, replaces it)."""
+    if not isinstance(env, NumbaEnv):
+        raise TypeError(f"register takes a rapidrl.envs.NumbaEnv, got {type(env).__name__}")
+    old = _USER.get(env.id)
+    taken = old is not None and old is not env and old.kernel_key != env.kernel_key  # same source: a re-run
+    if taken or any(f.serves(env.id) for f in FAMILIES if f.name != "registered"):
+        raise ValueError(f"env id {env.id!r} is already taken")
+    _USER[env.id] = env
+
+
+def numba_env(env_id: str) -> NumbaEnv:
+    """The ``NumbaEnv`` of a classic-control or registered id (ValueError listing the built-ins otherwise)."""
+    if env_id in CLASSIC_ENVS:
+        return get_spec(env_id)
+    if env_id in _USER:
+        return _USER[env_id]
+    if env_id in MINATAR_ENVS:
+        raise ValueError(f"{env_id!r} is a MinAtar env: make it with rapidrl.make_vec (a MinAtarVecEnv)")
+    raise ValueError(unknown_env_message(env_id))
+
+
+class BuiltinVecEnv(NumbaVecEnv):
+    """The ``NumbaVecEnv`` of a classic-control or registered env id (``NumbaVecEnv(numba_env(env_id), ...)``)."""
+
+    def __init__(self, env_id: str, num_envs: int, **kwargs):
+        super().__init__(numba_env(env_id), num_envs, **kwargs)
+
+
+def _make_numba(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
+    if vectorization == "torch":
+        from rapidrl.envs.classic.torch_vec import TorchVecEnv
+
+        kwargs.pop("copy")  # its outputs are fresh tensors anyway
+        return TorchVecEnv(env_id, num_envs, device=device, **kwargs)
+    return BuiltinVecEnv(env_id, num_envs, **kwargs)
+
+
+def _make_minatar(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
+    return _load("rapidrl.envs.minatar.vec:MinAtarVecEnv")(env_id, num_envs, **kwargs)
+
+
+def _register_minatar_gymnasium_ids() -> None:
+    import gymnasium as gym
+
+    if "MinAtar/Breakout-v1" not in gym.registry:  # the package registers its ids through gymnasium's entry points
+        from minatar.gym import register_envs
+
+        register_envs()
+
+
+def _make_pomdp(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
+    if env_id == "CartPoleNoVel-v1":
+        return _load("rapidrl.envs.pomdp.cartpole_novel:CartPoleNoVelVecEnv")(num_envs, **kwargs)
+    return _load("rapidrl.envs.pomdp.memory_cue:MemoryCueVecEnv")(num_envs, **kwargs)
+
+
+def _make_mpe(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
+    return _load("rapidrl.envs.multiagent.mpe:make_mpe")(env_id, num_envs, **kwargs)
+
+
+def _make_atari(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
+    return _load("rapidrl.envs.engines.atari:AtariVecEnv")(env_id, num_envs, **kwargs)
+
+
+def _make_mujoco(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
+    if not _load("rapidrl.envs.engines.mujoco:mujoco_available")():
+        raise ValueError(f"vectorization='mujoco' needs the mujoco package (pip install 'rapidrl[mujoco]') for "
+                         f"{env_id!r}")
+    return _load("rapidrl.envs.engines.mujoco:MujocoVecEnv")(env_id, num_envs, **kwargs)
+
+
+def _mujoco_ids() -> tuple[str, ...]:
+    return tuple(_load("rapidrl.envs.engines.mujoco:MUJOCO_TASKS"))
+
+
+FAMILIES: list[Family] = [
+    Family("classic control", lambda: tuple(CLASSIC_ENVS), _make_numba, ("numba", "torch"),
+           device_vectorization="torch", gymnasium=True, builtin=True),
+    Family("MinAtar", lambda: MINATAR_ENVS, _make_minatar, ("numba",), gymnasium=True, builtin=True,
+           gymnasium_setup=_register_minatar_gymnasium_ids),
+    Family("partially observed", lambda: ("CartPoleNoVel-v1", "MemoryCue-v0"), _make_pomdp, ("numba",),
+           gymnasium=True),
+    Family("multi-agent (MPE)", lambda: ("MPE/simple_spread-v3",), _make_mpe, ("numba",)),
+    Family("Atari (ale-py)", lambda: ("ALE/<Game>-v5", "<Game>NoFrameskip-v4"), _make_atari, ("ale",),
+           matches=_lazy("rapidrl.envs.engines.atari:is_atari_id"), gymnasium=True,
+           gymnasium_setup=_lazy("rapidrl.envs.engines.atari:_register")),
+    Family("MuJoCo", _mujoco_ids, _make_mujoco, ("mujoco",), matches=lambda env_id: env_id in _mujoco_ids(),
+           gymnasium=True),
+    Family("registered", lambda: tuple(_USER), _make_numba, ("numba",), builtin=True),
+]
+"""Every family, in the order ids are matched."""
+
+
+def family_of(env_id: str) -> Family | None:
+    """The family serving ``env_id``, or None (a Gymnasium id, or unknown)."""
+    for family in FAMILIES:
+        if family.serves(env_id):
+            return family
+    return None
+
+
+def list_envs() -> dict[str, tuple[str, ...]]:
+    """Family name -> the env ids it serves (``rapidrl list envs``; Atari lists id patterns)."""
+    return {f.name: tuple(f.ids()) for f in FAMILIES if f.ids()}
+
+
+def list_builtin_envs() -> list[str]:
+    """Ids of the built-in batched single-agent envs: classic control, MinAtar, then registered envs."""
+    return [i for f in FAMILIES if f.builtin for i in f.ids()]
+
+
+def unknown_env_message(env_id: str, candidates=()) -> str:
+    """'unknown env id ...' listing the built-ins, with close matches among built-ins and ``candidates``."""
+    known = list_builtin_envs()
+    close = difflib.get_close_matches(str(env_id), list(dict.fromkeys([*known, *candidates])), n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown env id {env_id!r}.{hint} Built-in envs: {', '.join(known)}."

@@ -1,0 +1,72 @@
+"""Before/after: one benchmark suite on two checkouts of rapidrl, alternating fresh processes, in one run.
+
+    python scripts/ab_bench.py --a ../wt-base --b . --suite envs --filter cartpole_step --rounds 3
+
+Each round runs ``python -m rapidrl.benchmarks.run SUITE`` once with checkout A first on ``PYTHONPATH``, then
+once with B (the order alternates between rounds), so machine noise hits both alike. Every run measures the
+peers too, so each side has its own rapidrl/peer ratio from the same process; the table gives, per case, the
+median per-call time of rapidrl on each side over the rounds, B's speedup over A, and each side's median
+speedup against every peer. ``--python`` picks the interpreter (one with the peers installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_side(python: str, checkout: Path, suite: str, extra: list[str], out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    cmd = [python, "-m", "rapidrl.benchmarks.run", suite, "--out", str(out), *extra]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads((out / f"{suite}.json").read_text())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--a", required=True, help="checkout A (before)")
+    p.add_argument("--b", required=True, help="checkout B (after)")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--filter", default=None)
+    p.add_argument("--against", default=None)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--python", default=sys.executable)
+    p.add_argument("--out", default="bench_results/ab")
+    args = p.parse_args()
+    extra = [*(["--filter", args.filter] if args.filter else []),
+             *(["--against", args.against] if args.against else []), *(["--quick"] if args.quick else [])]
+    sides = {"A": Path(args.a), "B": Path(args.b)}
+    docs: dict[str, list[dict]] = {"A": [], "B": []}
+    for r in range(args.rounds):
+        for label in (("A", "B") if r % 2 == 0 else ("B", "A")):
+            out = Path(args.out) / f"{label}-{r}"
+            print(f"round {r + 1}/{args.rounds}: {label} ({sides[label]})", file=sys.stderr, flush=True)
+            docs[label].append(run_side(args.python, sides[label], args.suite, extra, out))
+    print("| case | A rapidrl (us) | B rapidrl (us) | B/A speedup | A vs peers | B vs peers |")
+    print("|---|---:|---:|---:|---|---|")
+    for case in docs["A"][0]["cases"]:
+        name = case["name"]
+        med, vs = {}, {}
+        for label in ("A", "B"):
+            runs = [next((c for c in d["cases"] if c["name"] == name), None) for d in docs[label]]
+            runs = [c for c in runs if c and "rapidrl" in c["contenders"]]
+            if not runs:
+                continue
+            med[label] = statistics.median(c["contenders"]["rapidrl"]["median_ns"] for c in runs) / 1e3
+            peers = sorted({k for c in runs for k in c.get("speedup", {})})
+            vs[label] = ", ".join(
+                f"{k} {statistics.median(c['speedup'][k]['speedup'] for c in runs if k in c.get('speedup', {})):.2f}x"
+                for k in peers)
+        if len(med) == 2:
+            print(f"| {name} | {med['A']:.2f} | {med['B']:.2f} | {med['A'] / med['B']:.2f}x | {vs['A']} | {vs['B']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -303,7 +303,8 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
         model_path = model.save(run_dir / MODEL_FILE)
         summary["model"] = str(model_path)
         if run.eval_episodes > 0:
-            mean, std = model.evaluate(run.eval_episodes)
+            print(f"evaluating {run.eval_episodes} episodes ({run.eval_episodes} envs in parallel)", flush=True)
+            mean, std = model.evaluate(run.eval_episodes, progress=progress)
             summary.update(eval_mean=mean, eval_std=std, eval_episodes=run.eval_episodes)
             print(f"eval return: {mean:.2f} ± {std:.2f} over {run.eval_episodes} episodes")
         print(f"trained {model.num_timesteps:,} steps in {wall:.1f} s ({summary['sps']:,.0f} SPS)")
@@ -353,7 +354,9 @@ def cmd_eval(args) -> int:
         except ValueError as e:
             raise CLIError(str(e)) from None
     model, path, env_kwargs, seed = _load_for_eval(Path(args.run))
-    mean, std = model.evaluate(args.episodes)
+    from rich.console import Console
+
+    mean, std = model.evaluate(args.episodes, progress=Console().is_terminal)
     print(f"{path}: eval return {mean:.2f} ± {std:.2f} over {args.episodes} episodes")
     if video is not None:
         out, returns = record(model, model.env_id, video, seed=seed, env_kwargs=env_kwargs)

@@ -175,3 +175,57 @@ def test_docs_examples_run(tmp_path, monkeypatch):
         exec(compile(block, "docs/atari.md", "exec"), ns)
     assert ns["batch"].obs.shape == (8, 4, 84, 84) and ns["model"].policy.encoder_kind == "minatar"
     assert (tmp_path / "frames.buffer" / "frames.npy").is_file()
+
+
+def test_fire_after_a_lost_life_ends_games_that_a_policy_never_serves():
+    """Evaluation presses FIRE after each lost life (the reference wrappers' convention): a policy that only ever
+    plays NOOP loses its 5 Breakout lives in ~120 steps, where without it the game waits for a serve until the
+    frame limit (a tiny one here: 4000 frames, 1000 agent steps) truncates it."""
+    n, budget = 3, 4000
+    lengths = {}
+    for fire in (True, False):
+        env = rr.make_vec(ENV, n, seed=0, training=False, fire_on_life_loss=fire, max_episode_frames=budget)
+        assert env.fire_on_life_loss is fire and env.fire_action == 1  # Breakout: [NOOP, FIRE, RIGHT, LEFT]
+        env.reset(seed=0)
+        ended, how = np.zeros(n, bool), {}
+        for _ in range(budget // 4 + 2):
+            _, _, term, trunc, info = env.step(np.zeros(n, np.int64))
+            for i in np.flatnonzero(info["_episode"] & ~ended):
+                how[i] = ("terminated" if term[i] else "truncated", int(info["episode"]["l"][i]))
+            ended |= info["_episode"]
+            if ended.all():
+                break
+        env.close()
+        assert ended.all()
+        lengths[fire] = how
+    assert all(kind == "terminated" and length < 400 for kind, length in lengths[True].values())
+    assert all(kind == "truncated" and length == budget // 4 for kind, length in lengths[False].values())
+
+
+def test_fire_after_a_lost_life_only_in_games_with_fire():
+    env = rr.make_vec("ALE/MsPacman-v5", 1, seed=0, training=False, fire_on_life_loss=True)
+    assert env.fire_action is None and env.fire_on_life_loss is False  # MsPacman has no FIRE
+    env.close()
+    assert AtariVecEnv.eval_overrides == {"training": False, "fire_on_life_loss": True}
+    assert rr.make_vec(ENV, 1, seed=0, training=False).fire_on_life_loss is False  # only evaluation turns it on
+
+
+def test_untrained_policy_evaluation_finishes_in_parallel(capsys):
+    """An untrained PPO's evaluation on Breakout: 4 games in one batched env (4 envs), each ended by its lost
+    lives well before the frame limit, with progress output."""
+    model = rr.PPO(ENV, num_envs=2, num_steps=8, minibatch_size=16, seed=0,
+                   env_kwargs={"max_episode_frames": 40_000})
+    env = model._get_eval_env(4)
+    assert env.num_envs == 4 and env.fire_on_life_loss and env.training is False
+    steps = []
+    step = env.step
+
+    def counted(actions):
+        steps.append(1)
+        return step(actions)
+
+    env.step = counted
+    mean, _ = model.evaluate(4, progress=True)
+    assert len(steps) < 2_500  # 10,000 agent steps would be the frame limit
+    assert mean >= 0.0
+    assert "4/4 episodes" in capsys.readouterr().out

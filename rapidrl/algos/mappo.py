@@ -133,9 +133,11 @@ class MAPPO(PPO):
 
         return build
 
-    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> tuple[float, float]:
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, progress: bool = False
+                 ) -> tuple[float, float]:
         """Mean and std of the team return (sum of the agents' returns) of ``n_episodes`` episodes, one per env
-        copy of a separate eval env (each copy's first episode only)."""
+        copy of a separate eval env (each copy's first episode only). ``progress`` is accepted for the common
+        signature and shows nothing (multi-agent episodes are short)."""
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
             raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
         env = self._eval_env

@@ -30,7 +30,7 @@ from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss
 from rapidrl.train.paths import PathChoice, choose
-from rapidrl.train.progress import TrainingProgress
+from rapidrl.train.progress import EvaluationProgress, TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
 
@@ -319,11 +319,15 @@ class Algorithm:
         self._eval_env = _make_env(self.env_id, n, self.seed + 10_000, "cpu", kwargs)
         return self._eval_env
 
-    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> tuple[float, float]:
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, progress: bool = False
+                 ) -> tuple[float, float]:
         """Mean and std of the return of ``n_episodes`` full episodes on separate eval envs.
 
-        Runs n_episodes envs in parallel and counts each env's first episode only (no bias towards short
-        episodes). Rewards are the env's raw rewards (no scaling).
+        Runs n_episodes envs in parallel (one batched env: Atari's C++ thread pool, a built-in env's kernel) and
+        counts each env's first episode only (no bias towards short episodes). Rewards are the env's raw rewards
+        (no scaling). The eval env is built with the env class's ``eval_overrides`` (Atari: real scores, whole
+        games, FIRE after a lost life; docs/atari.md). progress: a live line with the episodes finished, the
+        steps taken and the mean return so far (``rapidrl train``/``eval`` turn it on).
         """
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
             raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
@@ -333,12 +337,18 @@ class Algorithm:
         finished = np.zeros(n_episodes, dtype=bool)
         starts = np.ones(n_episodes, dtype=bool)
         act = self._episode_actor(n_episodes, deterministic)
-        while not finished.all():
-            actions = act(np.asarray(obs), starts)
-            obs, rewards, term, trunc, _ = env.step(actions)
-            returns += np.where(finished, 0.0, rewards)
-            starts = term | trunc
-            finished |= starts
+        with EvaluationProgress(n_episodes, f"eval {self.env_id or ''}".strip(), enabled=progress) as bar:
+            steps = 0
+            while not finished.all():
+                actions = act(np.asarray(obs), starts)
+                obs, rewards, term, trunc, _ = env.step(actions)
+                returns += np.where(finished, 0.0, rewards)
+                starts = term | trunc
+                newly = starts & ~finished
+                finished |= starts
+                steps += 1
+                if progress and (newly.any() or steps % 100 == 0):
+                    bar.update(int(finished.sum()), steps, float(returns[finished].mean()) if finished.any() else None)
         return float(returns.mean()), float(returns.std())
 
     def deterministic_module(self) -> torch.nn.Module:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import platform
 
-__all__ = ["cpu_model", "usable_cpu_count"]
+__all__ = ["cpu_flags", "cpu_model", "usable_cpu_count"]
 
 
 def usable_cpu_count() -> int:
@@ -34,3 +34,16 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (``/proc/cpuinfo``: ``avx512_bf16``, ``amx_bf16``, ...); an
+    empty set where the OS has no such file (macOS, Windows): callers treat that as "unknown"."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()

@@ -105,12 +105,12 @@ def test_bf16_autocast_update():
     """bf16 autocast changes the update's arithmetic (so results differ from float32) but keeps float32
     parameters and finite losses."""
     def run(bf16):
-        model = rr.PPO(torch_env(), **small(bf16_update=bf16))
+        model = rr.PPO(torch_env(), **small(precision="bf16" if bf16 else "fp32"))
         model.learn(256, progress_bar=False)
         return model
 
     fp32, bf16 = run(False), run(True)
-    assert bf16.gradient_backend == "torch" and bf16.paths["precision"].value == "bfloat16"
+    assert bf16.gradient_backend == "torch" and bf16.paths["precision"].value == "bf16"
     assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
     assert np.isfinite(bf16.metrics["losses/value_loss"])
     assert bf16.history[0]["losses/value_loss"] != fp32.history[0]["losses/value_loss"]

@@ -35,7 +35,7 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "ppo_discrete_shared": ("PPO", "CartPole-v1", {**_PPO, "shared": True}, 512),
     "ppo_discrete_async": ("PPO", "CartPole-v1", {**_PPO, "async_collect": True}, 512),
     "ppo_discrete_vtrace": ("PPO", "CartPole-v1", {**_PPO, "async_collect": True, "vtrace_advantages": True}, 512),
-    "ppo_discrete_bf16": ("PPO", "CartPole-v1", {**_PPO, "bf16_update": True}, 512),
+    "ppo_discrete_bf16": ("PPO", "CartPole-v1", {**_PPO, "precision": "bf16"}, 512),
     "ppo_discrete_torch_env": ("PPO", "torch:CartPole-v1", {**_PPO, "collection": "device"}, 512),  # device path
     "ppo_gaussian": ("PPO", "Pendulum-v1", {**_PPO, "normalize_obs": True, "normalize_reward": True}, 512),
     "ppo_gaussian_autograd": ("PPO", "Pendulum-v1", {**_PPO, "gradient_backend": "torch"}, 512),

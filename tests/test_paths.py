@@ -78,7 +78,7 @@ def test_every_ppo_path_combination_runs_or_is_refused(case):
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(shared=True, gradient_backend="compiled"), r"shared=False"),
-    (dict(bf16_update=True, gradient_backend="compiled"), r"bf16_update=True needs gradient_backend='torch'"),
+    (dict(precision="bf16", gradient_backend="compiled"), r"precision='bf16' needs gradient_backend='torch'"),
     (dict(recurrent="gru", gradient_backend="compiled"), r"recurrent='none'"),
     (dict(device="meta", gradient_backend="compiled"), r"device='cpu'"),
 ])
@@ -90,14 +90,14 @@ def test_what_the_compiled_ppo_backend_does_not_cover_is_an_error(kwargs, match)
 
 @pytest.mark.parametrize("kwargs, backend, reason", [
     (dict(shared=True), "torch", "not compiled (needs separate actor and critic MLPs (shared=False))"),
-    (dict(bf16_update=True), "torch", "not compiled (runs in float32"),
+    (dict(precision="bf16"), "torch", "not compiled (runs in float32"),
     (dict(), "compiled", "auto: the first that applies"),
 ])
 def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, reason):
     model = rr.PPO("CartPole-v1", **{**SMALL_ON, **kwargs})
     assert model.gradient_backend == backend and reason in model.paths["gradient_backend"].reason
-    if kwargs.get("bf16_update"):
-        assert model.paths["precision"].value == "bfloat16"
+    if kwargs.get("precision"):
+        assert model.paths["precision"].value == "bf16"
 
 
 @pytest.mark.parametrize("make, backends", [

@@ -314,7 +314,7 @@ def test_recurrent_predict_rejects_bad_state_and_starts():
 @pytest.mark.parametrize("make, match", [
     (lambda: rr.IMPALA("CartPoleNoVel-v1", recurrent="lstm"), "IMPALA has no recurrent"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", async_collect=True, **SMALL), "async_collect"),
-    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", bf16_update=True, **SMALL), "bf16_update"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", precision="bf16", **SMALL), "precision='bf16'"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **dict(SMALL, minibatch_size=24)), "multiple of num_steps"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", burn_in=16, **SMALL), "burn_in"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="rnn"), "recurrent must be"),

@@ -21,6 +21,8 @@ upgrade that changes a signature or a semantic fails there loudly rather than as
 - ``polyak``: ``torch._foreach_lerp_`` (target <- target + tau (online - target)) in one call.
 - ``largest_abs``: ``torch._foreach_norm(..., inf)``, the largest |value| of each tensor in one call.
 - ``relu_backward``: ``torch.ops.aten.threshold_backward``, the gradient through a ReLU from its output.
+- ``cpu_bf16_support``: ``torch.cpu._is_avx512_bf16_supported``/``_is_amx_tile_supported`` (cpuinfo's answer on
+  every OS), None where this torch lacks them (the caller then asks ``rapidrl._system.cpu_flags``).
 - ``flatten``/``unflatten``: ``torch._utils._flatten_dense_tensors``/``_unflatten_dense_tensors``, one buffer for a
   list of tensors (the distributed learner's broadcast).
 """
@@ -103,3 +105,12 @@ def flatten(tensors: list[torch.Tensor]) -> torch.Tensor:
 def unflatten(flat: torch.Tensor, like: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """Views of ``flat`` shaped like ``like`` (the inverse of ``flatten``)."""
     return torch._utils._unflatten_dense_tensors(flat, like)
+
+
+def cpu_bf16_support() -> bool | None:
+    """True when the CPU has native bfloat16 arithmetic (AVX512-BF16 or AMX tiles), False when it has not, None
+    when this torch cannot tell (no such private functions)."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if any(check is None for check in checks):
+        return None
+    return any(bool(check()) for check in checks)

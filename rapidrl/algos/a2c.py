@@ -74,7 +74,8 @@ class A2C(OnPolicyAlgorithm):
                 advantages = normalize_advantages(advantages)
         else:
             (mb,) = list(self.buffer.minibatches(batch, generator=self.torch_generator, normalize_advantages=norm))
-            log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
+            with self._autocast():  # bf16 autocast under precision="bf16" (the heads return float32)
+                log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
             advantages, returns = mb.advantages, mb.returns
         loss, stats = a2c_loss(log_probs, entropy, values, advantages, returns, ent_coef=c.ent_coef,
                                vf_coef=c.vf_coef)

@@ -107,6 +107,7 @@ class DQN(OffPolicyAlgorithm):
     config_class = DQNConfig
     multi_input = True
     stat_names = ("loss", "q_values", "td_abs")
+    bf16_learning_tested = True
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
@@ -137,6 +138,8 @@ class DQN(OffPolicyAlgorithm):
                 return "needs a plain MLP Q network (dueling=False)"
             if c.compile:
                 return "compile=True traces the autograd update (it needs gradient_backend='torch')"
+            if c.precision == "bf16":
+                return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
             return None
 
         return {"compiled": compiled, "torch": lambda: None}
@@ -202,10 +205,12 @@ class DQN(OffPolicyAlgorithm):
         included; the reference of ``_compiled_step``; what torch.compile traces)."""
         c = self.config
         b = batch.obs.shape[0]
-        both = self.q_net(torch.cat([batch.obs, batch.next_obs]))  # [2B, A]: one forward for s and s'
+        with self._autocast():  # bf16 autocast under precision="bf16" (the Q networks return float32)
+            both = self.q_net(torch.cat([batch.obs, batch.next_obs]))  # [2B, A]: one forward for s and s'
         q = both[:b].gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
         with torch.no_grad():
-            next_target = self.q_target(batch.next_obs)  # [B, A]
+            with self._autocast():
+                next_target = self.q_target(batch.next_obs)  # [B, A]
             if c.double_q:
                 next_actions = both[b:].argmax(1, keepdim=True)
                 next_q = next_target.gather(1, next_actions).squeeze(1)

@@ -93,10 +93,13 @@ class IMPALA(OnPolicyAlgorithm):
         last_obs = torch.from_numpy(self._last_obs)
         params = list(policy.parameters())
         for _epoch in range(c.update_epochs):
-            log_probs, entropy, values = policy.evaluate(obs, actions)  # [T * N] each
+            with self._autocast():  # bf16 autocast under precision="bf16" (the heads return float32)
+                log_probs, entropy, values = policy.evaluate(obs, actions)  # [T * N] each
+            with torch.no_grad(), self._autocast():
+                last_values = policy.value(last_obs)
             with torch.no_grad():
                 vs, pg_adv = vtrace_targets(log_probs.view(T, N), b.log_probs, b.rewards, values.view(T, N),
-                                            policy.value(last_obs), b.terminated, b.truncated, b.final_values,
+                                            last_values, b.terminated, b.truncated, b.final_values,
                                             gamma=c.gamma, rho_bar=c.rho_bar, c_bar=c.c_bar)
                 pg_adv = pg_adv.reshape(-1)
                 if c.normalize_advantage:

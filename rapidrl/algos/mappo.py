@@ -61,10 +61,10 @@ class MultiAgentActorCritic(ActorCritic):
         return obs[:, self.critic_start:self.critic_start + self.critic_dim]
 
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.actor(obs[:, :self.actor_dim]), self.critic(self.critic_input(obs)).squeeze(-1)
+        return self.actor(obs[:, :self.actor_dim]).float(), self.critic(self.critic_input(obs)).squeeze(-1).float()
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(self.critic_input(obs)).squeeze(-1)
+        return self.critic(self.critic_input(obs)).squeeze(-1).float()
 
 
 @dataclass

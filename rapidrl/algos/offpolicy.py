@@ -11,6 +11,10 @@ and turned into Python floats once every ``log_interval`` updates. The minibatch
 preallocated, reused tensors, so shapes are static and the update could be CUDA-graph captured; with
 ``compile=True`` it runs under ``torch.compile`` (eager if compilation fails).
 
+Precision (``rapidrl.train.precision``): under precision="bf16" the "torch" backend's forward passes and the
+acting run under bfloat16 autocast (the networks return float32; losses, parameters, Adam and replay stay
+float32); the compiled backends run in float32.
+
 Truncation: at an episode end the buffer receives the true final observation as ``next_obs`` (the vector
 env's ``info["final_obs"]``), and only ``terminated`` stops bootstrapping.
 """
@@ -189,7 +193,7 @@ class OffPolicyAlgorithm(Algorithm):
         self._build_networks()
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
         self.paths["collection"] = fixed("collection", "step", "the only one: a vector-env step per call, into replay")
-        self.paths["precision"] = fixed("precision", "float32", "the only one")
+        self.paths["precision"] = self._resolve_precision()
         self._bind_backend()
         self._update_fn = maybe_compile(self._update_step, c.compile)
         self._stat_sum = torch.zeros(len(self.stat_names), device=self.device)

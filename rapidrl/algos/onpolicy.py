@@ -14,7 +14,9 @@ update them with the raw observations afterwards, so they agree exactly on what 
 policy while the learner trains (``rapidrl.train.async_collect``).
 
 The gradient backend (``gradient_backend``) is the algorithm's: PPO has "compiled" and "torch", A2C and IMPALA
-"torch" only (``_gradient_backends``).
+"torch" only (``_gradient_backends``). ``precision`` (``rapidrl.train.precision``) is resolved after it: "bf16"
+runs the update's forward pass and loss, and the step and device collection's acting, under bfloat16 autocast
+(the fused collector's compiled forward and ``async_collect``'s collector thread act in float32).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic, SegmentLayout
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
-from rapidrl.train.paths import choose, fixed
+from rapidrl.train.paths import choose
 from rapidrl.train.recurrent import RecurrentActor, RecurrentStepCollector, episode_starts
 
 COLLECTIONS = ("auto", "device", "fused", "step")
@@ -148,8 +150,9 @@ class OnPolicyAlgorithm(Algorithm):
             require(self.supports_recurrent, f"{self.name.upper()} has no recurrent policies (PPO and A2C have)")
             require(not getattr(c, "async_collect", False) and not getattr(c, "vtrace_advantages", False),
                     "recurrent policies support neither async_collect nor vtrace_advantages")
-            require(not getattr(c, "bf16_update", False),
-                    "bf16_update is not supported with a recurrent policy (its update runs in float32)")
+            require(c.precision != "bf16",
+                    "precision='bf16' is not supported with a recurrent policy (its update runs in float32): "
+                    "set precision='fp32' or 'auto'")
             self.policy = RecurrentActorCritic(self.observation_space, self.action_space, c.hidden,
                                                cell=c.recurrent, size=c.recurrent_size, activation=c.activation,
                                                log_std_init=c.log_std_init, squash=c.squash,
@@ -177,7 +180,7 @@ class OnPolicyAlgorithm(Algorithm):
         self.paths["collection"] = collection = choose("collection", c.collection, self._collections())
         self._make_collector(collection.value)
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
-        self.paths["precision"] = fixed("precision", *self._precision())
+        self.paths["precision"] = self._resolve_precision()
         self._bind_backend()
 
     # -- paths -------------------------------------------------------------------------------------
@@ -233,10 +236,8 @@ class OnPolicyAlgorithm(Algorithm):
     def _bind_backend(self) -> None:
         """Set up what the resolved gradient backend needs (PPO binds the compiled epoch)."""
 
-    def _precision(self) -> tuple[str, str]:
-        """(precision, reason) of the update."""
-        return "float32", "the only one of this algorithm's update" if not hasattr(self.config, "bf16_update") \
-            else "bf16_update=False"
+    def _bf16_unsupported(self) -> str | None:
+        return "recurrent policies update in float32 (recurrent='none')" if self.policy.recurrent else None
 
     def _make_buffer(self) -> RolloutBuffer:
         c = self.config

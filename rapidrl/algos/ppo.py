@@ -7,7 +7,7 @@ Two gradient backends compute the same update, chosen once at construction by ``
 (``rapidrl.train.paths``; ``model.paths`` says which and why):
 
 - ``"torch"``: autograd on ``ppo_loss`` through the policy, then ``optimizer_step``; every policy (recurrent,
-  CNN, shared trunk, MultiDiscrete), every device, bfloat16 autocast, several learners;
+  CNN, shared trunk, MultiDiscrete), every device, ``precision="bf16"`` (autocast), several learners;
 - ``"compiled"``: each epoch's minibatch updates in one Numba call on the CPU for separate MLP actor and critic
   (``rapidrl.algos.ppo_compiled`` binds ``rapidrl.kernels.ppo_update`` to the policy and optimizer); tested
   equal to the torch backend. ``"auto"`` takes it wherever it applies.
@@ -53,9 +53,6 @@ class PPOConfig(OnPolicyConfig):
     """Replace GAE by V-trace (importance weights clipped at 1), computed with the learner's policy and critic
     at the start of each update: advantages = V-trace policy-gradient advantages, returns = V-trace targets.
     Corrects the policy lag of ``async_collect`` in the advantages too. CPU storage only."""
-    bf16_update: bool = False
-    """Run the update's forward pass and loss under bfloat16 autocast (the "torch" gradient backend).
-    Parameters, optimizer state and rollout storage stay float32."""
 
     def validate(self) -> None:
         super().validate()
@@ -76,8 +73,12 @@ class PPOConfig(OnPolicyConfig):
     @classmethod
     def upgrade_legacy(cls, values: dict) -> dict:
         """Settings of rapidrl before path settings: ``closed_form_grads``/``fused_update`` (both on: today's
-        "auto"; either off: the PyTorch update, now ``gradient_backend="torch"``)."""
+        "auto"; either off: the PyTorch update, now ``gradient_backend="torch"``); ``bf16_update`` (now
+        ``precision="bf16"``, or "fp32")."""
         values = super().upgrade_legacy(values)
+        if "bf16_update" in values:  # rapidrl before the precision setting: bf16 autocast in PPO's update only
+            bf16 = values.pop("bf16_update")
+            values.setdefault("precision", "bf16" if bf16 else "fp32")
         old = {k: values.pop(k) for k in ("closed_form_grads", "fused_update") if k in values}
         if old and "gradient_backend" not in values:
             values["gradient_backend"] = "auto" if all(old.values()) else "torch"
@@ -118,6 +119,7 @@ class PPO(OnPolicyAlgorithm):
     name = "ppo"
     config_class = PPOConfig
     supports_recurrent = True
+    bf16_learning_tested = True
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         self._clip_coef = self.config.clip_coef  # annealed per update by _schedule_update (anneal_clip)
@@ -133,11 +135,6 @@ class PPO(OnPolicyAlgorithm):
     def _bind_backend(self) -> None:
         self._compiled = CompiledPPOUpdate(self.policy, self.optimizer) if self.gradient_backend == "compiled" \
             else None
-
-    def _precision(self) -> tuple[str, str]:
-        if self.config.bf16_update:
-            return "bfloat16", "bf16_update=True: the update's forward pass and loss under autocast"
-        return super()._precision()
 
     def _schedule_update(self, progress_remaining: float) -> None:
         super()._schedule_update(progress_remaining)
@@ -205,7 +202,7 @@ class PPO(OnPolicyAlgorithm):
         c = self.config
         for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
                                           normalize_advantages=norm):
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=c.bf16_update):
+            with self._autocast():  # bf16 autocast under precision="bf16" (rapidrl.train.precision)
                 new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
                 loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values, mb.advantages,
                                        mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef,

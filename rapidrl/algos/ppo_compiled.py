@@ -31,8 +31,8 @@ def unavailable(policy, config, *, device: torch.device, distributed: bool, on_d
         return "the device path (collection='device') keeps the update on the env's device"
     if distributed:
         return "several learners (distributed=True) average their gradients after every minibatch"
-    if getattr(config, "bf16_update", False):
-        return "runs in float32 (bf16_update=True needs gradient_backend='torch')"
+    if config.precision == "bf16":
+        return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
     if policy.recurrent:
         return "needs a feed-forward policy (recurrent='none')"
     if policy.encoder_kind != "mlp":

@@ -80,6 +80,7 @@ class SAC(OffPolicyAlgorithm):
 
     name = "sac"
     config_class = SACConfig
+    bf16_learning_tested = True
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
 
     def _check_spaces(self) -> None:
@@ -111,6 +112,8 @@ class SAC(OffPolicyAlgorithm):
                 return "needs device='cpu'"
             if self.config.compile:
                 return "compile=True traces the autograd update (it needs gradient_backend='torch')"
+            if self.config.precision == "bf16":
+                return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
             return None
 
         return {"compiled": compiled, "torch": lambda: None}
@@ -181,12 +184,14 @@ class SAC(OffPolicyAlgorithm):
         c = self.config
         b = batch.obs.shape[0]
         alpha = self.log_alpha.detach().exp()  # [1]
-        actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
+            with torch.no_grad():
+                next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B]
+            q = self.critic(batch.obs, batch.actions)  # [n, B]
+            q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # [n, B], gradients reach the actor only
         with torch.no_grad():
-            next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B]
             target = soft_target(batch.rewards, batch.discounts, next_q, log_prob[b:], alpha)
-        q = self.critic(batch.obs, batch.actions)  # [n, B]
-        q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # [n, B], gradients reach the actor only
         loss_q = critic_loss(q, target)
         loss_pi = actor_loss(q_pi, log_prob[:b], alpha)
         loss = loss_q + loss_pi

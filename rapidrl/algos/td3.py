@@ -98,12 +98,13 @@ class TD3(OffPolicyAlgorithm):
     def _update_step(self, batch) -> torch.Tensor:
         """Critic step; returns [critic loss, mean Q]."""
         c, actor = self.config, self.actor
-        with torch.no_grad():
+        with torch.no_grad(), self._autocast():  # bf16 autocast under precision="bf16" (networks return float32)
             noise = torch.randn_like(batch.actions)
             next_actions = smoothed_target_actions(self.actor_target(batch.next_obs), noise, actor.scale, actor.center,
                                                    c.target_policy_noise, c.target_noise_clip)
             target = td3_target(batch.rewards, batch.discounts, self.critic_target(batch.next_obs, next_actions))
-        q = self.critic(batch.obs, batch.actions)  # [n, B]
+        with self._autocast():
+            q = self.critic(batch.obs, batch.actions)  # [n, B]
         loss_q = critic_loss(q, target)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss_q.backward()
@@ -112,7 +113,9 @@ class TD3(OffPolicyAlgorithm):
 
     def _actor_update(self, obs: torch.Tensor) -> torch.Tensor:
         """Actor step on -Q_1(s, mu(s)) and Polyak update of every target; returns the actor loss."""
-        loss_pi = -self.critic(obs, self.actor(obs), members=1, detach_params=True).mean()
+        with self._autocast():
+            q_pi = self.critic(obs, self.actor(obs), members=1, detach_params=True)  # [1, B]
+        loss_pi = -q_pi.mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss_pi.backward()
         self.actor_optimizer.step()

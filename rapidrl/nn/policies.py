@@ -149,17 +149,19 @@ class ActorCritic(nn.Module):
 
     # -- heads ------------------------------------------------------------------------------------
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [B, O] -> (actor output [B, A], values [B])."""
+        """obs [B, O] -> (actor output [B, A], values [B]), float32: under bfloat16 autocast (precision="bf16") the
+        layers compute in bf16 and the distribution maths after them in float32 (``.float()`` is a no-op
+        otherwise)."""
         if self.trunk is not None:
             h = self.trunk(obs)
-            return self.actor(h), self.critic(h).squeeze(-1)
-        return self.actor(obs), self.critic(obs).squeeze(-1)
+            return self.actor(h).float(), self.critic(h).squeeze(-1).float()
+        return self.actor(obs).float(), self.critic(obs).squeeze(-1).float()
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values [B]."""
+        """State values [B] (float32, as ``_heads``)."""
         if self.trunk is not None:
-            return self.critic(self.trunk(obs)).squeeze(-1)
-        return self.critic(obs).squeeze(-1)
+            return self.critic(self.trunk(obs)).squeeze(-1).float()
+        return self.critic(obs).squeeze(-1).float()
 
     # -- distributions ----------------------------------------------------------------------------
     def _gaussian_logp(self, mean: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:

@@ -48,11 +48,13 @@ class QNetwork(nn.Module):
             self.net = mlp(obs_dim, hidden, num_actions, "relu")
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q values [B, A], float32 (under bfloat16 autocast the layers compute in bf16; ``.float()`` is a no-op
+        otherwise)."""
         if not self.dueling:
-            return self.net(obs)
+            return self.net(obs).float()
         h = self.trunk(obs)  # [B, H]
-        adv = self.advantage(h)  # [B, A]
-        return self.value(h) + adv - adv.mean(-1, keepdim=True)
+        adv = self.advantage(h).float()  # [B, A]
+        return self.value(h).float() + adv - adv.mean(-1, keepdim=True)
 
 
 class CriticEnsemble(nn.Module):
@@ -94,7 +96,7 @@ class CriticEnsemble(nn.Module):
             h = torch.baddbmm(b[:k], h, w[:k])  # [k, B, out]
             if layer < last:
                 h = torch.relu(h)
-        return h.squeeze(-1)  # [k, B]
+        return h.squeeze(-1).float()  # [k, B], float32 (bf16 autocast: the layers in bf16)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -117,7 +119,7 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("center", (high + low).float() / 2)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        head = self.head(self.trunk(obs))  # [B, 2A]: means, then unsquashed log stds
+        head = self.head(self.trunk(obs)).float()  # [B, 2A]: means, then unsquashed log stds (float32 under autocast)
         noise = torch.zeros_like(head[:, : head.shape[1] // 2])
         if not deterministic:
             noise.normal_()
@@ -155,4 +157,4 @@ class DeterministicActor(nn.Module):
         self.register_buffer("center", (high + low).float() / 2)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.center + self.scale * torch.tanh(self.net(obs))
+        return self.center + self.scale * torch.tanh(self.net(obs).float())  # float32 under bf16 autocast

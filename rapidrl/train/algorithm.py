@@ -30,6 +30,7 @@ from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss
 from rapidrl.train.paths import PathChoice, choose
+from rapidrl.train.precision import autocast, heavy_networks, resolve_precision
 from rapidrl.train.progress import EvaluationProgress, TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
@@ -61,6 +62,9 @@ class Algorithm:
     # iterations can be a single env step, for which that bookkeeping (~1 ms for SAC) would cost more than
     # the step. Callbacks run after every iteration; the ones that save check finiteness themselves.
     report_steps: ClassVar[int] = 0
+    bf16_learning_tested: ClassVar[bool] = False
+    """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
+    (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):
@@ -137,6 +141,27 @@ class Algorithm:
             raise ConfigError(f"gradient_backend={requested!r} cannot run here: {self.name.upper()} has no "
                               f"{requested} backend (it has {', '.join(candidates)})")
         return choose("gradient_backend", requested, candidates)
+
+    def _resolve_precision(self) -> PathChoice:
+        """``paths["precision"]`` from the config's setting, after the gradient backend (``rapidrl.train.precision``)."""
+        return resolve_precision(self.config.precision, device=self.device, gradient_backend=self.gradient_backend,
+                                 tested=self.bf16_learning_tested, heavy=heavy_networks(self.trainable_modules()),
+                                 unsupported=self._bf16_unsupported())
+
+    def _bf16_unsupported(self) -> str | None:
+        """Why these settings cannot run in bf16 at all (a recurrent policy), else None."""
+        return None
+
+    @property
+    def precision(self) -> str:
+        """The precision that runs ("fp32" or "bf16"; ``paths["precision"]`` says why)."""
+        choice = self.paths.get("precision")
+        return "fp32" if choice is None else choice.value
+
+    def _autocast(self):
+        """The arithmetic context of the resolved precision on the model's device: bfloat16 autocast (device type
+        from the model's device: "cpu" or "cuda") for "bf16", nothing for "fp32"."""
+        return autocast(self.device, self.precision)
 
     @property
     def gradient_backend(self) -> str:
@@ -262,7 +287,8 @@ class Algorithm:
             progress.update(self.num_timesteps, 0.0, None)
             report_at = self._next_report()
             while self.num_timesteps < target:
-                self.num_timesteps += self._rollout()
+                with self._autocast():  # acting in the resolved precision (the update sets its own)
+                    self.num_timesteps += self._rollout()
                 keep_going = cb.on_rollout_end(self)
                 self._train()
                 self.num_updates += 1

@@ -16,6 +16,7 @@ from rapidrl._system import usable_cpu_count
 from rapidrl._unsafe.malloc import keep_heap_memory
 
 GRADIENT_BACKENDS = ("auto", "compiled", "torch")
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 class ConfigError(ValueError):
@@ -124,6 +125,12 @@ class RuntimeConfig:
     """How updates compute their gradients (``rapidrl.train.paths``): "compiled" (the CPU backend in Numba, where
     the algorithm has one and the networks fit it), "torch" (PyTorch autograd: every network, device and precision)
     or "auto" (compiled wherever it applies). ``model.paths`` says which ran and why."""
+    precision: str = "fp32"
+    """Arithmetic of the networks in updates and training rollouts (``rapidrl.train.precision``): "fp32", "bf16"
+    (matmuls and convolutions under bfloat16 autocast; parameters, optimizer state and storage stay float32; needs
+    the "torch" gradient backend) or "auto" (bf16 where the device has native bfloat16, the update runs on the
+    torch backend, the algorithm's bf16 learning tests pass and the networks are large; else fp32).
+    ``model.paths["precision"]`` says which runs and why."""
     keep_heap: bool = True
     """glibc only: keep freed heap memory for reuse instead of returning it to the OS (mallopt trim and mmap
     thresholds of 1 GiB, ``rapidrl._unsafe.malloc``) at construction. Otherwise every update's large
@@ -139,6 +146,7 @@ class RuntimeConfig:
     def validate(self) -> None:
         require(self.gradient_backend in GRADIENT_BACKENDS,
                 f"gradient_backend must be one of {GRADIENT_BACKENDS}, got {self.gradient_backend!r}")
+        require(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         require(self.seed is None or (isinstance(self.seed, int) and self.seed >= 0),
                 f"seed must be a non-negative int or None, got {self.seed!r}")
         require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads >= 0),

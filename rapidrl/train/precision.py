@@ -1,0 +1,114 @@
+"""The ``precision`` path setting: float32 or bfloat16 arithmetic for an algorithm's networks.
+
+``precision`` is ``"fp32"`` (the default), ``"bf16"`` or ``"auto"``, resolved once at construction beside
+``gradient_backend`` and ``collection`` (``rapidrl.train.paths``): printed, kept in ``model.paths["precision"]``
+and written to the run's ``config.toml`` and ``summary.json``.
+
+What ``"bf16"`` runs: the networks' matmuls and convolutions under ``torch.autocast(<the model's device type>,
+bfloat16)``, in the update (forward and backward) and in the training rollout's acting; the distribution maths
+and the losses in float32 (the networks' heads return float32). Parameters, gradients, Adam's moments, rollout
+and replay storage stay float32 (autocast keeps float32 master weights), so checkpoints, ``predict``,
+``evaluate`` and export are those of a float32 model. It needs the "torch" gradient backend: the compiled (Numba)
+backends are float32 only. An explicit ``"bf16"`` runs on any CPU (where the CPU has no native bfloat16,
+PyTorch emulates it, slowly) and on CUDA devices that support it.
+
+``"auto"`` takes bf16 only where all of these hold, else fp32 (``PathChoice.reason`` says which failed):
+the device has native bfloat16 (a CPU with AVX512-BF16 or AMX, ``cpu_native_bf16``; CUDA:
+``torch.cuda.is_bf16_supported()``); the update runs on the "torch" backend (where the compiled float32 backend
+applies it is the faster path, and stays); the algorithm has bf16 learning tests that match its float32
+thresholds (``Algorithm.bf16_learning_tested``); and the networks are large enough for bf16 to be faster
+(a Nature CNN, or an MLP layer of 256 units or more: ``rapidrl/benchmarks/bench_precision.py`` measured the
+smaller ones no faster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from rapidrl._system import cpu_flags
+from rapidrl._unsafe.torch_private import cpu_bf16_support
+from rapidrl.train.config import PRECISIONS
+from rapidrl.train.paths import PathChoice, choose
+
+__all__ = ["PRECISIONS", "autocast", "cpu_native_bf16", "heavy_networks", "native_bf16", "resolve_precision"]
+
+HEAVY_MLP_WIDTH = 256
+"""An MLP layer at least this wide counts as heavy for ``"auto"``."""
+
+
+@functools.cache
+def cpu_native_bf16() -> bool:
+    """True when this CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16): torch's cpuinfo where it has the
+    query, else the flags Linux lists; False where neither can tell (never raises, on any OS)."""
+    known = cpu_bf16_support()
+    if known is not None:
+        return known
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def native_bf16(device: torch.device) -> str | None:
+    """None when ``device`` computes bfloat16 natively, else why not (phrased for a ``PathChoice`` reason)."""
+    if device.type == "cpu":
+        return None if cpu_native_bf16() else "this CPU has no native bfloat16 (AVX512-BF16 or AMX)"
+    if device.type == "cuda":
+        return None if torch.cuda.is_bf16_supported(including_emulation=False) else \
+            "this CUDA device has no native bfloat16"
+    return f"bfloat16 autocast is supported on 'cpu' and 'cuda' devices, not {device.type!r}"
+
+
+def autocast(device: torch.device, precision: str):
+    """The arithmetic context of ``precision`` on ``device``: bfloat16 autocast for "bf16", nothing for "fp32"."""
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def resolve_precision(requested: str, *, device: torch.device, gradient_backend: str, tested: bool,
+                      heavy: str | None, unsupported: str | None = None) -> PathChoice:
+    """``paths["precision"]`` from the config's ``precision`` (``rapidrl.train.paths.choose``).
+
+    gradient_backend: the resolved backend ("compiled" runs float32 only). tested: the algorithm's bf16 learning
+    tests match its float32 thresholds. heavy: None when the networks are large enough for bf16 to pay, else why
+    not. unsupported: why bf16 cannot run with these settings at all (a recurrent policy), else None.
+    Explicit "bf16" is refused only where it cannot run; "auto" takes it only where every condition holds.
+    """
+    auto = requested == "auto"
+
+    def bf16() -> str | None:
+        if unsupported is not None:
+            return unsupported
+        if gradient_backend == "compiled":
+            return "the compiled gradient backend runs in float32 (precision='bf16' needs gradient_backend='torch')"
+        if device.type == "cuda":
+            why = native_bf16(device)
+            if why is not None:
+                return why + " (use precision='fp32')"
+        elif device.type != "cpu":
+            return native_bf16(device)
+        if auto:
+            why = native_bf16(device) or (None if tested else "no bf16 learning test of this algorithm yet") or heavy
+            if why is not None:
+                return why
+        return None
+
+    return choose("precision", requested, {"bf16": bf16, "fp32": lambda: None})
+
+
+def heavy_networks(modules) -> str | None:
+    """None when one of ``modules`` has a layer large enough for bf16 to be faster (a convolution of 32 or more
+    output channels: the Nature CNN; a linear layer, or a critic-ensemble layer, of ``HEAVY_MLP_WIDTH`` or more
+    outputs), else why not."""
+    for module in modules:
+        for m in module.modules():
+            if isinstance(m, torch.nn.Conv2d) and m.out_channels >= 32:
+                return None
+            if isinstance(m, torch.nn.Linear) and m.out_features >= HEAVY_MLP_WIDTH:
+                return None
+            weights = getattr(m, "weights", None)  # rapidrl.nn.qnets.CriticEnsemble: [n, in, out] per layer
+            if isinstance(weights, torch.nn.ParameterList) and any(w.shape[-1] >= HEAVY_MLP_WIDTH for w in weights):
+                return None
+    return (f"small networks (no layer of {HEAVY_MLP_WIDTH}+ units or Nature CNN): bf16 measured no faster "
+            "(precision='bf16' to use it anyway)")

@@ -189,7 +189,7 @@ def test_fire_after_a_lost_life_ends_games_that_a_policy_never_serves():
         env.reset(seed=0)
         ended, how = np.zeros(n, bool), {}
         for _ in range(budget // 4 + 2):
-            _, _, term, trunc, info = env.step(np.zeros(n, np.int64))
+            _, _, term, _, info = env.step(np.zeros(n, np.int64))
             for i in np.flatnonzero(info["_episode"] & ~ended):
                 how[i] = ("terminated" if term[i] else "truncated", int(info["episode"]["l"][i]))
             ended |= info["_episode"]

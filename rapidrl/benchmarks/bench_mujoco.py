@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.harness import Case, Context, rapidrl_precision
 
 REPEATS = {"quick": 5, "full": 20}
 TASKS = ("HalfCheetah-v5", "Humanoid-v5")
@@ -98,11 +98,12 @@ SAC_ZOO = dict(learning_rate=3e-4, batch_size=256, buffer_size=1_000_000, gamma=
 
 
 def _sac(lib: str, seed: int, learning_starts: int):
-    if lib == "rapidrl":
+    precision = rapidrl_precision(lib)  # "rapidrl/bf16": precision="bf16" (--precision bf16)
+    if precision is not None:
         from rapidrl.algos.sac import SAC
 
         return SAC(SAC_ENV, seed=seed, hidden=(256, 256), learning_starts=learning_starts, torch_threads=None,
-                   **SAC_ZOO)
+                   precision=precision, **SAC_ZOO)
     if lib == "sb3":
         from stable_baselines3 import SAC
 
@@ -150,10 +151,11 @@ def _ppo_run(lib: str, steps: int, seed: int) -> float:
     """Wall seconds of ``steps`` env steps of PPO at rl-zoo3's HalfCheetah setting (``PPO_ZOO``: 1 env x 512,
     20 epochs of 64, 256x256 ReLU, observation and reward normalization)."""
     p = _ppo_zoo()
-    if lib == "rapidrl":
+    precision = rapidrl_precision(lib)
+    if precision is not None:
         from rapidrl.algos.ppo import PPO
 
-        model = PPO(SAC_ENV, seed=seed, torch_threads=None, **p)
+        model = PPO(SAC_ENV, seed=seed, torch_threads=None, precision=precision, **p)
         t0 = time.perf_counter()
         model.learn(steps, progress_bar=False)
         return time.perf_counter() - t0
@@ -176,7 +178,7 @@ def _ppo_run(lib: str, steps: int, seed: int) -> float:
 
 def job_ppo(lib: str, steps: int, seed: int) -> dict:
     """One library in a fresh process: a one-rollout warm-up (timed apart), then ``steps`` env steps."""
-    if lib not in ("rapidrl", "sb3"):
+    if rapidrl_precision(lib) is None and lib != "sb3":
         raise ValueError(f"unknown contender {lib!r}")
     warmup = _ppo_run(lib, 512, seed + 99)
     wall = _ppo_run(lib, steps, seed)
@@ -189,7 +191,7 @@ def extras(ctx: Context):
     from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
 
     starts, steps = (1_000, 1_000) if ctx.quick else (10_000, 5_000)
-    libs = ["rapidrl"] + [p for p in ("sb3", "rlox") if ctx.peer(p) is not None]
+    libs = ctx.rapidrl_contenders() + [p for p in ("sb3", "rlox") if ctx.peer(p) is not None]
     jobs = {lib: (lambda seed, t, lib=lib: run_isolated(
         f"{__name__}:job_sac", {"lib": lib, "learning_starts": starts, "steps": steps, "seed": seed},
         torch_threads=t)) for lib in libs}
@@ -197,7 +199,7 @@ def extras(ctx: Context):
     case = f"SAC {SAC_ENV}: {steps} learning steps after {starts} random (batch 256, 256x256, 1 env)"
     rows = sps_rows(case, results)
     ppo_steps = 2 * 512 if ctx.quick else 8 * 512
-    libs = ["rapidrl"] + (["sb3"] if ctx.peer("sb3") is not None else [])
+    libs = ctx.rapidrl_contenders() + (["sb3"] if ctx.peer("sb3") is not None else [])
     jobs = {lib: (lambda seed, t, lib=lib: run_isolated(
         f"{__name__}:job_ppo", {"lib": lib, "steps": ppo_steps, "seed": seed}, torch_threads=t)) for lib in libs}
     rows += sps_rows(f"PPO {SAC_ENV}: {ppo_steps} steps at rl-zoo3's setting (1 env x 512, 20 epochs of 64)",

@@ -8,7 +8,8 @@ Extras (end to end): SAC Pendulum-v1, 1 env, 5k steps, 1 update per step; DQN Ca
 rl-zoo hyperparameters. Every library gets the same hyperparameters and runs in its own fresh process
 (``rapidrl.benchmarks.isolated``) at 1 torch thread and at all cores, libraries interleaved; each one's best
 thread count is compared. A warm-up run (timed apart) precedes the measured one in the same process. Each
-trained policy is evaluated on 10 Gymnasium episodes with its own ``predict``.
+trained policy is evaluated on 10 Gymnasium episodes with its own ``predict``. ``--precision bf16`` adds rapidrl
+with ``precision="bf16"`` as the contender ``rapidrl/bf16``.
 
 Update cases: every library at the same torch thread count, rapidrl's default for the algorithm (SAC: all
 cores; DQN: 1), in one process (micro-benchmark).
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from rapidrl._system import usable_cpu_count
-from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.harness import Case, Context, rapidrl_precision
 
 REPEATS = {"quick": 5, "full": 20}
 THREADS = {"sac": usable_cpu_count(), "dqn": 1}  # rapidrl's defaults (torch_threads 0 and 1)
@@ -83,8 +84,16 @@ def rlox_dqn(seed: int = 0, **over):
     return DQN("CartPole-v1", seed=seed, hidden=256, **hp)
 
 
+def builder(algo: str, lib: str) -> Callable:
+    """The model constructor of contender ``lib`` ("rapidrl/bf16": rapidrl with precision="bf16")."""
+    precision = rapidrl_precision(lib)
+    if precision is None:
+        return BUILDERS[algo][lib]
+    return lambda **kw: BUILDERS[algo]["rapidrl"](precision=precision, **kw)
+
+
 def train(lib: str, model, steps: int) -> None:
-    if lib == "rapidrl":
+    if rapidrl_precision(lib) is not None:
         model.learn(steps, progress_bar=False)
     elif lib == "sb3":
         model.learn(steps)
@@ -164,12 +173,12 @@ E2E = {"sac": ("Pendulum-v1", 1_000, 5_000, 300), "dqn": ("CartPole-v1", 10_000,
 def job_train(lib: str, algo: str, steps: int, seed: int) -> dict:
     """One library's whole run in a fresh process (``isolated.run_isolated`` sets the torch threads first).
     rapidrl keeps the child's thread count (``torch_threads=None``). Returns {"sps", "warmup_s", "eval"}."""
-    over = {"torch_threads": None} if lib == "rapidrl" else {}
+    over = {"torch_threads": None} if rapidrl_precision(lib) is not None else {}
     env_id, _, _, warm = E2E[algo]
     t0 = time.perf_counter()
-    train(lib, BUILDERS[algo][lib](seed=99, **over, **({"learning_starts": 100} if algo == "dqn" else {})), warm)
+    train(lib, builder(algo, lib)(seed=99, **over, **({"learning_starts": 100} if algo == "dqn" else {})), warm)
     warmup = time.perf_counter() - t0
-    model = BUILDERS[algo][lib](seed=seed, **over)
+    model = builder(algo, lib)(seed=seed, **over)
     t0 = time.perf_counter()
     train(lib, model, steps)
     wall = time.perf_counter() - t0
@@ -183,8 +192,9 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
     rows = []
     for algo, (env_id, quick_steps, full_steps, _) in E2E.items():
         steps = quick_steps if ctx.quick else full_steps
+        libs = ctx.rapidrl_contenders() + _libs(ctx)[1:]  # --precision bf16: rapidrl/bf16 as well
         jobs = {lib: (lambda seed, t, kw={"lib": lib, "algo": algo, "steps": steps}: run_isolated(
-            f"{__name__}:job_train", {**kw, "seed": seed}, torch_threads=t)) for lib in _libs(ctx)}
+            f"{__name__}:job_train", {**kw, "seed": seed}, torch_threads=t)) for lib in libs}
         results = interleaved(jobs, [0], thread_counts())
         _, base = best_by_threads(results["rapidrl"])
         for lib, by_threads in results.items():

@@ -16,6 +16,7 @@ End to end (``extras``): PPO at CleanRL's ppo_atari setting (8 envs x 128 steps,
 Nature CNN) on Breakout, rapidrl (``configs/ppo_atari.toml``) against SB3's ``PPO("CnnPolicy")`` on
 ``make_atari_env`` + ``VecFrameStack(4)`` (its standard Atari pipeline), each run in its own process at 1 torch
 thread and at all cores, warm-up apart; SPS = agent steps per second of the measured ``learn`` call.
+``--precision bf16`` adds rapidrl with ``precision="bf16"`` as the contender ``rapidrl/bf16``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.harness import Case, Context, rapidrl_precision
 from rapidrl.benchmarks.isolated import timed_learn
 
 REPEATS = {"quick": 5, "full": 15}
@@ -98,10 +99,10 @@ CLEANRL = dict(num_envs=8, num_steps=128, update_epochs=4, minibatch_size=256, l
                ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95)
 
 
-def _rapidrl_ppo(steps: int, seed: int, threads: int):
+def _rapidrl_ppo(steps: int, seed: int, threads: int, precision: str = "fp32"):
     import rapidrl as rr
 
-    model = rr.PPO(ENV_ID, seed=seed, torch_threads=threads, **CLEANRL)
+    model = rr.PPO(ENV_ID, seed=seed, torch_threads=threads, precision=precision, **CLEANRL)
     wall, phases = timed_learn(model, steps)
     model.env.close()
     return wall, phases
@@ -134,9 +135,10 @@ def job_ppo_atari(lib: str, steps: int, seed: int) -> dict:
     import torch
 
     threads = torch.get_num_threads()
-    if lib == "rapidrl":
+    precision = rapidrl_precision(lib)  # "rapidrl/bf16": rapidrl with precision="bf16" (--precision bf16)
+    if precision is not None:
         def run(n, s):
-            return _rapidrl_ppo(n, s, threads)
+            return _rapidrl_ppo(n, s, threads, precision)
     elif lib == "sb3":
         run = _sb3_ppo
     else:
@@ -153,7 +155,7 @@ def extras(ctx: Context):
 
     rollout = CLEANRL["num_envs"] * CLEANRL["num_steps"]
     steps = 2 * rollout if ctx.quick else 12 * rollout  # 12 rollouts = 12,288 agent steps = 49,152 frames
-    libs = ["rapidrl"] + (["sb3"] if ctx.peer("sb3") is not None else [])
+    libs = ctx.rapidrl_contenders() + (["sb3"] if ctx.peer("sb3") is not None else [])
     target = f"{__name__}:job_ppo_atari"
     jobs = {lib: (lambda seed, t, lib=lib: run_isolated(target, {"lib": lib, "steps": steps, "seed": seed},
                                                          torch_threads=t)) for lib in libs}

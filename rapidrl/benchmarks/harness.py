@@ -309,9 +309,12 @@ class Context:
     a case that could not run at all goes into ``skipped_cases`` (case -> reason).
     """
 
-    def __init__(self, *, quick: bool = False, against: set[str] | None = None, importer=None):
+    def __init__(self, *, quick: bool = False, against: set[str] | None = None, importer=None,
+                 precisions: tuple[str, ...] = ()):
         self.quick = quick
         self.against = against
+        self.precisions = tuple(precisions)
+        """Extra rapidrl contenders of the end-to-end suites: ``rapidrl/<precision>`` (``--precision bf16``)."""
         self.skipped: dict[str, str] = {}
         self.skipped_cases: dict[str, str] = {}
         self._importer = importer or importlib.import_module
@@ -340,6 +343,10 @@ class Context:
         self._modules[name] = mod
         return mod
 
+    def rapidrl_contenders(self) -> list[str]:
+        """"rapidrl" and one "rapidrl/<precision>" per ``--precision`` value (end-to-end suites)."""
+        return ["rapidrl"] + [f"rapidrl/{p}" for p in self.precisions]
+
     def rapidrl(self, dotted: str):
         """Attribute ``dotted`` (e.g. ``"kernels.gae"``) of rapidrl, or None while it does not exist yet."""
         obj: Any
@@ -350,6 +357,16 @@ class Context:
         except (ImportError, AttributeError):
             return None
         return obj
+
+
+def rapidrl_precision(lib: str) -> str | None:
+    """The ``precision`` setting of an end-to-end contender name: "rapidrl" -> "fp32", "rapidrl/bf16" -> "bf16";
+    None for a peer."""
+    if lib == "rapidrl":
+        return "fp32"
+    if lib.startswith("rapidrl/"):
+        return lib.split("/", 1)[1]
+    return None
 
 
 def filter_contenders(case: Case, ctx: Context) -> Case:

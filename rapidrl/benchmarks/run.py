@@ -40,6 +40,7 @@ SUITES = {
     "marl": "rapidrl.benchmarks.bench_marl",
     "recurrent": "rapidrl.benchmarks.bench_recurrent",
     "custom": "rapidrl.benchmarks.bench_custom_env",
+    "precision": "rapidrl.benchmarks.bench_precision",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}
@@ -61,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--torch-threads", type=int, default=1, help="torch.set_num_threads (default 1; 0 keeps torch's)"
     )
     p.add_argument("--baseline", default="rapidrl", help="contender the speedups are computed against")
+    p.add_argument("--precision", default="",
+                   help="end-to-end suites (pixels, mujoco, offpolicy): also run rapidrl at these precisions, "
+                        "comma-separated (e.g. bf16), as contenders rapidrl/<precision> (rapidrl.train.precision)")
     p.add_argument("--out", default="bench_results", help="directory for <suite>.json and <suite>.md")
     return p
 
@@ -85,7 +89,8 @@ def run_suite(name: str, args: argparse.Namespace, against: set[str] | None, out
     mode = "quick" if args.quick else "full"
     repeats = args.repeats or getattr(module, "REPEATS", DEFAULT_REPEATS)[mode]
     warmup = args.warmup if args.warmup is not None else DEFAULT_WARMUP[mode]
-    ctx = Context(quick=args.quick, against=against)
+    ctx = Context(quick=args.quick, against=against,
+                  precisions=tuple(p for p in getattr(args, "precision", "").split(",") if p))
     t0 = time.perf_counter()
 
     def progress(msg: str) -> None:
@@ -154,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         against = parse_against(args.against)
     except ValueError as exc:
         print(exc, file=sys.stderr)
+        return 2
+    bad = [p for p in args.precision.split(",") if p and p not in ("fp32", "bf16", "auto")]
+    if bad:
+        print(f"--precision takes fp32, bf16 or auto, got {', '.join(bad)}", file=sys.stderr)
         return 2
     if args.torch_threads:
         import torch

@@ -143,7 +143,7 @@ class Algorithm:
         return choose("gradient_backend", requested, candidates)
 
     def _resolve_precision(self) -> PathChoice:
-        """``paths["precision"]`` from the config's setting, after the gradient backend (``rapidrl.train.precision``)."""
+        """``paths["precision"]`` from the config's setting, after the gradient backend (rapidrl.train.precision)."""
         return resolve_precision(self.config.precision, device=self.device, gradient_backend=self.gradient_backend,
                                  tested=self.bf16_learning_tested, heavy=heavy_networks(self.trainable_modules()),
                                  unsupported=self._bf16_unsupported())

@@ -1,0 +1,91 @@
+"""Learning parity under ``precision="bf16"`` (slow; run in CI): the float32 learning tests' tasks, presets, step
+budgets, thresholds and seeds, with bf16 autocast (``rapidrl.train.precision``) and the "torch" gradient backend
+it needs. These are the tests ``Algorithm.bf16_learning_tested`` refers to: PPO (MinAtar Breakout,
+InvertedPendulum, CartPole), DQN (MinAtar Breakout) and SAC (InvertedPendulum) may be given bf16 by
+``precision="auto"``; algorithms without such a test never are.
+
+The float32 originals, whose helpers (threshold measurement, early-stopping evaluation) are reused unchanged:
+``test_learning_pixels.py``, ``test_learning_mujoco.py``, ``test_learning_onpolicy.py``. Plus an Atari smoke
+run (real Breakout, a Nature CNN under bf16 autocast; save, load, predict).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import test_learning_mujoco as mujoco
+import test_learning_onpolicy as onpolicy
+import test_learning_pixels as pixels
+
+import rapidrl as rr
+
+BF16 = dict(precision="bf16")
+
+
+def _bf16(model):
+    assert model.precision == "bf16" and model.gradient_backend == "torch", model.paths
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_minatar_breakout_bf16_reaches_10x_random_within_150k_steps(seed):
+    threshold = 10.0 * pixels.random_policy_mean_return(pixels.ENV)
+    model = _bf16(rr.PPO(pixels.ENV, seed=seed, **pixels.preset("ppo"), **BF16))
+    ok, history = pixels.reaches(model, threshold, 150_000, 25_600)
+    assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dqn_minatar_breakout_bf16_reaches_10x_random_within_75k_steps(seed):
+    threshold = 10.0 * pixels.random_policy_mean_return(pixels.ENV)
+    model = _bf16(rr.DQN(pixels.ENV, seed=seed, **pixels.preset("dqn"), **BF16))
+    ok, history = pixels.reaches(model, threshold, 75_000, 10_000)
+    assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sac_inverted_pendulum_bf16_reaches_950(seed):
+    kw, budget = mujoco.preset("sac")
+    model = _bf16(rr.SAC(mujoco.ENV, seed=seed, torch_threads=1, **kw, **BF16))
+    ok, history = mujoco.reaches(model, 950, budget, 1000)
+    assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_inverted_pendulum_bf16_reaches_950(seed):
+    kw, budget = mujoco.preset("ppo")
+    ok, history = mujoco.reaches(_bf16(rr.PPO(mujoco.ENV, seed=seed, **kw, **BF16)), 950, budget, 10_240)
+    assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ppo_cartpole_bf16_solves_within_100k_steps(seed):
+    model = _bf16(rr.PPO("CartPole-v1", seed=seed, **onpolicy.PPO_CARTPOLE, **BF16))
+    ok, history = onpolicy.reaches(model, 475.0, 100_000, 5_000)
+    assert ok, history
+
+
+def test_ppo_atari_bf16_smoke_save_load_predict(tmp_path):
+    """Real Breakout with the Nature CNN under bf16 autocast: trains, stays float32 in its state, and a loaded
+    copy predicts what the original does."""
+    model = _bf16(rr.PPO("ALE/Breakout-v5", num_envs=2, num_steps=64, minibatch_size=64, update_epochs=1, seed=0,
+                         **BF16))
+    assert model.policy.encoder_kind == "nature"
+    model.learn(256, progress_bar=False)
+    assert all(p.dtype == torch_float32() for p in model.policy.parameters())
+    assert np.isfinite(model.metrics["losses/value_loss"])
+    obs, _ = rr.make_vec("ALE/Breakout-v5", 2, seed=5, training=False).reset()
+    loaded = rr.PPO.load(model.save(tmp_path / "ppo.pt"))
+    assert loaded.precision == "bf16"
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True), loaded.predict(obs, deterministic=True))
+
+
+def torch_float32():
+    import torch
+
+    return torch.float32

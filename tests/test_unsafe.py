@@ -115,6 +115,17 @@ def test_numpy_views_write_into_the_optimizers_tensors_and_follow_replacements()
     assert p.grad.tolist() == [2.0] * 3
 
 
+def test_cpu_bf16_support_agrees_with_the_cpu_flags():
+    """torch's private cpuinfo query (None where this torch lacks it) against the flags Linux lists."""
+    from rapidrl._system import cpu_flags
+
+    known = torch_private.cpu_bf16_support()
+    assert known is None or isinstance(known, bool)
+    flags = cpu_flags()
+    if known is not None and flags:  # Linux: both sources answer
+        assert known == bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
 def test_foreach_and_aten_helpers_equal_their_definitions():
     torch.manual_seed(0)
     target, online = [torch.randn(4, 3), torch.randn(5)], [torch.randn(4, 3), torch.randn(5)]

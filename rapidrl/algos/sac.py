@@ -81,6 +81,7 @@ class SAC(OffPolicyAlgorithm):
     name = "sac"
     config_class = SACConfig
     bf16_learning_tested = True
+    bf16_beats_compiled = True  # update batch 256, 256x256, 1 thread: 8.4 ms bf16 vs 11.1 ms compiled fp32
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
 
     def _check_spaces(self) -> None:
@@ -110,6 +111,9 @@ class SAC(OffPolicyAlgorithm):
         def compiled() -> str | None:
             if self.device.type != "cpu":
                 return "needs device='cpu'"
+            faster = self._auto_bf16_over_compiled()  # 256x256 on native bf16: torch + bf16 measured faster
+            if faster is not None:
+                return faster
             if self.config.compile:
                 return "compile=True traces the autograd update (it needs gradient_backend='torch')"
             if self.config.precision == "bf16":

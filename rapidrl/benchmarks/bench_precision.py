@@ -15,7 +15,8 @@ one process at the harness's torch threads (1 by default):
   ``torch.compile`` (inductor), fp32 / bf16. Compilation happens in the warm-up; a contender whose compilation
   fails is listed as failed.
 
-Cases: ``ppo/nature/b256`` (CleanRL's ppo_atari minibatch: Breakout, Nature CNN, batch 256), ``dqn/nature/b32``
+Cases: ``ppo/minatar/b512``, ``dqn/minatar/b64`` (the MinAtar presets' batches) and ``ppo/mlp64/b64`` (CartPole,
+64x64 tanh: the small networks "auto" keeps in float32), ``ppo/nature/b256`` (CleanRL's ppo_atari minibatch: Breakout, Nature CNN, batch 256), ``dqn/nature/b32``
 (CleanRL's dqn_atari batch), ``ppo/mlp256/b64`` (rl-zoo3's PPO HalfCheetah minibatch: 256x256 ReLU, batch 64),
 ``ppo/mlp256/b256``, ``sac/mlp256/b256`` (HalfCheetah, 256x256 actor and twin critics, batch 256).
 
@@ -32,7 +33,7 @@ import torch
 from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 15}
-ATARI, MUJOCO = "ALE/Breakout-v5", "HalfCheetah-v5"
+ATARI, MUJOCO, MINATAR = "ALE/Breakout-v5", "HalfCheetah-v5", "MinAtar/Breakout-v1"
 
 
 def _compile_policy(model) -> None:
@@ -46,7 +47,7 @@ def _ppo(env_id: str, batch: int, **kw) -> Callable[[], Callable[[], None]]:
     def build():
         import rapidrl as rr
 
-        num_envs = 8 if env_id == ATARI else 1
+        num_envs = 8 if env_id in (ATARI, MINATAR) else 1
         variant = dict(kw)
         compile_ = variant.pop("compile_policy", False)
         nchw = variant.pop("nchw", False)
@@ -74,7 +75,7 @@ def _offpolicy(cls_name: str, env_id: str, batch: int, **kw) -> Callable[[], Cal
         model = getattr(rr, cls_name)(env_id, seed=0, torch_threads=None, batch_size=batch, learning_starts=starts,
                                       buffer_size=10_000, **kw)
         model.learn(starts, progress_bar=False)  # random steps into replay, no update yet
-        sample = model.buffer.sample(batch)
+        sample = model.buffer.sample(batch, as_torch=True)
         return lambda: model._update_step(sample)
 
     return build
@@ -97,6 +98,20 @@ def _case(name: str, builders: dict[str, Callable], params: dict) -> Case:
 
 
 def cases(ctx: Context) -> Iterator[Case]:
+    # the small networks "auto" keeps in float32: the MinAtar CNN (PPO's MinAtar preset minibatch) and 64x64 MLPs
+    yield _case("ppo/minatar/b512", {
+        "rapidrl": _ppo(MINATAR, 512, encoder="minatar"),
+        "rapidrl/bf16": _ppo(MINATAR, 512, encoder="minatar", precision="bf16"),
+    }, {"env": MINATAR, "network": "minatar", "batch": 512})
+    yield _case("dqn/minatar/b64", {
+        "rapidrl": _offpolicy("DQN", MINATAR, 64),
+        "rapidrl/bf16": _offpolicy("DQN", MINATAR, 64, precision="bf16"),
+    }, {"env": MINATAR, "network": "minatar", "batch": 64})
+    yield _case("ppo/mlp64/b64", {
+        "rapidrl": _ppo("CartPole-v1", 64),
+        "rapidrl/torch": _ppo("CartPole-v1", 64, gradient_backend="torch"),
+        "rapidrl/bf16": _ppo("CartPole-v1", 64, precision="bf16"),
+    }, {"env": "CartPole-v1", "network": "64x64", "batch": 64})
     if importlib.util.find_spec("ale_py") is not None:
         yield _case("ppo/nature/b256", {
             "rapidrl": _ppo(ATARI, 256),

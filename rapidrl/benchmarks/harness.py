@@ -248,7 +248,7 @@ def measure(
     samples = {n: np.empty(repeats, dtype=np.float64) for n in names}
     orders: list[list[str]] = []
     r = 0
-    while r < repeats:
+    while names and r < repeats:  # no contender left (every one failed): nothing to time
         if progress is not None and names and (r % max(1, repeats // 4) == 0):
             progress(f"{case.name}: repeat {r + 1}/{repeats}")
         order = interleaved_order(names, r)

@@ -30,7 +30,7 @@ from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss
 from rapidrl.train.paths import PathChoice, choose
-from rapidrl.train.precision import autocast, heavy_networks, resolve_precision
+from rapidrl.train.precision import autocast, heavy_networks, native_bf16, resolve_precision
 from rapidrl.train.progress import EvaluationProgress, TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
@@ -63,6 +63,9 @@ class Algorithm:
     # the step. Callbacks run after every iteration; the ones that save check finiteness themselves.
     report_steps: ClassVar[int] = 0
     bf16_learning_tested: ClassVar[bool] = False
+    bf16_beats_compiled: ClassVar[bool] = False
+    """The bf16 torch update measured faster than the compiled float32 backend on heavy networks (SAC), so "auto"
+    for both settings gives torch + bf16 where the hardware has native bf16 (``_auto_bf16_over_compiled``)."""
     """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
     (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
 
@@ -145,8 +148,31 @@ class Algorithm:
     def _resolve_precision(self) -> PathChoice:
         """``paths["precision"]`` from the config's setting, after the gradient backend (rapidrl.train.precision)."""
         return resolve_precision(self.config.precision, device=self.device, gradient_backend=self.gradient_backend,
-                                 tested=self.bf16_learning_tested, heavy=heavy_networks(self.trainable_modules()),
+                                 tested=self.bf16_learning_tested,
+                                 heavy=heavy_networks(self.trainable_modules(), self._update_batch()),
                                  unsupported=self._bf16_unsupported())
+
+    def _auto_bf16_over_compiled(self) -> str | None:
+        """Why the compiled backend steps aside under gradient_backend="auto" and precision="auto" (None: it does
+        not): for algorithms whose bf16 torch update measured faster than their compiled float32 one
+        (``bf16_beats_compiled``; ``rapidrl bench precision``), where "auto" would take bf16 (native bf16, the
+        learning tests, heavy networks). A check of the compiled backend calls it first."""
+        c = self.config
+        if not (self.bf16_beats_compiled and c.precision == "auto" and c.gradient_backend == "auto"):
+            return None
+        if native_bf16(self.device) or not self.bf16_learning_tested \
+                or heavy_networks(self.trainable_modules(), self._update_batch()):
+            return None
+        return ("precision='auto' takes bf16, whose torch update measured faster than the compiled float32 one "
+                "here (rapidrl bench precision)")
+
+    def _update_batch(self) -> int:
+        """Rows of one gradient step (the minibatch, or the whole rollout): what bf16's gain depends on."""
+        c = self.config
+        for name in ("minibatch_size", "batch_size"):
+            if hasattr(c, name):
+                return int(getattr(c, name))
+        return int(c.num_steps * c.num_envs)
 
     def _bf16_unsupported(self) -> str | None:
         """Why these settings cannot run in bf16 at all (a recurrent policy), else None."""

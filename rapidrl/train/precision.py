@@ -17,8 +17,10 @@ the device has native bfloat16 (a CPU with AVX512-BF16 or AMX, ``cpu_native_bf16
 ``torch.cuda.is_bf16_supported()``); the update runs on the "torch" backend (where the compiled float32 backend
 applies it is the faster path, and stays); the algorithm has bf16 learning tests that match its float32
 thresholds (``Algorithm.bf16_learning_tested``); and the networks are large enough for bf16 to be faster
-(a Nature CNN, or an MLP layer of 256 units or more: ``rapidrl/benchmarks/bench_precision.py`` measured the
-smaller ones no faster).
+(``heavy_networks``: any CNN; an MLP with a layer of 256+ units at update batches of 128+ rows; measured with
+``rapidrl/benchmarks/bench_precision.py``). SAC's 256x256 update measured faster in bf16 on the torch backend than
+on its compiled float32 one, so there "auto" for both settings gives torch + bf16
+(``Algorithm.bf16_beats_compiled``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from rapidrl.train.paths import PathChoice, choose
 __all__ = ["PRECISIONS", "autocast", "cpu_native_bf16", "heavy_networks", "native_bf16", "resolve_precision"]
 
 HEAVY_MLP_WIDTH = 256
-"""An MLP layer at least this wide counts as heavy for ``"auto"``."""
+"""An MLP layer at least this wide counts as heavy for ``"auto"`` (at update batches of ``HEAVY_MLP_BATCH``+)."""
+HEAVY_MLP_BATCH = 128
+"""Update batch from which a wide MLP counts as heavy: bf16 measured slower at 64 rows, faster at 256."""
 
 
 @functools.cache
@@ -97,18 +101,26 @@ def resolve_precision(requested: str, *, device: torch.device, gradient_backend:
     return choose("precision", requested, {"bf16": bf16, "fp32": lambda: None})
 
 
-def heavy_networks(modules) -> str | None:
-    """None when one of ``modules`` has a layer large enough for bf16 to be faster (a convolution of 32 or more
-    output channels: the Nature CNN; a linear layer, or a critic-ensemble layer, of ``HEAVY_MLP_WIDTH`` or more
-    outputs), else why not."""
+def heavy_networks(modules, batch: int) -> str | None:
+    """None when ``modules`` are heavy enough for bf16 to be faster at update batches of ``batch`` rows, else why
+    not. Measured (``rapidrl bench precision``, one thread, bf16 vs fp32 on the torch backend): every CNN (Nature
+    CNN b256 1.7x, b32 1.6x; MinAtar CNN b512 1.7x, b64 1.4x); MLPs with a layer of ``HEAVY_MLP_WIDTH`` units or
+    more at batch 256 (PPO 1.2x, SAC 1.6x) but not at batch 64 (PPO 256x256: 0.8x), hence ``HEAVY_MLP_BATCH``;
+    64x64 MLPs never (0.7x)."""
+    wide = False
     for module in modules:
         for m in module.modules():
-            if isinstance(m, torch.nn.Conv2d) and m.out_channels >= 32:
+            if isinstance(m, torch.nn.Conv2d):
                 return None
             if isinstance(m, torch.nn.Linear) and m.out_features >= HEAVY_MLP_WIDTH:
-                return None
+                wide = True
             weights = getattr(m, "weights", None)  # rapidrl.nn.qnets.CriticEnsemble: [n, in, out] per layer
             if isinstance(weights, torch.nn.ParameterList) and any(w.shape[-1] >= HEAVY_MLP_WIDTH for w in weights):
-                return None
-    return (f"small networks (no layer of {HEAVY_MLP_WIDTH}+ units or Nature CNN): bf16 measured no faster "
+                wide = True
+    if wide and batch >= HEAVY_MLP_BATCH:
+        return None
+    if wide:
+        return (f"MLP updates of {batch} rows: bf16 measured no faster below {HEAVY_MLP_BATCH} "
+                "(precision='bf16' to use it anyway)")
+    return (f"small networks (no CNN, no layer of {HEAVY_MLP_WIDTH}+ units): bf16 measured no faster "
             "(precision='bf16' to use it anyway)")

@@ -15,10 +15,11 @@ one process at the harness's torch threads (1 by default):
   ``torch.compile`` (inductor), fp32 / bf16. Compilation happens in the warm-up; a contender whose compilation
   fails is listed as failed.
 
-Cases: ``ppo/minatar/b512``, ``dqn/minatar/b64`` (the MinAtar presets' batches) and ``ppo/mlp64/b64`` (CartPole,
-64x64 tanh: the small networks "auto" keeps in float32), ``ppo/nature/b256`` (CleanRL's ppo_atari minibatch: Breakout, Nature CNN, batch 256), ``dqn/nature/b32``
-(CleanRL's dqn_atari batch), ``ppo/mlp256/b64`` (rl-zoo3's PPO HalfCheetah minibatch: 256x256 ReLU, batch 64),
-``ppo/mlp256/b256``, ``sac/mlp256/b256`` (HalfCheetah, 256x256 actor and twin critics, batch 256).
+Cases: ``ppo/minatar/b512``, ``dqn/minatar/b64`` (the MinAtar presets' batches), ``ppo/mlp64/b64`` (CartPole,
+64x64 tanh: the small networks "auto" keeps in float32), ``ppo/nature/b256`` (CleanRL's ppo_atari minibatch:
+Breakout, Nature CNN, batch 256), ``dqn/nature/b32`` (CleanRL's dqn_atari batch), ``ppo/mlp256/b64`` (rl-zoo3's
+PPO HalfCheetah minibatch: 256x256 ReLU, batch 64), ``ppo/mlp256/b256``, ``sac/mlp256/b256`` (HalfCheetah,
+256x256 actor and twin critics, batch 256). Results and what was adopted: docs/precision.md.
 
     rapidrl bench precision [--quick] [--filter nature] [--torch-threads 1]
 """

@@ -67,7 +67,9 @@ def autocast(device: torch.device, precision: str):
     """The arithmetic context of ``precision`` on ``device``: bfloat16 autocast for "bf16", nothing for "fp32"."""
     if precision != "bf16":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    # CUDA: no cast cache, so a rollout captured as a CUDA graph (cuda_graph=True) never holds a cached bf16 copy
+    # of weights that later optimizer steps change (PyTorch's advice for autocast under graph capture)
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=device.type != "cuda")
 
 
 def resolve_precision(requested: str, *, device: torch.device, gradient_backend: str, tested: bool,

@@ -16,6 +16,8 @@ End to end (``extras``): PPO at CleanRL's ppo_atari setting (8 envs x 128 steps,
 Nature CNN) on Breakout, rapidrl (``configs/ppo_atari.toml``) against SB3's ``PPO("CnnPolicy")`` on
 ``make_atari_env`` + ``VecFrameStack(4)`` (its standard Atari pipeline), each run in its own process at 1 torch
 thread and at all cores, warm-up apart; SPS = agent steps per second of the measured ``learn`` call.
+DQN at CleanRL's dqn_atari setting (batch 32 every 4 steps, Nature CNN; a 20k replay, which SB3 can hold)
+against SB3's ``DQN("CnnPolicy")``: SPS of the learning phase, as the SAC comparison of ``bench_mujoco``.
 ``--precision bf16`` adds rapidrl with ``precision="bf16"`` as the contender ``rapidrl/bf16``.
 """
 
@@ -150,6 +152,56 @@ def job_ppo_atari(lib: str, steps: int, seed: int) -> dict:
     return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup, "phases": phases}
 
 
+# DQN at CleanRL's dqn_atari setting (configs/dqn_atari.toml) but a replay of DQN_BUFFER transitions: SB3 stores
+# obs and next_obs whole (56 KB a transition), so its 1M replay would not fit; the speed of a step does not depend
+# on the capacity.
+DQN_CLEANRL = dict(batch_size=32, learning_rate=1e-4, gamma=0.99, train_freq=4, gradient_steps=1,
+                   target_update_interval=1000, exploration_fraction=0.1, exploration_final_eps=0.01)
+DQN_BUFFER = 20_000
+
+
+def _dqn(lib: str, seed: int, learning_starts: int, threads: int):
+    precision = rapidrl_precision(lib)
+    if precision is not None:
+        import rapidrl as rr
+
+        return rr.DQN(ENV_ID, seed=seed, torch_threads=threads, precision=precision, buffer_size=DQN_BUFFER,
+                      learning_starts=learning_starts, encoder="nature", max_grad_norm=10.0, **DQN_CLEANRL)
+    if lib == "sb3":
+        import ale_py
+        import gymnasium as gym
+        from stable_baselines3 import DQN
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        gym.register_envs(ale_py)
+        env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=seed, env_kwargs={"frameskip": 1}), 4)
+        return DQN("CnnPolicy", env, buffer_size=DQN_BUFFER, learning_starts=learning_starts, seed=seed,
+                   device="cpu", verbose=0, max_grad_norm=10.0, **DQN_CLEANRL)
+    raise ValueError(f"unknown contender {lib!r}")
+
+
+def job_dqn_atari(lib: str, learning_starts: int, steps: int, seed: int) -> dict:
+    """One contender in its own process: a short warm-up run (timed apart), a run of ``learning_starts`` random
+    steps alone, then one of ``learning_starts + steps``; SPS of the learning phase = steps / (difference)."""
+    import torch
+
+    from rapidrl.benchmarks.bench_offpolicy import train
+
+    threads = torch.get_num_threads()
+    t0 = time.perf_counter()
+    train(lib, _dqn(lib, seed + 99, 100, threads), 300)
+    warmup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    train(lib, _dqn(lib, seed, learning_starts, threads), learning_starts)
+    random_wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    train(lib, _dqn(lib, seed, learning_starts, threads), learning_starts + steps)
+    wall = time.perf_counter() - t0
+    return {"sps": steps / max(wall - random_wall, 1e-9), "wall_s": wall, "warmup_s": warmup,
+            "phases": {"random_phase_s": round(random_wall, 2)}}
+
+
 def extras(ctx: Context):
     from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows, thread_counts
 
@@ -162,4 +214,10 @@ def extras(ctx: Context):
     results = interleaved(jobs, [0], thread_counts())
     case = f"PPO ALE/Breakout-v5 {steps} agent steps ({4 * steps} frames; 8 envs x 128, 4 epochs, mb 256)"
     rows = sps_rows(case, results)
-    return "PPO on Atari end to end (each run in its own process; threads and contenders interleaved)", rows
+    starts, dqn_steps = (500, 500) if ctx.quick else (2_000, 4_000)
+    jobs = {lib: (lambda seed, t, lib=lib: run_isolated(
+        f"{__name__}:job_dqn_atari", {"lib": lib, "learning_starts": starts, "steps": dqn_steps, "seed": seed},
+        torch_threads=t)) for lib in libs}
+    rows += sps_rows(f"DQN ALE/Breakout-v5: {dqn_steps} learning steps after {starts} random (CleanRL dqn_atari: "
+                     f"batch 32 every 4 steps; replay {DQN_BUFFER:,})", interleaved(jobs, [0], thread_counts()))
+    return "PPO and DQN on Atari end to end (each run in its own process; threads and contenders interleaved)", rows

@@ -63,11 +63,11 @@ class Algorithm:
     # the step. Callbacks run after every iteration; the ones that save check finiteness themselves.
     report_steps: ClassVar[int] = 0
     bf16_learning_tested: ClassVar[bool] = False
+    """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
+    (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
     bf16_beats_compiled: ClassVar[bool] = False
     """The bf16 torch update measured faster than the compiled float32 backend on heavy networks (SAC), so "auto"
     for both settings gives torch + bf16 where the hardware has native bf16 (``_auto_bf16_over_compiled``)."""
-    """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
-    (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):

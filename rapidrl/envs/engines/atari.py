@@ -11,9 +11,12 @@ al. 2018; CleanRL's ppo_atari), explicit in the constructor's arguments:
 - ``frame_stack=4``: the observation is the last 4 preprocessed frames, ``uint8 [N, 4, 84, 84]``; at a reset the
   missing older frames are zeros;
 - ``fire_reset=True``: FIRE is pressed after a reset in games that need it to start;
-- ``fire_on_life_loss=False``: in games whose action set has FIRE, the action of the step after a lost life
-  (the game going on) is replaced by FIRE, as the reference wrappers' ``FireResetEnv`` does at the reset that
-  follows a lost life; evaluation turns it on, so a policy that never presses FIRE cannot stall a game;
+- ``press_fire=False``: in games whose action set has FIRE, the actions of the first ``FIRE_STEPS`` (2) agent steps
+  of every game and after every lost life (the game going on) are replaced by FIRE, as the reference wrappers'
+  ``FireResetEnv`` presses it at every reset, the per-life resets of ``EpisodicLifeEnv`` included. ale-py's own
+  FIRE reset is swallowed by sticky actions in about half of Breakout's games, and one FIRE step (4 frames) in
+  0.25^4 = 0.4% of presses; two steps leave 0.25^8. Evaluation turns it on, so a policy that never presses FIRE
+  cannot stall a game;
 - ``episodic_life`` (default: ``training``): the loss of a life is reported as ``terminated`` (the learner stops
   bootstrapping there), while the game itself continues: the env is not reset;
 - ``clip_rewards`` (default: ``training``): rewards are their sign (-1, 0, 1);
@@ -24,7 +27,7 @@ al. 2018; CleanRL's ppo_atari), explicit in the constructor's arguments:
 Episode statistics (``info["episode"]``, ``info["_episode"]``) are always the real game: the unclipped score
 and the number of agent steps from a reset to the game's end (all lives), never a clipped or per-life return.
 ``training=False`` gives the evaluation setting (no episodic life, unclipped rewards); ``Algorithm.evaluate``
-builds its env that way, with ``fire_on_life_loss=True`` (``eval_overrides``).
+builds its env that way, with ``press_fire=True`` (``eval_overrides``).
 """
 
 from __future__ import annotations
@@ -77,6 +80,10 @@ def atari_game(env_id: str) -> tuple[str, dict]:
     return kwargs.pop("game"), kwargs
 
 
+FIRE_STEPS = 2
+"""Agent steps of FIRE that ``press_fire`` gives a game at its start and after each lost life."""
+
+
 class AtariVecEnv(VecEnvBase):
     """N Atari games with the standard preprocessing, on ale-py's C++ thread pool (see the module docstring).
 
@@ -88,7 +95,7 @@ class AtariVecEnv(VecEnvBase):
     ``close()`` joins the worker threads.
     """
 
-    eval_overrides: ClassVar[dict] = {"training": False, "fire_on_life_loss": True}
+    eval_overrides: ClassVar[dict] = {"training": False, "press_fire": True}
     """Keyword arguments with which ``Algorithm.evaluate`` builds its evaluation env."""
 
     def __init__(self, env_id: str, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step",
@@ -96,7 +103,7 @@ class AtariVecEnv(VecEnvBase):
                  repeat_action_probability: float | None = None, noop_max: int = 30, frame_skip: int = 4,
                  frame_stack: int = 4, screen_size: int = 84, episodic_life: bool | None = None,
                  clip_rewards: bool | None = None, fire_reset: bool = True, max_episode_frames: int = 108_000,
-                 full_action_space: bool = False, num_threads: int = 0, fire_on_life_loss: bool = False):
+                 full_action_space: bool = False, num_threads: int = 0, press_fire: bool = False):
         if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:  # refused before any emulator starts
             raise ValueError("AtariVecEnv supports autoreset_mode='same_step' only (ale-py resets in the same step)")
         game, spec_kwargs = atari_game(env_id)
@@ -109,7 +116,7 @@ class AtariVecEnv(VecEnvBase):
         if not 0.0 <= float(repeat_action_probability) <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability!r}")
         for name, value in (("training", training), ("fire_reset", fire_reset),
-                            ("full_action_space", full_action_space), ("fire_on_life_loss", fire_on_life_loss)):
+                            ("full_action_space", full_action_space), ("press_fire", press_fire)):
             if not isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, got {value!r}")
         self.noop_max = check_int("noop_max", noop_max, low=0)
@@ -144,13 +151,13 @@ class AtariVecEnv(VecEnvBase):
         self._lives = np.zeros(n, np.int32)
         self._info["lives"] = self._lives
         self._actions = np.zeros(n, np.int64)
-        # FIRE after a lost life: the index of FIRE in the action set (None: the game has no FIRE, nothing to press)
+        # FIRE to serve (press_fire): the index of FIRE in the action set (None: the game has no FIRE)
         import ale_py
 
         action_set = list(self._ale.ale.get_action_set())
         self.fire_action = action_set.index(ale_py.Action.FIRE) if ale_py.Action.FIRE in action_set else None
-        self.fire_on_life_loss = bool(fire_on_life_loss) and self.fire_action is not None
-        self._fire_next = np.zeros(n, np.bool_)  # envs whose next action becomes FIRE (a life was lost)
+        self.press_fire = bool(press_fire) and self.fire_action is not None
+        self._fire_left = np.zeros(n, np.int8)  # steps of FIRE still due per env (a game began, a life was lost)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Reset every game (env i seeded with ``seed + i``; default: the constructor's seed on the first reset)."""
@@ -163,7 +170,7 @@ class AtariVecEnv(VecEnvBase):
         np.copyto(self._obs, obs)
         np.copyto(self._lives, info["lives"])
         self._ended[:] = False
-        self._fire_next[:] = False
+        self._fire_left[:] = FIRE_STEPS if self.press_fire else 0  # every game begins
         self._clear()
         return self._reset_result()
 
@@ -177,8 +184,11 @@ class AtariVecEnv(VecEnvBase):
         """
         actions = self._check_actions(actions)
         np.copyto(self._actions, actions, casting="unsafe")
-        if self.fire_on_life_loss and self._fire_next.any():
-            self._actions[self._fire_next] = self.fire_action
+        if self.press_fire:
+            due = self._fire_left > 0
+            if due.any():
+                self._actions[due] = self.fire_action
+                self._fire_left[due] -= 1
         obs, rewards, game_over, truncated, info = self._ale.step(self._actions)
         np.copyto(self._obs, obs)
         raw = rewards.astype(np.float64)
@@ -188,8 +198,8 @@ class AtariVecEnv(VecEnvBase):
         self._record()  # the game's statistics; _done = the games that ended (the engine already reset them)
         game_end = self._done
         lives = info["lives"]
-        if self.fire_on_life_loss:
-            np.logical_and(lives < self._lives, ~game_end, out=self._fire_next)
+        if self.press_fire:  # FIRE from the next step where a game began (reset in this step) or a life was lost
+            self._fire_left[game_end | (lives < self._lives)] = FIRE_STEPS
         if self.episodic_life:
             life_lost = (lives < self._lives) & ~game_end
             np.logical_or(game_over, life_lost, out=self._terminated)

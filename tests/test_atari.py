@@ -180,9 +180,9 @@ def test_docs_examples_run(tmp_path, monkeypatch):
 def test_pressing_fire_ends_games_that_a_policy_never_serves():
     """Evaluation presses FIRE at the start of every game and after each lost life (the reference wrappers'
     convention): a policy that only ever plays NOOP loses its 5 Breakout lives in ~120 steps, where without it the
-    game waits for a serve until the frame limit (a tiny one here: 4000 frames, 1000 agent steps) truncates it.
+    game waits for a serve until the frame limit (a tiny one here: 2000 frames, 500 agent steps) truncates it.
     16 games with sticky actions: ale-py's own one-frame FIRE reset is swallowed in about half of them."""
-    n, budget = 16, 4000
+    n, budget = 16, 2000
     lengths = {}
     for fire in (True, False):
         env = rr.make_vec(ENV, n, seed=0, training=False, press_fire=fire, max_episode_frames=budget)

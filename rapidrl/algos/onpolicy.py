@@ -104,6 +104,9 @@ class OnPolicyConfig(RuntimeConfig):
     """Recurrent policies: hidden layer sizes of the actor's and of the critic's own MLP between the recurrent layer
     and their output layers (sb3-contrib's ``net_arch=dict(pi=[...], vf=[...])``, with ``activation``); empty:
     linear heads on the recurrent layer."""
+    ortho_init: bool = True
+    """Orthogonal initialisation of the policy's layers (the PPO paper's); False (recurrent policies) leaves them at
+    PyTorch's defaults, as sb3's ``ortho_init=False``."""
     burn_in: int = 0
     """Recurrent policies: the first steps of each env column only warm up the state in an update (no gradient,
     not in the loss); 0 trains on every step from the state stored at the rollout start."""
@@ -123,10 +126,11 @@ class OnPolicyConfig(RuntimeConfig):
         check_positive(self, "recurrent_size")
         require(isinstance(self.critic_recurrent, bool), f"critic_recurrent must be true or false, got "
                 f"{self.critic_recurrent!r}")
-        if self.critic_recurrent or self.head_hidden:
-            require(self.recurrent != "none", "critic_recurrent and head_hidden apply to recurrent policies "
-                    "(recurrent='lstm' or 'gru'); a feed-forward policy's actor and critic are separate MLPs already "
-                    "(shared=False, hidden)")
+        require(isinstance(self.ortho_init, bool), f"ortho_init must be true or false, got {self.ortho_init!r}")
+        if self.critic_recurrent or self.head_hidden or not self.ortho_init:
+            require(self.recurrent != "none", "critic_recurrent, head_hidden and ortho_init=False apply to recurrent "
+                    "policies (recurrent='lstm' or 'gru'); a feed-forward policy's actor and critic are separate MLPs "
+                    "already (shared=False, hidden)")
             require(isinstance(self.head_hidden, (tuple, list))
                     and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.head_hidden),
                     f"head_hidden must be a sequence of positive ints, got {self.head_hidden!r}")
@@ -171,7 +175,7 @@ class OnPolicyAlgorithm(Algorithm):
                                                cell=c.recurrent, size=c.recurrent_size, activation=c.activation,
                                                log_std_init=c.log_std_init, squash=c.squash,
                                                encoder=c.encoder, critic_core=c.critic_recurrent,
-                                               head_hidden=c.head_hidden).to(self.device)
+                                               head_hidden=c.head_hidden, ortho_init=c.ortho_init).to(self.device)
         else:
             self.policy = self._policy_class()(self.observation_space, self.action_space, c.hidden,
                                                shared=c.shared, activation=c.activation,

@@ -10,6 +10,9 @@ ppo_atari_lstm. Two options change what follows the encoder (both off by default
 - ``head_hidden``: the actor and the critic each get their own MLP of these sizes between their recurrent layer
   and their output layer (sb3-contrib's ``net_arch=dict(pi=[...], vf=[...])`` after the LSTM).
 
+``ortho_init=False`` leaves every layer at PyTorch's default initialisation (sb3's ``ortho_init=False``) instead of
+the orthogonal one below.
+
 The recurrent state of a batch of B envs is one tensor ``[B, S]``: per layer ``[h | c]`` (2 * size) for an LSTM,
 ``h`` (size) for a GRU, and with ``critic_core`` the actor's layer's state then the critic's side by side
 (``[actor | critic]``, S doubled), so storage, episode-start resets, predict and checkpoints handle every layout
@@ -43,7 +46,9 @@ class RecurrentActorCritic(ActorCritic):
         cell: "lstm" or "gru"; size: units of the recurrent layer;
         critic_core: the critic gets its own recurrent layer (see the module docstring);
         head_hidden: hidden sizes of the actor's and of the critic's own MLP after the recurrent layer (empty:
-            linear heads on the recurrent layer's output).
+            linear heads on the recurrent layer's output);
+        ortho_init: orthogonal weights and zero biases (True), or PyTorch's default initialisation of every
+            linear, convolutional and recurrent layer (False).
 
     Acting: ``act(obs [B, ...], state [B, S], episode_starts [B]) -> (actions, log_probs, values, new_state)``.
     Updating: ``evaluate_sequence(obs [T, B, ...], actions [T, B, ...], state [B, S], episode_starts [T, B])``.
@@ -54,7 +59,7 @@ class RecurrentActorCritic(ActorCritic):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int] = (64,), *,
                  cell: str = "lstm", size: int = 128, activation: str = "tanh", log_std_init: float = 0.0,
                  squash: str = "clip", encoder: str = "auto", shared: bool = True, critic_core: bool = False,
-                 head_hidden: Sequence[int] = ()):
+                 head_hidden: Sequence[int] = (), ortho_init: bool = True):
         nn.Module.__init__(self)
         if cell not in CELLS:
             raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
@@ -95,6 +100,11 @@ class RecurrentActorCritic(ActorCritic):
         else:
             self.actor = orthogonal_init(nn.Linear(self.size, out_dim), 0.01)
             self.critic = orthogonal_init(nn.Linear(self.size, 1), 1.0)
+        self.ortho_init = bool(ortho_init)
+        if not self.ortho_init:
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Conv2d, nn.LSTM, nn.GRU)):
+                    module.reset_parameters()
         self._setup_gaussian(action_space, out_dim, log_std_init)
 
     def _make_core(self, features: int) -> nn.Module:

@@ -238,6 +238,21 @@ def test_the_critic_core_has_its_own_state_and_gradients(cell):
         RecurrentActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), head_hidden=(0,))
 
 
+def test_ortho_init_false_leaves_pytorchs_default_initialisation():
+    """ortho_init=True: zero biases, the actor's output layer at gain 0.01; False: PyTorch's uniform initialisation
+    of every layer (nonzero biases, an actor output as wide as its fan-in allows), the critic's layer included."""
+    space, actions = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(3)
+    torch.manual_seed(0)
+    ortho = RecurrentActorCritic(space, actions, (), cell="lstm", size=16, critic_core=True, head_hidden=(8,))
+    torch.manual_seed(0)
+    plain = RecurrentActorCritic(space, actions, (), cell="lstm", size=16, critic_core=True, head_hidden=(8,),
+                                 ortho_init=False)
+    assert not ortho.rnn.bias_ih_l0.any() and ortho.actor[-1].weight.abs().max() < 0.02
+    for layer in (plain.rnn, plain.critic_rnn):
+        assert layer.bias_ih_l0.any() and layer.weight_hh_l0.abs().max() <= 1 / 16 ** 0.5
+    assert plain.actor[-1].weight.abs().max() > 0.1 and plain.actor[-1].bias.any()
+
+
 def test_recurrent_policy_rejects_flat_scoring_and_bad_states():
     p = _policy("gru")
     with pytest.raises(TypeError, match="evaluate_sequence"):
@@ -375,6 +390,7 @@ def test_recurrent_predict_rejects_bad_state_and_starts():
     (lambda: rr.A2C("CartPoleNoVel-v1", head_hidden=[64]), "apply to recurrent policies"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", head_hidden=[0], **SMALL), "head_hidden must be"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", critic_recurrent="yes", **SMALL), "critic_recurrent must"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", ortho_init=False), "apply to recurrent policies"),
 ])
 def test_recurrent_configuration_errors(make, match):
     with pytest.raises((ConfigError, ValueError), match=match):
@@ -399,7 +415,7 @@ def test_docs_examples_run():
 
     src = (Path(__file__).resolve().parents[1] / "docs" / "recurrent.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     for block in blocks:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

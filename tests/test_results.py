@@ -71,8 +71,9 @@ def test_a_row_with_a_solve_criterion_records_steps_and_wall_clock_to_solve(tmp_
     monkeypatch.setattr(results, "ROWS", {row.name: row})
     out = tmp_path / "docs" / "results"
     out.mkdir(parents=True)
-    (out / "peer-test.csv").write_text("library,task,seed,timesteps,solve_step,solve_wall_s,stable_step,eval_mean,"
-                                       "wall_s,setting\nsb3-contrib 0,CartPole,1,2048,1024,9.5,,20.0,30.0,its setting\n")
+    (out / "peer-test.csv").write_text(
+        "library,task,seed,timesteps,solve_step,solve_wall_s,stable_step,eval_mean,wall_s,setting\n"
+        "sb3-contrib 0,CartPole,1,2048,1024,9.5,,20.0,30.0,its setting\n")
     results.run_row(row, (0,), out, tmp_path / "runs")
     with open(out / "ppo-cartpole-solve.csv") as f:
         (recorded,) = list(csv.DictReader(f))

@@ -476,8 +476,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _column_outputs(self, idx: torch.Tensor | None, starts: torch.Tensor,
                         layout: SegmentLayout | None = None) -> torch.Tensor:
-        """Recurrent policies: the layers' outputs [(T - burn_in) * n, output_size] along env columns ``idx`` [n] (None: all
-        N, in order) of the rollout, replayed from the state stored at its start with its episode starts
+        """Recurrent policies: the layers' outputs [(T - burn_in) * n, output_size] along env columns ``idx`` [n]
+        (None: all N, in order) of the rollout, replayed from the state stored at its start with its episode starts
         (``starts``: ``_rollout_starts()``; ``layout``: ``segment_layout(starts[burn_in:])`` of those columns,
         computed when None; ``rapidrl.train.recurrent``)."""
         b, col = self.buffer.tensors, self._step_collector

@@ -332,7 +332,7 @@ def draw_row(row: Row, out: Path) -> Path | None:
         peer: dict[str, list[tuple[float, float]]] = {}
         for r in _read_csv(out / f"{row.peer}-evals.csv"):
             peer.setdefault(r["seed"], []).append((float(r["step"]), float(r["eval_mean"])))
-        for k, (seed, pts) in enumerate(sorted(peer.items())):
+        for k, (_seed, pts) in enumerate(sorted(peer.items())):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", marker="x", markersize=3,
                     linewidth=0.8, color="black", label="peer evaluations" if k == 0 else None)
     for p in row.published:
@@ -356,7 +356,8 @@ def write_page(out: Path, title_note: str = "") -> Path:
     image_dir = out.relative_to(out.parent).as_posix()
     lines = ["# Learning results", "",
              "Each row trains the shipped preset of its algorithm and task (`rapidrl/configs`) from the command line, "
-             "one seed per process, alone on the 2-core development machine (no GPU). Reproduce a row with "
+             "one seed per process, on the 2-core development machine (no GPU), often beside other jobs: "
+             "wall-clock is an upper bound of what an idle machine takes. Reproduce a row with "
              "`rapidrl bench results ROW` (`rapidrl bench results list` names them); `--quick` runs a short "
              "version of every row. The numbers below are read from `docs/results/<row>.csv`, which the command "
              "appends to.", "",
@@ -424,7 +425,7 @@ def _solve_table(row: Row, out: Path) -> list[str]:
         lines.append(f"| {r['library']} | {r['task']} | {r['seed']} | {int(r['timesteps']):,} | {cells(r)}")
     if peer and peer[0].get("setting"):
         lines += ["", f"{row.peer}: {peer[0]['setting']}"]
-    return lines + [""]
+    return [*lines, ""]
 
 
 # -- command line -----------------------------------------------------------------------------------------

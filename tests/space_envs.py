@@ -142,3 +142,20 @@ class ImageSideContinuous(ImageSide):
 
 if "ImageSideContinuous-v0" not in gym.registry:
     gym.register("ImageSideContinuous-v0", entry_point=ImageSideContinuous)
+
+
+class PositionsOnly(gym.ObservationWrapper):
+    """Gymnasium's CartPole observing the cart position and the pole angle only (columns 0 and 2; the velocities
+    masked): the wrapper form of CartPoleNoVel, written here independently of rapidrl's built-in one."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        box = env.observation_space
+        self.observation_space = gym.spaces.Box(box.low[[0, 2]], box.high[[0, 2]], dtype=np.float32)
+
+    def observation(self, obs):
+        return obs[[0, 2]]
+
+
+if "PositionsOnlyCartPole-v1" not in gym.registry:
+    gym.register("PositionsOnlyCartPole-v1", entry_point=lambda **kw: PositionsOnly(gym.make("CartPole-v1", **kw)))

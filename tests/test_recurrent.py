@@ -114,19 +114,21 @@ def test_pomdp_envs_reject_bad_actions(env_id):
 
 
 # -- the policy --------------------------------------------------------------------------------------
-def _policy(cell: str, action_space=None, hidden=(8,)) -> RecurrentActorCritic:
+def _policy(cell: str, action_space=None, hidden=(8,), critic_core=False) -> RecurrentActorCritic:
+    """critic_core: the critic's own recurrent layer, with 6-unit actor and critic MLPs after the layers."""
     torch.manual_seed(0)
+    extra = dict(critic_core=True, head_hidden=(6,)) if critic_core else {}
     return RecurrentActorCritic(gym.spaces.Box(-1, 1, (3,)), action_space or gym.spaces.Discrete(3), hidden,
-                                cell=cell, size=12)
+                                cell=cell, size=12, **extra)
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_sequence_scoring_equals_step_by_step_acting(cell):
+@pytest.mark.parametrize("cell, critic_core", [("lstm", False), ("gru", False), ("lstm", True), ("gru", True)])
+def test_sequence_scoring_equals_step_by_step_acting(cell, critic_core):
     """evaluate_sequence (one padded call over episode segments) gives, at every step, the log-prob and value
     that acting step by step with the carried state gave; also with Gaussian actions, and gradients agree with
     the per-stretch unroll."""
     for space in (gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,))):
-        p = _policy(cell, space)
+        p = _policy(cell, space, critic_core=critic_core)
         rng = torch.Generator().manual_seed(1)
         for T, B in [(1, 1), (7, 3), (20, 5)]:
             obs = torch.randn(T, B, 3, generator=rng)
@@ -187,8 +189,9 @@ def test_burn_in_only_advances_the_state(cell):
         p.evaluate_sequence(obs, acts, state, starts, burn_in=10)
 
 
-def test_an_episode_start_forgets_the_state():
-    p = _policy("lstm")
+@pytest.mark.parametrize("critic_core", [False, True])
+def test_an_episode_start_forgets_the_state(critic_core):
+    p = _policy("lstm", critic_core=critic_core)
     obs = torch.randn(4, 3)
     fresh = p.act(obs, p.initial_state(4), None, deterministic=True)
     reset = p.act(obs, torch.randn(4, p.state_size), torch.ones(4, dtype=torch.bool), deterministic=True)
@@ -196,6 +199,58 @@ def test_an_episode_start_forgets_the_state():
     torch.testing.assert_close(fresh[2], reset[2])
     torch.testing.assert_close(fresh[3], reset[3])
     assert not torch.allclose(fresh[2], kept[2])
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_the_critic_core_has_its_own_state_and_gradients(cell):
+    """critic_core: the state is [actor's layer | critic's layer] (twice one layer's width); the actor reads only
+    the first half and the values only the second; value() equals act()'s values; the actor's loss reaches
+    neither the critic's layer nor its MLP, the value's loss not the actor's; head_hidden puts an MLP of its own
+    before each output layer."""
+    p, plain = _policy(cell, critic_core=True), _policy(cell)
+    k = plain.state_size
+    assert (p.state_size, p.core_state_size, p.output_size) == (2 * k, k, 24)
+    assert p.critic_rnn is not p.rnn and [m.out_features for m in p.actor if isinstance(m, torch.nn.Linear)] == [6, 3]
+    obs, state = torch.randn(5, 3), torch.randn(5, p.state_size)
+    with torch.no_grad():
+        _, _, values, new_state = p.act(obs, state)
+        assert new_state.shape == (5, 2 * k)
+        torch.testing.assert_close(p.value(obs, state), values)
+        h, _ = p._step(obs, state, None)
+        other_critic = torch.cat([state[:, :k], torch.randn(5, k)], -1)
+        other_actor = torch.cat([torch.randn(5, k), state[:, k:]], -1)
+        h_c, _ = p._step(obs, other_critic, None)
+        h_a, _ = p._step(obs, other_actor, None)
+        torch.testing.assert_close(p.actor_output(h_c), p.actor_output(h))  # the critic's state: not the actor's
+        torch.testing.assert_close(p.values_of(h_a), p.values_of(h))  # the actor's state: not the values
+        assert not torch.allclose(p.values_of(h_c), p.values_of(h))
+        assert not torch.allclose(p.actor_output(h_a), p.actor_output(h))
+    acts = torch.randint(0, 3, (4, 5))
+    logp, _, value = p.evaluate_sequence(torch.randn(4, 5, 3), acts, state, torch.zeros(4, 5, dtype=torch.bool))
+    actor_grads = torch.autograd.grad(logp.sum(), list(p.parameters()), allow_unused=True, retain_graph=True)
+    critic_grads = torch.autograd.grad(value.sum(), list(p.parameters()), allow_unused=True)
+    for (name, _), ga, gc in zip(p.named_parameters(), actor_grads, critic_grads):
+        if name.startswith(("critic_rnn.", "critic.")):
+            assert ga is None or not ga.any(), name
+        if name.startswith(("rnn.", "actor.")):
+            assert gc is None or not gc.any(), name
+    with pytest.raises(ValueError, match="head_hidden"):
+        RecurrentActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), head_hidden=(0,))
+
+
+def test_ortho_init_false_leaves_pytorchs_default_initialisation():
+    """ortho_init=True: zero biases, the actor's output layer at gain 0.01; False: PyTorch's uniform initialisation
+    of every layer (nonzero biases, an actor output as wide as its fan-in allows), the critic's layer included."""
+    space, actions = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(3)
+    torch.manual_seed(0)
+    ortho = RecurrentActorCritic(space, actions, (), cell="lstm", size=16, critic_core=True, head_hidden=(8,))
+    torch.manual_seed(0)
+    plain = RecurrentActorCritic(space, actions, (), cell="lstm", size=16, critic_core=True, head_hidden=(8,),
+                                 ortho_init=False)
+    assert not ortho.rnn.bias_ih_l0.any() and ortho.actor[-1].weight.abs().max() < 0.02
+    for layer in (plain.rnn, plain.critic_rnn):
+        assert layer.bias_ih_l0.any() and layer.weight_hh_l0.abs().max() <= 1 / 16 ** 0.5
+    assert plain.actor[-1].weight.abs().max() > 0.1 and plain.actor[-1].bias.any()
 
 
 def test_recurrent_policy_rejects_flat_scoring_and_bad_states():
@@ -211,10 +266,15 @@ def test_recurrent_policy_rejects_flat_scoring_and_bad_states():
 
 
 # -- PPO / A2C with a recurrent policy ---------------------------------------------------------------
-def test_the_update_replays_the_collected_rollout_exactly():
+CRITIC_CORE = dict(critic_recurrent=True, head_hidden=[8])
+"""The critic's own recurrent layer and MLP heads after the layers (rl-zoo3's CartPoleNoVel network, smaller)."""
+
+
+@pytest.mark.parametrize("extra", [{}, CRITIC_CORE], ids=["shared-core", "critic-core"])
+def test_the_update_replays_the_collected_rollout_exactly(extra):
     """Scoring the stored rollout from the state saved at its start, with the starts rebuilt from the stored
     episode ends, gives back the stored log-probs and values: the first PPO epoch's ratios are exactly 1."""
-    model = rr.PPO("MemoryCue-v0", recurrent="lstm", seed=0, env_kwargs={"delay": 3}, **SMALL)
+    model = rr.PPO("MemoryCue-v0", recurrent="lstm", seed=0, env_kwargs={"delay": 3}, **SMALL, **extra)
     for _ in range(2):  # the second rollout starts mid-episode with a carried state
         model._collect()
         b = model.buffer.tensors
@@ -228,10 +288,12 @@ def test_the_update_replays_the_collected_rollout_exactly():
     assert b.terminated.any()
 
 
-def test_truncated_episodes_bootstrap_from_the_state_they_reached():
+@pytest.mark.parametrize("extra", [{}, CRITIC_CORE], ids=["shared-core", "critic-core"])
+def test_truncated_episodes_bootstrap_from_the_state_they_reached(extra):
     """final_values of truncated steps = the critic on the true final observation, entered with the state after
-    the episode's last step (recomputed here by replaying the same actions on a twin env)."""
-    kw = dict(SMALL, num_steps=24, minibatch_size=48)
+    the episode's last step (recomputed here by replaying the same actions on a twin env); with the critic's own
+    layer, the state that layer reached."""
+    kw = dict(SMALL, num_steps=24, minibatch_size=48, **extra)
     model = rr.PPO("CartPoleNoVel-v1", recurrent="gru", seed=4, env_kwargs={"max_episode_steps": 7}, **kw)
     twin = rr.make_vec("CartPoleNoVel-v1", 4, seed=model._env_seed, max_episode_steps=7)
     model._collect()
@@ -261,11 +323,14 @@ def test_episode_starts_are_rebuilt_from_the_episode_ends():
     assert starts.tolist() == [[True, False], [True, True], [False, False]]
 
 
-@pytest.mark.parametrize("algo, cell", [("ppo", "lstm"), ("a2c", "gru")])
-def test_recurrent_training_predict_and_save_load(tmp_path, algo, cell):
+@pytest.mark.parametrize("algo, cell, extra", [("ppo", "lstm", {}), ("a2c", "gru", {}), ("ppo", "lstm", CRITIC_CORE),
+                                               ("a2c", "gru", CRITIC_CORE)],
+                         ids=["ppo-lstm", "a2c-gru", "ppo-lstm-critic-core", "a2c-gru-critic-core"])
+def test_recurrent_training_predict_and_save_load(tmp_path, algo, cell, extra):
     cls = {"ppo": rr.PPO, "a2c": rr.A2C}[algo]
     kw = dict(SMALL) if algo == "ppo" else {k: v for k, v in SMALL.items() if k in ("num_envs", "num_steps",
                                                                                      "recurrent_size", "hidden")}
+    kw.update(extra)
     model = cls("CartPoleNoVel-v1", recurrent=cell, seed=0, **kw)
     model.learn(256, progress_bar=False)
     assert np.isfinite(model.metrics["losses/value_loss"])
@@ -280,6 +345,7 @@ def test_recurrent_training_predict_and_save_load(tmp_path, algo, cell):
     path = model.save(tmp_path / "m.pt")
     loaded = cls.load(path)
     assert loaded.policy.recurrent and loaded.policy.cell == cell
+    assert loaded.policy.critic_core == bool(extra) and loaded.policy.state_size == model.policy.state_size
     b2, t2 = loaded.predict(obs, state, None, deterministic=True)
     np.testing.assert_array_equal(b2, a2)
     np.testing.assert_allclose(t2, s2, atol=1e-6)
@@ -320,16 +386,22 @@ def test_recurrent_predict_rejects_bad_state_and_starts():
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="rnn"), "recurrent must be"),
     (lambda: rr.PPO("CartPoleNoVel-v1", hidden=[]), "non-empty"),
     (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", collection="fused", **SMALL), "collection='fused'"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", critic_recurrent=True), "apply to recurrent policies"),
+    (lambda: rr.A2C("CartPoleNoVel-v1", head_hidden=[64]), "apply to recurrent policies"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", head_hidden=[0], **SMALL), "head_hidden must be"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", recurrent="lstm", critic_recurrent="yes", **SMALL), "critic_recurrent must"),
+    (lambda: rr.PPO("CartPoleNoVel-v1", ortho_init=False), "apply to recurrent policies"),
 ])
 def test_recurrent_configuration_errors(make, match):
     with pytest.raises((ConfigError, ValueError), match=match):
         make()
 
 
-def test_export_says_recurrent_policies_are_not_exported(tmp_path):
+@pytest.mark.parametrize("extra", [{}, CRITIC_CORE], ids=["shared-core", "critic-core"])
+def test_export_says_recurrent_policies_are_not_exported(tmp_path, extra):
     from rapidrl.export import export_policy
 
-    model = rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **SMALL)
+    model = rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **SMALL, **extra)
     with pytest.raises(ValueError, match="recurrent"):
         export_policy(model, tmp_path / "p.onnx")
 
@@ -343,7 +415,7 @@ def test_docs_examples_run():
 
     src = (Path(__file__).resolve().parents[1] / "docs" / "recurrent.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     for block in blocks:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

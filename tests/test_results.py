@@ -54,3 +54,33 @@ def test_command_line_lists_rows_and_rejects_unknown_ones(capsys):
     assert "unknown: no-such-row" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         results.main(["--no-such-flag"])
+
+
+def test_solve_summary_finds_the_first_and_the_lasting_solve():
+    evals = [(256, 100.0, 1.0), (512, 500.0, 2.5), (768, 400.0, 3.0), (1024, 480.0, 4.0), (1280, 490.0, 5.0)]
+    assert results.solve_summary(evals, 475) == {"solve_step": 512, "solve_wall_s": 2.5, "stable_step": 1024}
+    assert results.solve_summary(evals[:3], 475) == {"solve_step": 512, "solve_wall_s": 2.5, "stable_step": ""}
+    assert results.solve_summary(evals[:1], 475) == {"solve_step": "", "solve_wall_s": "", "stable_step": ""}
+
+
+def test_a_row_with_a_solve_criterion_records_steps_and_wall_clock_to_solve(tmp_path, monkeypatch):
+    """Every checkpoint is evaluated after training; the CSV gains the solve columns, <row>-evals.csv every
+    evaluation, and the page a per-seed table with the peer's runs beside (CartPole's every episode earns >= 8)."""
+    row = Row("ppo-cartpole-solve", "Classic control (test)", "ppo", "CartPole-v1", 1024, (0,), (), 512,
+              sets=("run.eval_episodes=2",), solve=8.0, eval_every=256, peer="peer-test")
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    out = tmp_path / "docs" / "results"
+    out.mkdir(parents=True)
+    (out / "peer-test.csv").write_text(
+        "library,task,seed,timesteps,solve_step,solve_wall_s,stable_step,eval_mean,wall_s,setting\n"
+        "sb3-contrib 0,CartPole,1,2048,1024,9.5,,20.0,30.0,its setting\n")
+    results.run_row(row, (0,), out, tmp_path / "runs")
+    with open(out / "ppo-cartpole-solve.csv") as f:
+        (recorded,) = list(csv.DictReader(f))
+    assert (recorded["solve_step"], recorded["stable_step"]) == ("256", "256") and float(recorded["solve_wall_s"]) > 0
+    with open(out / "ppo-cartpole-solve-evals.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [256, 512, 768, 1024]
+    page = results.write_page(out).read_text()
+    assert "### `ppo-cartpole-solve`: steps and wall-clock to solve" in page
+    assert "| sb3-contrib 0 | CartPole | 1 | 2,048 | 1,024 | 9.5 s | not at the end | 20.0 | 30 s |" in page
+    assert "peer-test: its setting" in page

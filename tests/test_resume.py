@@ -75,11 +75,14 @@ TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--
     ("ppo", [*SMALL, "--set", "algo.collection=step"]),
     ("dqn", TINY_DQN),
     ("ppo", [*SMALL, "--set", "algo.recurrent=lstm", "--set", "algo.recurrent_size=16"]),
+    ("ppo", [*SMALL, "--set", "algo.recurrent=lstm", "--set", "algo.recurrent_size=16",
+             "--set", "algo.critic_recurrent=true", "--set", "algo.head_hidden=[16]"]),
     # overlapped collection: the checkpoint holds the rollout that was in flight (finished before writing)
     ("impala", ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64"]),
     ("ppo", [*SMALL, "--set", "algo.async_collect=true", "--set", "algo.collection=step",
              "--set", "algo.normalize_obs=true", "--set", "algo.normalize_reward=true"]),
-], ids=["ppo-fused", "ppo-per-step", "dqn", "ppo-lstm", "impala-async", "ppo-async-per-step-normalized"])
+], ids=["ppo-fused", "ppo-per-step", "dqn", "ppo-lstm", "ppo-lstm-critic-core", "impala-async",
+        "ppo-async-per-step-normalized"])
 def test_resume_at_a_checkpoint_boundary_equals_the_uninterrupted_run(tmp_path, algo, settings):
     """Run A trains 2048 steps; run B starts from A's 1024-step checkpoint (as if killed right after it)."""
     a, b = tmp_path / "a", tmp_path / "b"

@@ -125,6 +125,14 @@ def test_on_policy_round_trip(algo, env_id, recurrent, normalize_obs, normalize_
     round_trip(algo, env_id, tmp_path, **options)
 
 
+@pytest.mark.parametrize("algo", ["PPO", "A2C"])
+@pytest.mark.parametrize("env_id", VECTOR)
+def test_recurrent_critic_core_round_trip(algo, env_id, tmp_path):
+    """The critic's own recurrent layer and MLP heads after the layers (critic_recurrent, head_hidden): the state
+    of both layers is saved, acted on and resumed like a single layer's."""
+    round_trip(algo, env_id, tmp_path, recurrent="lstm", critic_recurrent=True, head_hidden=(8,), normalize_obs=True)
+
+
 @pytest.mark.parametrize("normalize_obs", [False, True])
 @pytest.mark.parametrize("normalize_reward", [False, True])
 @pytest.mark.parametrize("algo", ["MAPPO", "IPPO"])

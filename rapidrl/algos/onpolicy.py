@@ -98,6 +98,17 @@ class OnPolicyConfig(RuntimeConfig):
     Updates then run backpropagation through time over whole env columns of the rollout."""
     recurrent_size: int = 128
     """Units of the recurrent layer."""
+    critic_recurrent: bool = False
+    """Recurrent policies: the critic gets its own recurrent layer (same cell and size, on the same encoder
+    features) instead of sharing the actor's, as sb3-contrib's ``enable_critic_lstm``; the state then holds both
+    layers' states (twice as wide)."""
+    head_hidden: tuple[int, ...] = ()
+    """Recurrent policies: hidden layer sizes of the actor's and of the critic's own MLP between the recurrent layer
+    and their output layers (sb3-contrib's ``net_arch=dict(pi=[...], vf=[...])``, with ``activation``); empty:
+    linear heads on the recurrent layer."""
+    ortho_init: bool = True
+    """Orthogonal initialisation of the policy's layers (the PPO paper's); False (recurrent policies) leaves them at
+    PyTorch's defaults, as sb3's ``ortho_init=False``."""
     burn_in: int = 0
     """Recurrent policies: the first steps of each env column only warm up the state in an update (no gradient,
     not in the loss); 0 trains on every step from the state stored at the rollout start."""
@@ -115,6 +126,16 @@ class OnPolicyConfig(RuntimeConfig):
         require(self.recurrent in ("none", *CELLS),
                 f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}")
         check_positive(self, "recurrent_size")
+        require(isinstance(self.critic_recurrent, bool), f"critic_recurrent must be true or false, got "
+                f"{self.critic_recurrent!r}")
+        require(isinstance(self.ortho_init, bool), f"ortho_init must be true or false, got {self.ortho_init!r}")
+        if self.critic_recurrent or self.head_hidden or not self.ortho_init:
+            require(self.recurrent != "none", "critic_recurrent, head_hidden and ortho_init=False apply to recurrent "
+                    "policies (recurrent='lstm' or 'gru'); a feed-forward policy's actor and critic are separate MLPs "
+                    "already (shared=False, hidden)")
+            require(isinstance(self.head_hidden, (tuple, list))
+                    and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.head_hidden),
+                    f"head_hidden must be a sequence of positive ints, got {self.head_hidden!r}")
         require(isinstance(self.burn_in, int) and 0 <= self.burn_in < self.num_steps,
                 f"burn_in must be an int in [0, num_steps={self.num_steps}), got {self.burn_in!r}")
 
@@ -156,7 +177,8 @@ class OnPolicyAlgorithm(Algorithm):
             self.policy = RecurrentActorCritic(self.observation_space, self.action_space, c.hidden,
                                                cell=c.recurrent, size=c.recurrent_size, activation=c.activation,
                                                log_std_init=c.log_std_init, squash=c.squash,
-                                               encoder=c.encoder).to(self.device)
+                                               encoder=c.encoder, critic_core=c.critic_recurrent,
+                                               head_hidden=c.head_hidden, ortho_init=c.ortho_init).to(self.device)
         else:
             self.policy = self._policy_class()(self.observation_space, self.action_space, c.hidden,
                                                shared=c.shared, activation=c.activation,
@@ -455,8 +477,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _column_outputs(self, idx: torch.Tensor | None, starts: torch.Tensor,
                         layout: SegmentLayout | None = None) -> torch.Tensor:
-        """Recurrent policies: the cell's outputs [(T - burn_in) * n, size] along env columns ``idx`` [n] (None: all
-        N, in order) of the rollout, replayed from the state stored at its start with its episode starts
+        """Recurrent policies: the layers' outputs [(T - burn_in) * n, output_size] along env columns ``idx`` [n]
+        (None: all N, in order) of the rollout, replayed from the state stored at its start with its episode starts
         (``starts``: ``_rollout_starts()``; ``layout``: ``segment_layout(starts[burn_in:])`` of those columns,
         computed when None; ``rapidrl.train.recurrent``)."""
         b, col = self.buffer.tensors, self._step_collector
@@ -470,9 +492,7 @@ class OnPolicyAlgorithm(Algorithm):
         """Recurrent policies: (log_probs, entropy, values), each [(T - burn_in) * n], of the stored actions of env
         columns ``idx`` (as ``_column_outputs``; ``starts`` computed when None)."""
         starts = self._rollout_starts() if starts is None else starts
-        h = self._column_outputs(idx, starts, layout)
-        logp, entropy = self.policy._score(self.policy.actor(h), self._columns("actions", idx))
-        return logp, entropy, self.policy.critic(h).squeeze(-1)
+        return self.policy.score_outputs(self._column_outputs(idx, starts, layout), self._columns("actions", idx))
 
     def _columns(self, field: str, idx: torch.Tensor | None) -> torch.Tensor:
         """Stored ``field`` of env columns ``idx`` (None: all) past the burn-in, flattened over steps and columns:

@@ -11,7 +11,10 @@ steps, as in training. Contenders:
   frame_skip); mj_rnePostConstraint(m, d)``, no observation, reward or reset: the limit of a Python-driven
   step on one thread;
 - ``gymnasium/sync``: ``gymnasium.vector.SyncVectorEnv`` of ``gymnasium.make(id)``;
-- ``gymnasium/async``: ``AsyncVectorEnv`` (one process per env; n <= 8 with ``--quick``, else every n).
+- ``gymnasium/async``: ``AsyncVectorEnv`` (one process per env; n <= 8 with ``--quick``, else every n);
+- ``envpool/v4``: EnvPool's batched C++ MuJoCo env of the same model at version v4 (EnvPool has no v5; same
+  XML and frame skip, v4 observation), synchronous ``step`` with its default thread pool: the multi-threaded
+  engine-speed reference.
 """
 
 from __future__ import annotations
@@ -82,6 +85,13 @@ def _case(ctx: Context, env_id: str, n: int) -> Case:
             case.teardown.append(asy.close)
         else:
             case.notes.append(f"gymnasium/async skipped at {n} envs with --quick ({n} processes)")
+    envpool = ctx.peer("envpool")
+    if envpool is not None:
+        pool = envpool.make(env_id.replace("-v5", "-v4"), env_type="gymnasium", num_envs=n, seed=0)
+        pool.reset()
+        actions64 = actions.astype(np.float64)
+        case.contenders["envpool/v4"] = lambda: pool.step(actions64)
+        case.teardown.append(pool.close)
     return case
 
 

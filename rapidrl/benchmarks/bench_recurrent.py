@@ -3,13 +3,15 @@
 Both train the same network at the same settings, each run in its own fresh process at each torch thread count
 (``rapidrl.benchmarks.isolated``), contenders and seeds interleaved:
 
-- the network: observation -> a 64-unit tanh layer -> one LSTM of 64 units -> linear actor and critic heads,
-  shared by both heads (rapidrl: the preset's ``hidden``, ``recurrent``, ``recurrent_size``; sb3-contrib: that
-  layer as its features extractor, ``shared_lstm=True``, ``enable_critic_lstm=False``, ``net_arch=[]``);
-- observations and rewards normalized (rapidrl's ``normalize_obs``/``normalize_reward``; SB3's VecNormalize);
-- the hyperparameters of ``configs/ppo_cartpolenovel.toml`` (rl-zoo3's RecurrentPPO CartPoleNoVel-v1 setting:
-  8 envs x 32 steps, 20 epochs of one 256-step minibatch, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both
-  decaying linearly, no entropy bonus).
+- the network of ``configs/ppo_cartpolenovel.toml``, translated to sb3-contrib's policy: the encoder MLP
+  (``hidden``; sb3-contrib: a features extractor of those layers, none when empty), the LSTM of
+  ``recurrent_size`` units, the critic's own LSTM (``critic_recurrent``; ``enable_critic_lstm``, else one LSTM
+  shared by both heads), the heads' MLPs (``head_hidden``; ``net_arch=dict(pi=..., vf=...)``), the activation and
+  ``ortho_init``;
+- observations and rewards normalized as the preset says (rapidrl's ``normalize_obs``/``normalize_reward``; SB3's
+  VecNormalize), value clipping as ``clip_vloss`` (SB3's ``clip_range_vf``);
+- the preset's hyperparameters (rl-zoo3's RecurrentPPO CartPoleNoVel-v1 setting: 8 envs x 32 steps, 20 epochs of
+  one 256-step minibatch, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 both decaying linearly, no entropy bonus).
 
 Each run reports training SPS (warm-up timed apart) and the mean return of 20 deterministic episodes on
 Gymnasium's ``CartPoleNoVel-v1`` (registered by rapidrl) with the library's own ``predict``.
@@ -86,12 +88,14 @@ def _sb3_contrib(steps: int, seed: int):
 
     p = PPOConfig(**_preset())  # the preset over PPO's defaults
 
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[p.activation]
+
     class Encoder(BaseFeaturesExtractor):  # rapidrl's encoder MLP before the LSTM (``hidden``)
         def __init__(self, space: gym.spaces.Box):
             super().__init__(space, features_dim=p.hidden[-1])
             layers, d = [], space.shape[0]
             for h in p.hidden:
-                layers += [torch.nn.Linear(d, h), torch.nn.Tanh()]
+                layers += [torch.nn.Linear(d, h), act()]
                 d = h
             self.net = torch.nn.Sequential(*layers)
 
@@ -99,15 +103,19 @@ def _sb3_contrib(steps: int, seed: int):
             return self.net(obs)
 
     lr, clip = p.learning_rate, p.clip_coef
+    policy_kwargs = {"lstm_hidden_size": p.recurrent_size, "shared_lstm": not p.critic_recurrent,
+                     "enable_critic_lstm": p.critic_recurrent, "activation_fn": act, "ortho_init": p.ortho_init,
+                     "net_arch": dict(pi=list(p.head_hidden), vf=list(p.head_hidden))}
+    if p.hidden:
+        policy_kwargs["features_extractor_class"] = Encoder
     env = make_vec_env(lambda: gym.make(ENV_ID), n_envs=p.num_envs, seed=seed)
     env = VecNormalize(env, norm_obs=p.normalize_obs, norm_reward=p.normalize_reward, gamma=p.gamma)
     model = RecurrentPPO("MlpLstmPolicy", env, n_steps=p.num_steps, batch_size=p.minibatch_size,
                          n_epochs=p.update_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
                          learning_rate=lambda f: lr * f, clip_range=lambda f: clip * f, ent_coef=p.ent_coef,
+                         clip_range_vf=(lambda f: clip * f) if p.clip_vloss else None,
                          max_grad_norm=p.max_grad_norm, vf_coef=p.vf_coef, seed=seed, device="cpu", verbose=0,
-                         policy_kwargs={"lstm_hidden_size": p.recurrent_size, "shared_lstm": True,
-                                        "enable_critic_lstm": False, "net_arch": [],
-                                        "features_extractor_class": Encoder})
+                         policy_kwargs=policy_kwargs)
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0

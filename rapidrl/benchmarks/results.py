@@ -16,6 +16,16 @@ Evaluation protocol (the ``eval`` column): the mean of ``eval_episodes`` (10 unl
 deterministic episodes on separate evaluation envs at the end of training, raw (unclipped, unnormalized)
 rewards. The ``train`` column is the mean return of the last 20 training episodes (stochastic policy), the
 figure CleanRL's tables report.
+
+A row with a solve criterion (``Row.solve``, the ``memory`` row) also measures how fast the task is solved: the run
+writes a checkpoint every ``eval_every`` steps, and after training each checkpoint is evaluated with the same
+protocol (``ALGO.load`` then ``evaluate``: the evaluation ``rapidrl eval`` runs, on envs seeded as an evaluation
+in the training process would be). ``docs/results/<row>.csv`` then also holds ``solve_step`` (the first checkpoint
+whose evaluation reaches ``solve``), ``solve_wall_s`` (the training wall-clock up to it: metrics.csv's
+``time/total`` at that step, evaluations excluded since they run afterwards) and ``stable_step`` (the first
+checkpoint from which every later evaluation reaches ``solve``; empty when the last does not);
+``<row>-evals.csv`` holds every evaluation. A peer library's runs of the same task, written by a script of its own
+(``Row.peer``, e.g. ``scripts/sb3_contrib_memory.py``), are shown beside them.
 """
 
 from __future__ import annotations
@@ -73,12 +83,26 @@ class Row:
     quick_sets: tuple[str, ...] = ()
     """Extra assignments of the quick version only (e.g. shorter Atari games for the final evaluation)."""
     notes: str = ""
+    solve: float | None = None
+    """A return that solves the task: the row then also records the steps and wall-clock to reach it (module
+    docstring); None: final results only."""
+    eval_every: int = 0
+    """With ``solve``: steps between two evaluated checkpoints."""
+    peer: str = ""
+    """With ``solve``: the stem of a peer library's CSVs in the results directory (``<peer>.csv``,
+    ``<peer>-evals.csv``, written by its own script), shown beside the row; empty: none."""
 
     def train_argv(self, timesteps: int, quick: bool) -> list[str]:
         argv = [self.algo, self.env, "--timesteps", str(timesteps)]
-        for assignment in self.sets + (self.quick_sets if quick else ()):
+        sets = self.sets + (self.quick_sets if quick else ())
+        if self.solve is not None:  # every evaluated checkpoint is kept (a run setting: the preset stays the setting)
+            sets += (f"run.checkpoint_every={self.eval_every}", f"run.checkpoint_keep={_KEEP_ALL}")
+        for assignment in sets:
             argv += ["--set", assignment]
         return argv
+
+
+_KEEP_ALL = 100_000
 
 
 _CLEANRL_PPO = "CleanRL ppo_continuous_action.py, v4, 1M steps, 3 seeds"
@@ -110,10 +134,15 @@ ROWS: dict[str, Row] = {r.name: r for r in [
           (Published(value, "MinAtar paper", _MINATAR),), 20_480)
       for game, value in (("Breakout", 10), ("Asterix", 17), ("Freeway", 50), ("Seaquest", 20),
                           ("SpaceInvaders", 43))],
-    Row("ppo-cartpolenovel", "Memory (partially observed), 150k steps", "ppo", "CartPoleNoVel-v1", 150_000,
-        (0, 1, 2, 3, 4), (Published(500, "sb3-contrib", "sb3-contrib RecurrentPPO run here: rl-zoo3 setting, the "
-                                    "critic's own LSTM, solved at 100k steps on 2 seeds, 102-118 s"),),
-        20_480),
+    Row("memory", "Memory (partially observed), 150k steps", "ppo", "CartPoleNoVel-v1", 150_000, (0, 1, 2, 3, 4),
+        (Published(475, "solved", "the solve criterion: evaluation >= 475"),), 20_480,
+        notes="recurrent PPO (`configs/ppo_cartpolenovel.toml`: rl-zoo3's RecurrentPPO setting, the critic's own "
+              "LSTM); steps and wall-clock to solve per seed, and sb3-contrib's RecurrentPPO on Gymnasium's CartPole "
+              "with the velocities masked (`scripts/sb3_contrib_memory.py`, its own venv), are in the table below. "
+              "Both at 1 torch thread, one run at a time, measured 2026-11-25 back to back with other work on the "
+              "machine (load average 2-2.5 on the 2 cores). rapidrl steps the built-in env; on the Gymnasium wrapper "
+              "(tests/test_learning_recurrent.py) its seed 0 solved at 25,600 steps after 11.1 s too.",
+        solve=475.0, eval_every=5_120, peer="memory-peer"),
     Row("mappo-simple-spread", "Multi-agent, 10M agent-steps", "mappo", "MPE/simple_spread-v3", 10_000_000, (0,),
         (), 30_000),
 ]}
@@ -149,7 +178,10 @@ def _write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
 
 RESULT_FIELDS = ["seed", "timesteps", "eval_mean", "eval_std", "eval_episodes", "train_return", "wall_s", "sps",
                  "date_utc", "commit"]
+SOLVE_FIELDS = ["solve_step", "solve_wall_s", "stable_step"]
+"""The extra columns of a row with a solve criterion (module docstring)."""
 CURVE_FIELDS = ["seed", "step", "episodic_return"]
+EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
 def _curve(run_dir: Path) -> list[tuple[float, float]]:
@@ -168,8 +200,45 @@ def _curve(run_dir: Path) -> list[tuple[float, float]]:
     return pts
 
 
+def _wall_at_steps(run_dir: Path) -> dict[int, float]:
+    """Training wall-clock (metrics.csv's ``time/total``, seconds since ``learn`` started) at each logged step."""
+    from rapidrl.runs.layout import read_csv_metrics
+
+    cols = read_csv_metrics(run_dir / "metrics.csv")
+    return {int(x): t for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(t)}
+
+
+def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int) -> list[tuple[int, float, float]]:
+    """(step, evaluation mean, training wall-clock at that step) of every checkpoint of a finished run, oldest
+    first: each is loaded and evaluated as ``rapidrl eval`` does (``episodes`` deterministic episodes)."""
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.train.checkpoint import list_checkpoints
+
+    cls, wall = get_algorithm(row.algo), _wall_at_steps(run_dir)
+    evals = []
+    for step, path in list_checkpoints(run_dir / "checkpoints"):
+        model = cls.load(path)
+        evals.append((step, model.evaluate(episodes)[0], wall.get(step, math.nan)))
+        model.env.close()
+    return evals
+
+
+def solve_summary(evals: list[tuple[int, float, float]], solve: float) -> dict:
+    """``SOLVE_FIELDS`` of a run's (step, eval, wall) evaluations: the first step reaching ``solve`` and the wall-clock
+    to it, and the first step from which every later evaluation reaches it ("" where none)."""
+    first = next(((step, wall) for step, mean, wall in evals if mean >= solve), None)
+    stable = ""
+    for step, mean, _ in reversed(evals):
+        if mean < solve:
+            break
+        stable = step
+    return {"solve_step": first[0] if first else "", "solve_wall_s": round(first[1], 1) if first else "",
+            "stable_step": stable}
+
+
 def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
-    """Append a finished seed's result and curve to ``out/<row>.csv`` and ``out/<row>-curve.csv``."""
+    """Append a finished seed's result and curve to ``out/<row>.csv`` and ``out/<row>-curve.csv`` (and, for a row
+    with a solve criterion, its checkpoints' evaluations to ``out/<row>-evals.csv``)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     if summary.get("status") != "finished":
         raise RuntimeError(f"{run_dir} did not finish ({summary.get('status')})")
@@ -181,8 +250,17 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
               "train_return": round(tail[0], 2) if tail else "", "wall_s": round(summary["wall_time_s"], 1),
               "sps": summary["sps"], "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
               "commit": _git_commit()}
+    fields = RESULT_FIELDS
+    if row.solve is not None:
+        evals = evaluate_checkpoints(row, run_dir, int(summary.get("eval_episodes") or 10))
+        result |= solve_summary(evals, row.solve)
+        fields = RESULT_FIELDS + SOLVE_FIELDS
+        rows = [r for r in _read_csv(out / f"{row.name}-evals.csv") if int(r["seed"]) != seed]
+        rows += [{"seed": seed, "step": step, "eval_mean": round(mean, 2), "wall_s": round(wall, 1)}
+                 for step, mean, wall in evals]
+        _write_csv(out / f"{row.name}-evals.csv", rows, EVAL_FIELDS)
     results = [r for r in _read_csv(out / f"{row.name}.csv") if int(r["seed"]) != seed] + [result]
-    _write_csv(out / f"{row.name}.csv", sorted(results, key=lambda r: int(r["seed"])), RESULT_FIELDS)
+    _write_csv(out / f"{row.name}.csv", sorted(results, key=lambda r: int(r["seed"])), fields)
     curves = [r for r in _read_csv(out / f"{row.name}-curve.csv") if int(r["seed"]) != seed]
     curves += [{"seed": seed, "step": int(x), "episodic_return": round(y, 3)} for x, y in curve]
     _write_csv(out / f"{row.name}-curve.csv", curves, CURVE_FIELDS)
@@ -208,8 +286,10 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
         if code != 0:
             raise RuntimeError(f"{row.name} seed {seed} failed (exit {code}); its run is in {run_dir}")
         result = record_seed(row, seed, run_dir, out)
+        solved = f", solved at {result['solve_step'] or '-'} steps ({result['solve_wall_s'] or '-'} s)" \
+            if row.solve is not None else ""
         print(f"{row.name} seed {seed}: eval {result['eval_mean']} ± {result['eval_std']}, train "
-              f"{result['train_return']}, {time.perf_counter() - t0:.0f} s", flush=True)
+              f"{result['train_return']}{solved}, {time.perf_counter() - t0:.0f} s", flush=True)
         recorded.append(result)
     draw_row(row, out)
     return recorded
@@ -240,14 +320,27 @@ def draw_row(row: Row, out: Path) -> Path | None:
     by_seed: dict[int, list[tuple[float, float]]] = {}
     for r in curves:
         by_seed.setdefault(int(r["seed"]), []).append((float(r["step"]), float(r["episodic_return"])))
+    evals: dict[int, list[tuple[float, float]]] = {}
+    for r in _read_csv(out / f"{row.name}-evals.csv"):
+        evals.setdefault(int(r["seed"]), []).append((float(r["step"]), float(r["eval_mean"])))
     for seed, pts in sorted(by_seed.items()):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], linewidth=1, label=f"seed {seed}")
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], linewidth=1, label=f"seed {seed}")
+        if seed in evals:  # the checkpoints' evaluations, in the seed's colour
+            ax.plot([p[0] for p in evals[seed]], [p[1] for p in evals[seed]], linestyle=":", marker=".",
+                    markersize=3, linewidth=0.8, color=line.get_color())
+    if row.peer:
+        peer: dict[str, list[tuple[float, float]]] = {}
+        for r in _read_csv(out / f"{row.peer}-evals.csv"):
+            peer.setdefault(r["seed"], []).append((float(r["step"]), float(r["eval_mean"])))
+        for k, (_seed, pts) in enumerate(sorted(peer.items())):
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", marker="x", markersize=3,
+                    linewidth=0.8, color="black", label="peer evaluations" if k == 0 else None)
     for p in row.published:
         ax.axhline(p.value, linestyle="--", linewidth=0.8, color="grey")
         ax.annotate(p.source, (0, p.value), fontsize="x-small", color="grey", va="bottom")
     ax.set_title(f"{row.algo.upper()} {row.env}", fontsize="small")
     ax.set_xlabel("env steps")
-    ax.set_ylabel("training return")
+    ax.set_ylabel("training return" + (" (dotted: evaluations)" if evals else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small")
     fig.tight_layout()
@@ -263,7 +356,8 @@ def write_page(out: Path, title_note: str = "") -> Path:
     image_dir = out.relative_to(out.parent).as_posix()
     lines = ["# Learning results", "",
              "Each row trains the shipped preset of its algorithm and task (`rapidrl/configs`) from the command line, "
-             "one seed per process, alone on the 2-core development machine (no GPU). Reproduce a row with "
+             "one seed per process, on the 2-core development machine (no GPU), often beside other jobs: "
+             "wall-clock is an upper bound of what an idle machine takes. Reproduce a row with "
              "`rapidrl bench results ROW` (`rapidrl bench results list` names them); `--quick` runs a short "
              "version of every row. The numbers below are read from `docs/results/<row>.csv`, which the command "
              "appends to.", "",
@@ -293,8 +387,45 @@ def write_page(out: Path, title_note: str = "") -> Path:
                          f"| {seeds} | {_stats(evals)} | {_stats(trains)} | {published} | {wall} | {curve} |")
         notes = [f"- `{row.name}`: {row.notes}" for row in rows if row.notes]
         lines += ["", *notes, ""] if notes else [""]
+        for row in rows:
+            if row.solve is not None:
+                lines += _solve_table(row, out)
     page.write_text("\n".join(lines))
     return page
+
+
+def _solve_table(row: Row, out: Path) -> list[str]:
+    """The steps and wall-clock to solve of each seed of a row with a solve criterion, and of its peer's runs."""
+    mine = _read_csv(out / f"{row.name}.csv")
+    peer = _read_csv(out / f"{row.peer}.csv") if row.peer else []
+    if not mine and not peer:
+        return []
+    lines = [f"### `{row.name}`: steps and wall-clock to solve ({row.env}, evaluation >= {row.solve:g})", "",
+             f"Every {row.eval_every:,} steps a checkpoint is evaluated ({mine[0]['eval_episodes'] if mine else 10} "
+             "deterministic episodes, raw rewards, as `rapidrl eval`). **solved at**: the first evaluation that "
+             "reaches the criterion, and the training wall-clock up to it (evaluations not counted). **stays solved "
+             "from**: the first evaluation from which every later one reaches it. **final eval**: the model at the "
+             "end of the budget.", "",
+             "| library | task | seed | budget | solved at (steps) | wall-clock to solve | stays solved from | "
+             "final eval | whole run |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cells(r: dict) -> str:
+        solved = r.get("solve_step") not in ("", None)
+        steps = f"{int(float(r['solve_step'])):,}" if solved else "not solved"
+        wall = f"{float(r['solve_wall_s']):.1f} s" if solved else "-"
+        stable = f"{int(float(r['stable_step'])):,}" if r.get("stable_step") not in ("", None) else \
+            "not at the end" if solved else "-"
+        return f"{steps} | {wall} | {stable} | {float(r['eval_mean']):.1f} | {float(r['wall_s']):.0f} s |"
+
+    for r in mine:
+        lines.append(f"| rapidrl {r['commit']} | {row.env} (built-in) | {r['seed']} | {int(r['timesteps']):,} | "
+                     f"{cells(r)}")
+    for r in peer:
+        lines.append(f"| {r['library']} | {r['task']} | {r['seed']} | {int(r['timesteps']):,} | {cells(r)}")
+    if peer and peer[0].get("setting"):
+        lines += ["", f"{row.peer}: {peer[0]['setting']}"]
+    return [*lines, ""]
 
 
 # -- command line -----------------------------------------------------------------------------------------

@@ -2,8 +2,21 @@
 
 Layout: observation -> encoder (an MLP of ``hidden`` sizes, or the Nature/MinAtar CNN for images) -> one LSTM or
 GRU layer of ``size`` units -> a linear actor head (gain 0.01) and a linear critic head (gain 1), as CleanRL's
-ppo_atari_lstm. The recurrent state of a batch of B envs is one tensor ``[B, S]``: ``[h | c]`` (S = 2 * size) for
-an LSTM, ``h`` (S = size) for a GRU, so storage and checkpoints handle both cells alike.
+ppo_atari_lstm. Two options change what follows the encoder (both off by default):
+
+- ``critic_core``: the critic has its own recurrent layer (same cell and size) on the same encoder features, as
+  sb3-contrib's ``enable_critic_lstm``; the actor's layer then feeds the actor only, so the value loss does not
+  shape the actor's memory;
+- ``head_hidden``: the actor and the critic each get their own MLP of these sizes between their recurrent layer
+  and their output layer (sb3-contrib's ``net_arch=dict(pi=[...], vf=[...])`` after the LSTM).
+
+``ortho_init=False`` leaves every layer at PyTorch's default initialisation (sb3's ``ortho_init=False``) instead of
+the orthogonal one below.
+
+The recurrent state of a batch of B envs is one tensor ``[B, S]``: per layer ``[h | c]`` (2 * size) for an LSTM,
+``h`` (size) for a GRU, and with ``critic_core`` the actor's layer's state then the critic's side by side
+(``[actor | critic]``, S doubled), so storage, episode-start resets, predict and checkpoints handle every layout
+alike. The layers' outputs are likewise ``[actor | critic]`` (``output_size`` wide) with ``critic_core``.
 
 Episode starts reset the state: ``episode_starts[t, b]`` True means observation t of env b is the first of an
 episode, and the state entering step t is zeroed for that env. ``unroll`` runs the cell over whole sequences in
@@ -30,7 +43,12 @@ class RecurrentActorCritic(ActorCritic):
     """Actor-critic with an LSTM or GRU between the encoder and the heads.
 
     Args: as ``ActorCritic`` (``hidden`` may be empty: the observation goes straight into the cell), plus
-        cell: "lstm" or "gru"; size: units of the recurrent layer.
+        cell: "lstm" or "gru"; size: units of the recurrent layer;
+        critic_core: the critic gets its own recurrent layer (see the module docstring);
+        head_hidden: hidden sizes of the actor's and of the critic's own MLP after the recurrent layer (empty:
+            linear heads on the recurrent layer's output);
+        ortho_init: orthogonal weights and zero biases (True), or PyTorch's default initialisation of every
+            linear, convolutional and recurrent layer (False).
 
     Acting: ``act(obs [B, ...], state [B, S], episode_starts [B]) -> (actions, log_probs, values, new_state)``.
     Updating: ``evaluate_sequence(obs [T, B, ...], actions [T, B, ...], state [B, S], episode_starts [T, B])``.
@@ -40,7 +58,8 @@ class RecurrentActorCritic(ActorCritic):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, hidden: Sequence[int] = (64,), *,
                  cell: str = "lstm", size: int = 128, activation: str = "tanh", log_std_init: float = 0.0,
-                 squash: str = "clip", encoder: str = "auto", shared: bool = True):
+                 squash: str = "clip", encoder: str = "auto", shared: bool = True, critic_core: bool = False,
+                 head_hidden: Sequence[int] = (), ortho_init: bool = True):
         nn.Module.__init__(self)
         if cell not in CELLS:
             raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
@@ -53,9 +72,16 @@ class RecurrentActorCritic(ActorCritic):
         out_dim = self._setup_action_space(action_space)
         self.obs_dim, self.action_dim, self.shared, self.squash = obs_dim, out_dim, True, squash
         self.hidden, self.activation = tuple(int(h) for h in hidden), activation
+        if any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1 for h in head_hidden):
+            raise ValueError(f"head_hidden must be a sequence of positive ints, got {head_hidden!r}")
         self.cell, self.size = cell, int(size)
-        self.state_size = 2 * self.size if cell == "lstm" else self.size
+        self.critic_core, self.head_hidden = bool(critic_core), tuple(int(h) for h in head_hidden)
+        self.core_state_size = 2 * self.size if cell == "lstm" else self.size
+        """Width of one recurrent layer's state."""
+        self.state_size = self.core_state_size * (2 if self.critic_core else 1)
         """Width S of the state tensor [B, S]."""
+        self.output_size = self.size * (2 if self.critic_core else 1)
+        """Width of the recurrent layers' outputs ([actor | critic] with ``critic_core``)."""
         self.input_dtype = np.dtype(np.float32)
         if self.encoder_kind != "mlp":
             self.trunk = make_encoder(observation_space, self.encoder_kind)
@@ -65,15 +91,31 @@ class RecurrentActorCritic(ActorCritic):
         else:
             self.trunk = mlp(obs_dim, self.hidden, None, activation)
             features = self.hidden[-1] if self.hidden else obs_dim
-        self.rnn = (nn.LSTM if cell == "lstm" else nn.GRU)(features, self.size)
-        for name, param in self.rnn.named_parameters():
+        self.rnn = self._make_core(features)
+        if self.critic_core:
+            self.critic_rnn = self._make_core(features)
+        if self.head_hidden:
+            self.actor = mlp(self.size, self.head_hidden, out_dim, activation, out_gain=0.01)
+            self.critic = mlp(self.size, self.head_hidden, 1, activation, out_gain=1.0)
+        else:
+            self.actor = orthogonal_init(nn.Linear(self.size, out_dim), 0.01)
+            self.critic = orthogonal_init(nn.Linear(self.size, 1), 1.0)
+        self.ortho_init = bool(ortho_init)
+        if not self.ortho_init:
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Conv2d, nn.LSTM, nn.GRU)):
+                    module.reset_parameters()
+        self._setup_gaussian(action_space, out_dim, log_std_init)
+
+    def _make_core(self, features: int) -> nn.Module:
+        """One LSTM or GRU layer of ``size`` units: orthogonal weights (gain 1), zero biases."""
+        rnn = (nn.LSTM if self.cell == "lstm" else nn.GRU)(features, self.size)
+        for name, param in rnn.named_parameters():
             if name.startswith("weight"):
                 nn.init.orthogonal_(param, 1.0)
             else:
                 nn.init.zeros_(param)
-        self.actor = orthogonal_init(nn.Linear(self.size, out_dim), 0.01)
-        self.critic = orthogonal_init(nn.Linear(self.size, 1), 1.0)
-        self._setup_gaussian(action_space, out_dim, log_std_init)
+        return rnn
 
     # -- state ------------------------------------------------------------------------------------
     def initial_state(self, batch: int, device=None) -> torch.Tensor:
@@ -89,20 +131,29 @@ class RecurrentActorCritic(ActorCritic):
             raise ValueError(f"state must be a float tensor of shape ({batch}, {self.state_size}), got "
                              f"{tuple(state.shape)} {state.dtype}")
 
-    def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cell over x [L, B, F] from state [B, S] with no resets: (outputs [L, B, size], state [B, S])."""
+    def _run_core(self, rnn: nn.Module, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer over x [L, B, F] from its state [B, core_state_size], no resets: (outputs [L, B, size], state)."""
         if self.cell == "lstm":
             h0 = state[:, :self.size].unsqueeze(0).contiguous()
             c0 = state[:, self.size:].unsqueeze(0).contiguous()
-            out, (h, c) = self.rnn(x, (h0, c0))
+            out, (h, c) = rnn(x, (h0, c0))
             return out, torch.cat([h[0], c[0]], -1)
-        out, h = self.rnn(x, state.unsqueeze(0).contiguous())
+        out, h = rnn(x, state.unsqueeze(0).contiguous())
         return out, h[0]
+
+    def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layers over x [L, B, F] from state [B, S] with no resets: (outputs [L, B, output_size], state [B, S])."""
+        if not self.critic_core:
+            return self._run_core(self.rnn, x, state)
+        k = self.core_state_size
+        out_a, state_a = self._run_core(self.rnn, x, state[:, :k])
+        out_c, state_c = self._run_core(self.critic_rnn, x, state[:, k:])
+        return torch.cat([out_a, out_c], -1), torch.cat([state_a, state_c], -1)
 
     def unroll(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """features [T, B, F], state [B, S] (entering step 0), episode_starts [T, B] bool ->
-        (outputs [T, B, size], state after step T-1 [B, S]). The state entering step t is zeroed where
+        (outputs [T, B, output_size], state after step T-1 [B, S]). The state entering step t is zeroed where
         episode_starts[t]; the cell runs once per stretch of steps in which no env starts an episode."""
         T = features.shape[0]
         any_start = episode_starts.any(1).tolist()
@@ -118,7 +169,7 @@ class RecurrentActorCritic(ActorCritic):
 
     def unroll_segments(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor,
                         layout: SegmentLayout | None = None) -> torch.Tensor:
-        """The outputs [T, B, size] of ``unroll`` (not its final state) in one call of the cell, however many
+        """The outputs [T, B, output_size] of ``unroll`` (not its final state) in one call of the cell, however many
         episodes start: every env column is cut into its episode segments, the segments are laid side by side
         as a batch of sequences padded at the end to the longest (padding after a segment cannot change its
         outputs), run from their own initial states (the stored state for a column's first segment unless it
@@ -138,22 +189,17 @@ class RecurrentActorCritic(ActorCritic):
         padded = features.new_zeros(n, width).index_copy(0, layout.rows, features.reshape(T * B, width))
         init = state.new_zeros(layout.count, self.state_size).index_copy(0, layout.first, init)
         out, _ = self._run(padded.view(layout.length, layout.count, width), init)
-        return out.reshape(n, self.size).index_select(0, layout.rows).view(T, B, self.size)
+        return out.reshape(n, self.output_size).index_select(0, layout.rows).view(T, B, self.output_size)
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [B, *obs_shape] -> encoder features [B, F]."""
         return self.trunk(obs)
 
     # -- acting -----------------------------------------------------------------------------------
-    def _step(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step for B envs: (cell output [B, size], new state [B, S]). Calls the cell's single-step function
-        with the layer's weights (the same mathematics as ``_run``; a fraction of ``nn.LSTM``'s call overhead)."""
-        self.check_state(state, obs.shape[0])
-        x = self._features(obs)
-        if episode_starts is not None:
-            state = state * (~episode_starts).unsqueeze(-1).to(state.dtype)
-        r = self.rnn
+    def _step_core(self, r: nn.Module, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of one layer: x [B, F], its state [B, core_state_size] -> (output [B, size], new state). Calls
+        the cell's single-step function with the layer's weights (the same mathematics as ``_run_core``; a fraction
+        of ``nn.LSTM``'s call overhead)."""
         if self.cell == "lstm":
             h, c = torch.lstm_cell(x, (state[:, :self.size], state[:, self.size:]), r.weight_ih_l0, r.weight_hh_l0,
                                    r.bias_ih_l0, r.bias_hh_l0)
@@ -161,20 +207,60 @@ class RecurrentActorCritic(ActorCritic):
         h = torch.gru_cell(x, state, r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0)
         return h, h
 
+    def _entering(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(encoder features [B, F], state [B, S] zeroed where an episode starts) of one step."""
+        self.check_state(state, obs.shape[0])
+        x = self._features(obs)
+        if episode_starts is not None:
+            state = state * (~episode_starts).unsqueeze(-1).to(state.dtype)
+        return x, state
+
+    def _step(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step for B envs: (layers' output [B, output_size], new state [B, S])."""
+        x, state = self._entering(obs, state, episode_starts)
+        if not self.critic_core:
+            return self._step_core(self.rnn, x, state)
+        k = self.core_state_size
+        h_a, state_a = self._step_core(self.rnn, x, state[:, :k])
+        h_c, state_c = self._step_core(self.critic_rnn, x, state[:, k:])
+        return torch.cat([h_a, h_c], -1), torch.cat([state_a, state_c], -1)
+
+    # -- heads --------------------------------------------------------------------------------------
+    def actor_output(self, h: torch.Tensor) -> torch.Tensor:
+        """The actor's output [M, A] (logits or Gaussian means) from the layers' outputs h [M, output_size]."""
+        return self.actor(h[:, :self.size] if self.critic_core else h)
+
+    def values_of(self, h: torch.Tensor) -> torch.Tensor:
+        """Values [M] from the layers' outputs h [M, output_size]."""
+        return self.critic(h[:, self.size:] if self.critic_core else h).squeeze(-1)
+
+    def score_outputs(self, h: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs, entropy, values), each [M], of stored raw ``actions`` [M, ...] from the layers' outputs
+        h [M, output_size] (``sequence_outputs``)."""
+        logp, entropy = self._score(self.actor_output(h), actions)
+        return logp, entropy, self.values_of(h)
+
     def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
             deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """obs [B, ...], state [B, S], episode_starts [B] bool (None: no env starts) ->
         (raw actions, log_probs [B], values [B], new state [B, S])."""
         h, state = self._step(obs, state, episode_starts)
-        actions, logp = self._sample(self.actor(h), deterministic)
-        return actions, logp, self.critic(h).squeeze(-1), state
+        actions, logp = self._sample(self.actor_output(h), deterministic)
+        return actions, logp, self.values_of(h), state
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None = None,
               episode_starts: torch.Tensor | None = None) -> torch.Tensor:
-        """Values [B] of obs [B, ...] entered with ``state`` [B, S] (None: fresh episodes)."""
+        """Values [B] of obs [B, ...] entered with ``state`` [B, S] (None: fresh episodes). With ``critic_core``
+        only the critic's layer runs."""
         if state is None:
             state = self.initial_state(obs.shape[0], obs.device)
-        h, _ = self._step(obs, state, episode_starts)
+        if not self.critic_core:
+            h, _ = self._step(obs, state, episode_starts)
+            return self.critic(h).squeeze(-1)
+        x, state = self._entering(obs, state, episode_starts)
+        h, _ = self._step_core(self.critic_rnn, x, state[:, self.core_state_size:])
         return self.critic(h).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
@@ -183,8 +269,8 @@ class RecurrentActorCritic(ActorCritic):
 
     def sequence_outputs(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor,
                          burn_in: int = 0, layout: SegmentLayout | None = None) -> torch.Tensor:
-        """The cell's outputs [(T - burn_in) * B, size] along obs [T, B, ...] from ``state`` [B, S] (the state
-        entering step 0) with ``episode_starts`` [T, B]: the input of the actor and critic heads.
+        """The layers' outputs [(T - burn_in) * B, output_size] along obs [T, B, ...] from ``state`` [B, S] (the
+        state entering step 0) with ``episode_starts`` [T, B]: the input of the heads (``score_outputs``).
 
         burn_in: the first steps only advance the state, without gradients (their outputs are not returned).
         layout: ``segment_layout(episode_starts[burn_in:])`` when already computed.
@@ -199,7 +285,7 @@ class RecurrentActorCritic(ActorCritic):
                 _, state = self.unroll(feats.reshape(burn_in, B, -1), state, episode_starts[:burn_in])
         L = T - burn_in
         feats = self._features(obs[burn_in:].reshape(L * B, *obs.shape[2:])).reshape(L, B, -1)
-        return self.unroll_segments(feats, state, episode_starts[burn_in:], layout).reshape(L * B, self.size)
+        return self.unroll_segments(feats, state, episode_starts[burn_in:], layout).reshape(L * B, self.output_size)
 
     def evaluate_sequence(self, obs: torch.Tensor, actions: torch.Tensor, state: torch.Tensor,
                           episode_starts: torch.Tensor, burn_in: int = 0, layout: SegmentLayout | None = None
@@ -209,8 +295,8 @@ class RecurrentActorCritic(ActorCritic):
         T, B = episode_starts.shape
         h = self.sequence_outputs(obs, state, episode_starts, burn_in, layout)
         L = T - burn_in
-        logp, entropy = self._score(self.actor(h), actions[burn_in:].reshape(L * B, *actions.shape[2:]))
-        return logp.view(L, B), entropy.view(L, B), self.critic(h).view(L, B)
+        logp, entropy, values = self.score_outputs(h, actions[burn_in:].reshape(L * B, *actions.shape[2:]))
+        return logp.view(L, B), entropy.view(L, B), values.view(L, B)
 
 
 @dataclass(frozen=True)

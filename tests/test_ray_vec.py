@@ -142,7 +142,8 @@ def test_killed_actor_is_restarted_and_reported_then_close_reaps(make):
         obs, *_ = envs.step(actions)
     before = obs.copy()
     old_pid = envs.worker_pids[0]
-    ray.kill(envs.actors[0])
+    ray.kill(envs.actors[0])  # asynchronous: a step sent before the process is gone could still be answered
+    assert wait_gone([old_pid])
     with pytest.warns(RuntimeWarning, match=r"worker 0 \(envs 0\.\.1.*restart 1 of 2"):
         obs, rewards, terminated, truncated, info = envs.step(actions)
     assert envs.restarts == 1

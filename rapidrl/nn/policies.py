@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.encoders import encoder_for, make_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -150,18 +151,18 @@ class ActorCritic(nn.Module):
     # -- heads ------------------------------------------------------------------------------------
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [B, O] -> (actor output [B, A], values [B]), float32: under bfloat16 autocast (precision="bf16") the
-        layers compute in bf16 and the distribution maths after them in float32 (``.float()`` is a no-op
+        layers compute in bf16 and the distribution maths after them in float32 (``full_precision``; a no-op
         otherwise)."""
         if self.trunk is not None:
             h = self.trunk(obs)
-            return self.actor(h).float(), self.critic(h).squeeze(-1).float()
-        return self.actor(obs).float(), self.critic(obs).squeeze(-1).float()
+            return full_precision(self.actor(h)), full_precision(self.critic(h).squeeze(-1))
+        return full_precision(self.actor(obs)), full_precision(self.critic(obs).squeeze(-1))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values [B] (float32, as ``_heads``)."""
         if self.trunk is not None:
-            return self.critic(self.trunk(obs)).squeeze(-1).float()
-        return self.critic(obs).squeeze(-1).float()
+            return full_precision(self.critic(self.trunk(obs)).squeeze(-1))
+        return full_precision(self.critic(obs).squeeze(-1))
 
     # -- distributions ----------------------------------------------------------------------------
     def _gaussian_logp(self, mean: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.policies import LOG_2PI, mlp, orthogonal_init
 
 
@@ -48,13 +49,13 @@ class QNetwork(nn.Module):
             self.net = mlp(obs_dim, hidden, num_actions, "relu")
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q values [B, A], float32 (under bfloat16 autocast the layers compute in bf16; ``.float()`` is a no-op
+        """Q values [B, A], float32 (under bfloat16 autocast the layers compute in bf16; ``full_precision``: a no-op
         otherwise)."""
         if not self.dueling:
-            return self.net(obs).float()
+            return full_precision(self.net(obs))
         h = self.trunk(obs)  # [B, H]
-        adv = self.advantage(h).float()  # [B, A]
-        return self.value(h).float() + adv - adv.mean(-1, keepdim=True)
+        adv = full_precision(self.advantage(h))  # [B, A]
+        return full_precision(self.value(h)) + adv - adv.mean(-1, keepdim=True)
 
 
 class CriticEnsemble(nn.Module):
@@ -96,7 +97,7 @@ class CriticEnsemble(nn.Module):
             h = torch.baddbmm(b[:k], h, w[:k])  # [k, B, out]
             if layer < last:
                 h = torch.relu(h)
-        return h.squeeze(-1).float()  # [k, B], float32 (bf16 autocast: the layers in bf16)
+        return full_precision(h.squeeze(-1))  # [k, B], float32 (bf16 autocast: the layers in bf16)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -119,7 +120,7 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("center", (high + low).float() / 2)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        head = self.head(self.trunk(obs)).float()  # [B, 2A]: means, then unsquashed log stds (float32 under autocast)
+        head = full_precision(self.head(self.trunk(obs)))  # [B, 2A]: means, then unsquashed log stds
         noise = torch.zeros_like(head[:, : head.shape[1] // 2])
         if not deterministic:
             noise.normal_()
@@ -157,4 +158,4 @@ class DeterministicActor(nn.Module):
         self.register_buffer("center", (high + low).float() / 2)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.center + self.scale * torch.tanh(self.net(obs).float())  # float32 under bf16 autocast
+        return self.center + self.scale * torch.tanh(full_precision(self.net(obs)))  # float32 under bf16 autocast

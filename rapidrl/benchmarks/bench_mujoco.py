@@ -107,39 +107,41 @@ SAC_ZOO = dict(learning_rate=3e-4, batch_size=256, buffer_size=1_000_000, gamma=
 """rl-zoo3's SAC on HalfCheetah (SB3 defaults, 256x256, 1 env); learning_starts is set per run."""
 
 
-def _sac(lib: str, seed: int, learning_starts: int):
+def _sac(lib: str, seed: int, learning_starts: int, device: str = "cpu"):
     precision = rapidrl_precision(lib)  # "rapidrl/bf16": precision="bf16" (--precision bf16)
     if precision is not None:
         from rapidrl.algos.sac import SAC
 
         return SAC(SAC_ENV, seed=seed, hidden=(256, 256), learning_starts=learning_starts, torch_threads=None,
-                   precision=precision, **SAC_ZOO)
+                   precision=precision, device=device, **SAC_ZOO)
     if lib == "sb3":
         from stable_baselines3 import SAC
 
-        return SAC("MlpPolicy", SAC_ENV, seed=seed, device="cpu", policy_kwargs=dict(net_arch=[256, 256]),
+        return SAC("MlpPolicy", SAC_ENV, seed=seed, device=device, policy_kwargs=dict(net_arch=[256, 256]),
                    learning_starts=learning_starts, **SAC_ZOO)
     if lib == "rlox":
+        if device != "cpu":
+            raise ValueError("rlox runs on the CPU only")
         from rlox.algorithms.sac import SAC
 
         return SAC(SAC_ENV, seed=seed, hidden=256, learning_starts=learning_starts, **SAC_ZOO)
     raise ValueError(f"unknown contender {lib!r}")
 
 
-def job_sac(lib: str, learning_starts: int, steps: int, seed: int) -> dict:
-    """One library in a fresh process: a short warm-up run (compilation, first allocations; timed apart), a run
-    of ``learning_starts`` random steps alone, then a run of ``learning_starts + steps``; SPS of the learning
-    phase = steps / (difference of the two walls)."""
+def job_sac(lib: str, learning_starts: int, steps: int, seed: int, device: str = "cpu") -> dict:
+    """One library in a fresh process, networks on ``device``: a short warm-up run (compilation, first
+    allocations; timed apart), a run of ``learning_starts`` random steps alone, then a run of
+    ``learning_starts + steps``; SPS of the learning phase = steps / (difference of the two walls)."""
     from rapidrl.benchmarks.bench_offpolicy import train
 
     t0 = time.perf_counter()
-    train(lib, _sac(lib, seed + 99, 100), 200)
+    train(lib, _sac(lib, seed + 99, 100, device), 200)
     warmup = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train(lib, _sac(lib, seed, learning_starts), learning_starts)
+    train(lib, _sac(lib, seed, learning_starts, device), learning_starts)
     random_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train(lib, _sac(lib, seed, learning_starts), learning_starts + steps)
+    train(lib, _sac(lib, seed, learning_starts, device), learning_starts + steps)
     wall = time.perf_counter() - t0
     return {"sps": steps / max(wall - random_wall, 1e-9), "wall_s": wall, "warmup_s": warmup,
             "phases": {"random_phase_s": round(random_wall, 2)}}

@@ -101,16 +101,16 @@ CLEANRL = dict(num_envs=8, num_steps=128, update_epochs=4, minibatch_size=256, l
                ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95)
 
 
-def _rapidrl_ppo(steps: int, seed: int, threads: int, precision: str = "fp32"):
+def _rapidrl_ppo(steps: int, seed: int, threads: int, precision: str = "fp32", device: str = "cpu"):
     import rapidrl as rr
 
-    model = rr.PPO(ENV_ID, seed=seed, torch_threads=threads, precision=precision, **CLEANRL)
+    model = rr.PPO(ENV_ID, seed=seed, torch_threads=threads, precision=precision, device=device, **CLEANRL)
     wall, phases = timed_learn(model, steps)
     model.env.close()
     return wall, phases
 
 
-def _sb3_ppo(steps: int, seed: int):
+def _sb3_ppo(steps: int, seed: int, device: str = "cpu"):
     import ale_py
     import gymnasium as gym
     from stable_baselines3 import PPO
@@ -123,7 +123,7 @@ def _sb3_ppo(steps: int, seed: int):
     model = PPO("CnnPolicy", env, n_steps=c["num_steps"], batch_size=c["minibatch_size"], n_epochs=c["update_epochs"],
                 learning_rate=c["learning_rate"], clip_range=c["clip_coef"], ent_coef=c["ent_coef"],
                 vf_coef=c["vf_coef"], max_grad_norm=c["max_grad_norm"], gamma=c["gamma"], gae_lambda=c["gae_lambda"],
-                seed=seed, device="cpu", verbose=0)
+                seed=seed, device=device, verbose=0)
     t0 = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - t0
@@ -131,18 +131,19 @@ def _sb3_ppo(steps: int, seed: int):
     return wall, {}
 
 
-def job_ppo_atari(lib: str, steps: int, seed: int) -> dict:
+def job_ppo_atari(lib: str, steps: int, seed: int, device: str = "cpu") -> dict:
     """One contender's run in its own process (``isolated.run_isolated``): a one-rollout warm-up (timed apart),
-    then ``steps`` agent steps. Returns {"sps", "wall_s", "warmup_s", "phases"}."""
+    then ``steps`` agent steps, networks on ``device``. Returns {"sps", "wall_s", "warmup_s", "phases"}."""
     import torch
 
     threads = torch.get_num_threads()
     precision = rapidrl_precision(lib)  # "rapidrl/bf16": rapidrl with precision="bf16" (--precision bf16)
     if precision is not None:
         def run(n, s):
-            return _rapidrl_ppo(n, s, threads, precision)
+            return _rapidrl_ppo(n, s, threads, precision, device)
     elif lib == "sb3":
-        run = _sb3_ppo
+        def run(n, s):
+            return _sb3_ppo(n, s, device)
     else:
         raise ValueError(f"unknown contender {lib!r}")
     t0 = time.perf_counter()
@@ -160,13 +161,14 @@ DQN_CLEANRL = dict(batch_size=32, learning_rate=1e-4, gamma=0.99, train_freq=4, 
 DQN_BUFFER = 20_000
 
 
-def _dqn(lib: str, seed: int, learning_starts: int, threads: int):
+def _dqn(lib: str, seed: int, learning_starts: int, threads: int, device: str = "cpu"):
     precision = rapidrl_precision(lib)
     if precision is not None:
         import rapidrl as rr
 
-        return rr.DQN(ENV_ID, seed=seed, torch_threads=threads, precision=precision, buffer_size=DQN_BUFFER,
-                      learning_starts=learning_starts, encoder="nature", max_grad_norm=10.0, **DQN_CLEANRL)
+        return rr.DQN(ENV_ID, seed=seed, torch_threads=threads, precision=precision, device=device,
+                      buffer_size=DQN_BUFFER, learning_starts=learning_starts, encoder="nature", max_grad_norm=10.0,
+                      **DQN_CLEANRL)
     if lib == "sb3":
         import ale_py
         import gymnasium as gym
@@ -177,11 +179,11 @@ def _dqn(lib: str, seed: int, learning_starts: int, threads: int):
         gym.register_envs(ale_py)
         env = VecFrameStack(make_atari_env(ENV_ID, n_envs=1, seed=seed, env_kwargs={"frameskip": 1}), 4)
         return DQN("CnnPolicy", env, buffer_size=DQN_BUFFER, learning_starts=learning_starts, seed=seed,
-                   device="cpu", verbose=0, max_grad_norm=10.0, **DQN_CLEANRL)
+                   device=device, verbose=0, max_grad_norm=10.0, **DQN_CLEANRL)
     raise ValueError(f"unknown contender {lib!r}")
 
 
-def job_dqn_atari(lib: str, learning_starts: int, steps: int, seed: int) -> dict:
+def job_dqn_atari(lib: str, learning_starts: int, steps: int, seed: int, device: str = "cpu") -> dict:
     """One contender in its own process: a short warm-up run (timed apart), a run of ``learning_starts`` random
     steps alone, then one of ``learning_starts + steps``; SPS of the learning phase = steps / (difference)."""
     import torch
@@ -190,13 +192,13 @@ def job_dqn_atari(lib: str, learning_starts: int, steps: int, seed: int) -> dict
 
     threads = torch.get_num_threads()
     t0 = time.perf_counter()
-    train(lib, _dqn(lib, seed + 99, 100, threads), 300)
+    train(lib, _dqn(lib, seed + 99, 100, threads, device), 300)
     warmup = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train(lib, _dqn(lib, seed, learning_starts, threads), learning_starts)
+    train(lib, _dqn(lib, seed, learning_starts, threads, device), learning_starts)
     random_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train(lib, _dqn(lib, seed, learning_starts, threads), learning_starts + steps)
+    train(lib, _dqn(lib, seed, learning_starts, threads, device), learning_starts + steps)
     wall = time.perf_counter() - t0
     return {"sps": steps / max(wall - random_wall, 1e-9), "wall_s": wall, "warmup_s": warmup,
             "phases": {"random_phase_s": round(random_wall, 2)}}

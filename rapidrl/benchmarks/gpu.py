@@ -1,9 +1,14 @@
-"""GPU-resident PPO throughput: ``python -m rapidrl.benchmarks.gpu [--envs 4096,16384] [--steps N] [--cuda-graph]``.
+"""GPU throughput: ``python -m rapidrl.benchmarks.gpu [--envs 4096,16384] [--steps N] [--cuda-graph] [--heavy]``.
 
 For each env count, PPO on CartPole-v1 with a ``TorchVecEnv`` on the GPU (env, policy, rollout storage and
 GAE on the device; scalars read every ``log_every`` updates) trains for a fixed number of env steps after a
-warm-up; prints env steps per second (and the collect/update split) as a table and writes JSON. Without a
-CUDA GPU it prints a message and exits 0. Not yet run on GPU hardware.
+warm-up; prints env steps per second (and the collect/update split) as a table and writes JSON.
+
+``--heavy`` adds the heavy-network workloads with their networks on the GPU, rapidrl (fp32 and bf16) against
+Stable-Baselines3 where it is installed, each run in its own process at 1 torch thread (the arithmetic is on
+the GPU) through the CPU suites' own jobs: PPO and DQN on Atari at CleanRL's settings (``bench_pixels``) and
+SAC on HalfCheetah-v5 at rl-zoo3's (``bench_mujoco``); the envs step on the CPU as in those suites.
+Without a CUDA GPU it prints a message and exits 0.
 """
 
 from __future__ import annotations
@@ -36,11 +41,44 @@ def run(num_envs: int, steps: int, cuda_graph: bool) -> dict:
             "sps": round((model.num_timesteps - 2 * batch) / wall), "cuda_graph": cuda_graph, "phases": phases}
 
 
+def heavy_rows(quick: bool, device: str = "cuda") -> list[dict]:
+    """End-to-end SPS rows of PPO Atari, DQN Atari and SAC HalfCheetah with the networks on ``device``."""
+    import importlib.util
+
+    from rapidrl.benchmarks import bench_mujoco, bench_pixels
+    from rapidrl.benchmarks.isolated import interleaved, run_isolated, sps_rows
+
+    libs = ["rapidrl", "rapidrl/bf16"] + (["sb3"] if importlib.util.find_spec("stable_baselines3") else [])
+    rollout = bench_pixels.CLEANRL["num_envs"] * bench_pixels.CLEANRL["num_steps"]
+    ppo_steps = (2 if quick else 8) * rollout
+    starts, off_steps = (500, 500) if quick else (1_000, 2_000)
+    workloads = [
+        (f"PPO ALE/Breakout-v5 on {device}: {ppo_steps} agent steps (CleanRL ppo_atari)",
+         f"{bench_pixels.__name__}:job_ppo_atari", {"steps": ppo_steps}),
+        (f"DQN ALE/Breakout-v5 on {device}: {off_steps} learning steps after {starts} random (CleanRL dqn_atari)",
+         f"{bench_pixels.__name__}:job_dqn_atari", {"learning_starts": starts, "steps": off_steps}),
+        (f"SAC HalfCheetah-v5 on {device}: {off_steps} learning steps after {starts} random (rl-zoo3)",
+         f"{bench_mujoco.__name__}:job_sac", {"learning_starts": starts, "steps": off_steps}),
+    ]
+    rows = []
+    for case, target, kwargs in workloads:
+        jobs = {lib: (lambda seed, t, lib=lib, target=target, kwargs=kwargs: run_isolated(
+            target, {"lib": lib, "seed": seed, "device": device, **kwargs}, torch_threads=t, timeout=600))
+            for lib in libs}
+        try:
+            rows += sps_rows(case, interleaved(jobs, [0], [1], progress=lambda m: print("  ", m, flush=True)))
+        except RuntimeError as e:  # one workload failing (a missing ROM, say) still reports the others
+            print(f"{case}: failed: {e}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--envs", default="4096,16384,65536", help="comma-separated env counts")
     p.add_argument("--steps", type=int, default=5_000_000, help="timed env steps per env count")
     p.add_argument("--cuda-graph", action="store_true", help="replay the rollout as a CUDA graph")
+    p.add_argument("--heavy", action="store_true", help="also PPO/DQN Atari and SAC HalfCheetah on the GPU")
+    p.add_argument("--quick", action="store_true", help="shorter heavy runs")
     p.add_argument("--out", default="bench_results/gpu.json")
     args = p.parse_args(argv)
     import torch
@@ -48,14 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("benchmarks.gpu: no CUDA GPU available (torch.cuda.is_available() is False); nothing to measure.")
         return 0
-    rows = [run(int(n), args.steps, args.cuda_graph) for n in args.envs.split(",")]
-    print(f"GPU: {torch.cuda.get_device_name()}")
+    print(f"GPU: {torch.cuda.get_device_name()}", flush=True)
+    rows = [run(int(n), args.steps, args.cuda_graph) for n in args.envs.split(",") if n]
     print(f"{'envs':>8} {'SPS':>14} {'wall s':>8}  phases")
     for r in rows:
-        print(f"{r['num_envs']:>8} {r['sps']:>14,} {r['wall_s']:>8}  {r['phases']}")
+        print(f"{r['num_envs']:>8} {r['sps']:>14,} {r['wall_s']:>8}  {r['phases']}", flush=True)
+    heavy = heavy_rows(args.quick) if args.heavy else []
+    for r in heavy:
+        print(" | ".join(f"{k}: {v}" for k, v in r.items() if v != ""), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=2))
+    out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows, "heavy": heavy}, indent=2))
     return 0
 
 

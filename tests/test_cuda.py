@@ -73,10 +73,9 @@ def test_bf16_autocast_on_cuda_keeps_float32_parameters():
     assert np.isfinite(model.metrics["losses/value_loss"])
 
 
-def test_auto_precision_takes_bf16_on_a_gpu_with_native_bf16():
+def test_auto_precision_keeps_fp32_on_the_gpu_and_says_why():
     model = rr.PPO("MinAtar/Breakout-v1", device="cuda", precision="auto", **{**SMALL_ON, "minibatch_size": 64})
-    expected = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
-    assert model.precision == expected, model.paths["precision"].reason
+    assert model.precision == "fp32" and "measured slower" in model.paths["precision"].reason
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -124,6 +124,23 @@ def test_device_path_rejects_unsupported_settings(kwargs, match):
         rr.PPO(torch_env(), **small(**kwargs))
 
 
+def test_a_device_named_without_its_index_is_the_current_cuda_device(monkeypatch):
+    """torch.device("cuda") != torch.device("cuda:0"), the device parameters report: every device a model, env or
+    buffer keeps goes through resolve_device, so "cuda" from a config and the policy's "cuda:0" compare equal (on a
+    GPU the device path refused to start without it). CUDA is simulated here; test_cuda.py runs it for real."""
+    from rapidrl._device import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu") and resolve_device("cuda:1") == torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolve_device("cuda") == torch.device("cuda", 1)
+    assert resolve_device(torch.device("cuda")) == torch.device("cuda", 1)
+    with pytest.raises(ValueError, match="device must be a torch device"):
+        resolve_device("gpu0")
+    with pytest.raises(ValueError, match="device must be a torch device"):
+        resolve_device(3.5)
+
+
 def test_gpu_benchmark_exits_cleanly_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run for real")

@@ -103,6 +103,18 @@ def test_auto_takes_bf16_only_where_every_condition_holds(native):
     assert rr.PPO("CartPole-v1", **{**heavy, "precision": "bf16"}).precision == "bf16"
 
 
+def test_auto_keeps_fp32_on_cuda_where_bf16_measured_slower_and_explicit_bf16_is_kept(native):
+    """The rule itself (a pure function, so it runs without a GPU): on a CUDA device "auto" is fp32 for every
+    network, heavy or not, native bf16 or not; tests/test_cuda.py checks it through a model on a real GPU."""
+    native(True)
+    cuda = torch.device("cuda", 0)
+    auto = precision_mod.resolve_precision("auto", device=cuda, gradient_backend="torch", tested=True, heavy=None)
+    assert auto.value == "fp32" and precision_mod.CUDA_AUTO_FP32 in auto.reason
+    cpu = precision_mod.resolve_precision("auto", device=torch.device("cpu"), gradient_backend="torch", tested=True,
+                                          heavy=None)
+    assert cpu.value == "bf16"
+
+
 def test_auto_picks_bf16_for_a_nature_cnn(native):
     native(True)
     model = rr.PPO("ALE/Breakout-v5", num_envs=2, num_steps=8, minibatch_size=16, seed=0, precision="auto")

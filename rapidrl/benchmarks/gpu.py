@@ -41,8 +41,9 @@ def run(num_envs: int, steps: int, cuda_graph: bool) -> dict:
             "sps": round((model.num_timesteps - 2 * batch) / wall), "cuda_graph": cuda_graph, "phases": phases}
 
 
-def heavy_rows(quick: bool, device: str = "cuda") -> list[dict]:
-    """End-to-end SPS rows of PPO Atari, DQN Atari and SAC HalfCheetah with the networks on ``device``."""
+def heavy_rows(quick: bool, device: str = "cuda", only=("ppo", "dqn", "sac")) -> list[dict]:
+    """End-to-end SPS rows of PPO Atari, DQN Atari and SAC HalfCheetah (those named in ``only``) with the networks
+    on ``device``."""
     import importlib.util
 
     from rapidrl.benchmarks import bench_mujoco, bench_pixels
@@ -52,16 +53,19 @@ def heavy_rows(quick: bool, device: str = "cuda") -> list[dict]:
     rollout = bench_pixels.CLEANRL["num_envs"] * bench_pixels.CLEANRL["num_steps"]
     ppo_steps = (2 if quick else 8) * rollout
     starts, off_steps = (500, 500) if quick else (1_000, 2_000)
-    workloads = [
-        (f"PPO ALE/Breakout-v5 on {device}: {ppo_steps} agent steps (CleanRL ppo_atari)",
-         f"{bench_pixels.__name__}:job_ppo_atari", {"steps": ppo_steps}),
-        (f"DQN ALE/Breakout-v5 on {device}: {off_steps} learning steps after {starts} random (CleanRL dqn_atari)",
-         f"{bench_pixels.__name__}:job_dqn_atari", {"learning_starts": starts, "steps": off_steps}),
-        (f"SAC HalfCheetah-v5 on {device}: {off_steps} learning steps after {starts} random (rl-zoo3)",
-         f"{bench_mujoco.__name__}:job_sac", {"learning_starts": starts, "steps": off_steps}),
-    ]
+    workloads = {
+        "ppo": (f"PPO ALE/Breakout-v5 on {device}: {ppo_steps} agent steps (CleanRL ppo_atari)",
+                f"{bench_pixels.__name__}:job_ppo_atari", {"steps": ppo_steps}),
+        "dqn": (f"DQN ALE/Breakout-v5 on {device}: {off_steps} learning steps after {starts} random "
+                "(CleanRL dqn_atari)",
+                f"{bench_pixels.__name__}:job_dqn_atari", {"learning_starts": starts, "steps": off_steps}),
+        "sac": (f"SAC HalfCheetah-v5 on {device}: {off_steps} learning steps after {starts} random (rl-zoo3)",
+                f"{bench_mujoco.__name__}:job_sac", {"learning_starts": starts, "steps": off_steps}),
+    }
+    if not set(only) <= set(workloads):
+        raise ValueError(f"workloads must be among {sorted(workloads)}, got {list(only)}")
     rows = []
-    for case, target, kwargs in workloads:
+    for case, target, kwargs in (workloads[name] for name in only):
         jobs = {lib: (lambda seed, t, lib=lib, target=target, kwargs=kwargs: run_isolated(
             target, {"lib": lib, "seed": seed, "device": device, **kwargs}, torch_threads=t, timeout=600))
             for lib in libs}
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda-graph", action="store_true", help="replay the rollout as a CUDA graph")
     p.add_argument("--heavy", action="store_true", help="also PPO/DQN Atari and SAC HalfCheetah on the GPU")
     p.add_argument("--quick", action="store_true", help="shorter heavy runs")
+    p.add_argument("--workloads", default="ppo,dqn,sac", help="heavy workloads to run, comma-separated")
     p.add_argument("--out", default="bench_results/gpu.json")
     args = p.parse_args(argv)
     import torch
@@ -87,11 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks.gpu: no CUDA GPU available (torch.cuda.is_available() is False); nothing to measure.")
         return 0
     print(f"GPU: {torch.cuda.get_device_name()}", flush=True)
-    rows = [run(int(n), args.steps, args.cuda_graph) for n in args.envs.split(",") if n]
-    print(f"{'envs':>8} {'SPS':>14} {'wall s':>8}  phases")
-    for r in rows:
+    print(f"{'envs':>8} {'SPS':>14} {'wall s':>8}  phases (cuda_graph={args.cuda_graph})", flush=True)
+    rows = []
+    for n in filter(None, args.envs.split(",")):
+        rows.append(r := run(int(n), args.steps, args.cuda_graph))
         print(f"{r['num_envs']:>8} {r['sps']:>14,} {r['wall_s']:>8}  {r['phases']}", flush=True)
-    heavy = heavy_rows(args.quick) if args.heavy else []
+    heavy = heavy_rows(args.quick, only=args.workloads.split(",")) if args.heavy else []
     for r in heavy:
         print(" | ".join(f"{k}: {v}" for k, v in r.items() if v != ""), flush=True)
     out = Path(args.out)

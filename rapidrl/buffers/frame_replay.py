@@ -43,6 +43,7 @@ import numba
 import numpy as np
 import torch
 
+from rapidrl._device import resolve_device
 from rapidrl.buffers.batch import ReplayBatch
 from rapidrl.buffers.persist import read_buffer_dir, storage_array, write_buffer_dir
 from rapidrl.kernels.validation import check_int, check_scalar
@@ -180,7 +181,7 @@ class FrameReplayBuffer:
         self.action_shape = tuple(int(s) for s in action_shape)
         self.action_dtype = np.dtype(action_dtype)
         self.gamma = check_scalar("gamma", gamma, low=0.0, high=1.0)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.validate = bool(validate)
         if storage not in ("memory", "mmap"):
             raise ValueError(f"storage must be 'memory' or 'mmap', got {storage!r}")

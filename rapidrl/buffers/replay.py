@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from numba.core.errors import TypingError
 
+from rapidrl._device import resolve_device
 from rapidrl._unsafe.replay_table import T_DRAWS, T_LEN, T_POS, T_SIZE, Guard, add_fast_core, describe_storage
 from rapidrl.buffers.batch import BOOL, F32, ReplayBatch
 from rapidrl.buffers.persist import read_buffer_dir, storage_array, write_buffer_dir
@@ -122,7 +123,7 @@ class ReplayBuffer:
             raise ValueError("storage='mmap' needs path (a directory for the .npy files)")
         self.storage = storage
         self.path = None if path is None else Path(path)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.pin_memory = bool(pin_memory)
         self.seed = seed
         self._stream_key = int(derive_keys(seed, 1)[0].astype(np.int64))

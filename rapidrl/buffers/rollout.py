@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from rapidrl._device import resolve_device
 from rapidrl.buffers.advantages import advantage_moments, gae_torch
 from rapidrl.buffers.advantages import normalize_advantages as _normalize_advantages
 from rapidrl.kernels import gae_into
@@ -108,7 +109,7 @@ class RolloutBuffer:
             action_dtype = np.int64 if self.action_shape == () else np.float32
         self.obs_dtype = np.dtype(obs_dtype)
         self.action_dtype = np.dtype(action_dtype)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         T, N = self.num_steps, self.num_envs
         specs = {"obs": ((T, N, *self.obs_shape), self.obs_dtype),
                  "actions": ((T, N, *self.action_shape), self.action_dtype),

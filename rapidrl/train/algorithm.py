@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rapidrl._device import resolve_device
 from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
@@ -79,7 +80,7 @@ class Algorithm:
             raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
         config.validate()
         self.config = config
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device)
         apply_runtime(config)
         self.env_kwargs = dict(env_kwargs or {})
         # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.train.ddp.

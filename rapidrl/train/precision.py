@@ -13,11 +13,11 @@ backends are float32 only. An explicit ``"bf16"`` runs on any CPU (where the CPU
 PyTorch emulates it, slowly) and on CUDA devices that support it.
 
 ``"auto"`` takes bf16 only where all of these hold, else fp32 (``PathChoice.reason`` says which failed):
-the device has native bfloat16 (a CPU with AVX512-BF16 or AMX, ``cpu_native_bf16``; CUDA:
-``torch.cuda.is_bf16_supported()``); the update runs on the "torch" backend (where the compiled float32 backend
-applies it is the faster path, and stays); the algorithm has bf16 learning tests that match its float32
-thresholds (``Algorithm.bf16_learning_tested``); and the networks are large enough for bf16 to be faster
-(``heavy_networks``: any CNN; an MLP with a layer of 256+ units at update batches of 128+ rows; measured with
+the device is a CPU with native bfloat16 (AVX512-BF16 or AMX, ``cpu_native_bf16``; on a CUDA device "auto" keeps
+fp32, measured faster there end to end: ``CUDA_AUTO_FP32``); the update runs on the "torch" backend (where the
+compiled float32 backend applies it is the faster path, and stays); the algorithm has bf16 learning tests that
+match its float32 thresholds (``Algorithm.bf16_learning_tested``); and the networks are large enough for bf16 to
+be faster (``heavy_networks``: any CNN; an MLP with a layer of 256+ units at update batches of 128+ rows; measured with
 ``rapidrl/benchmarks/bench_precision.py``). SAC's 256x256 update measured faster in bf16 on the torch backend than
 on its compiled float32 one, so there "auto" for both settings gives torch + bf16
 (``Algorithm.bf16_beats_compiled``).
@@ -37,6 +37,10 @@ from rapidrl.train.paths import PathChoice, choose
 
 __all__ = ["PRECISIONS", "autocast", "cpu_native_bf16", "heavy_networks", "native_bf16", "resolve_precision"]
 
+CUDA_AUTO_FP32 = ("on CUDA, bf16 measured slower end to end for rapidrl's networks (H200: PPO Atari 0.90x, DQN Atari "
+                  "0.92x of fp32; python -m rapidrl.benchmarks.gpu --heavy); precision='bf16' still selects it")
+"""Why "auto" keeps float32 on a CUDA device: there the update is a small part of the run (14% for PPO Atari on an
+H200) and autocast's casts cost more than the bf16 arithmetic saves at RL batch sizes."""
 HEAVY_MLP_WIDTH = 256
 """An MLP layer at least this wide counts as heavy for ``"auto"`` (at update batches of ``HEAVY_MLP_BATCH``+)."""
 HEAVY_MLP_BATCH = 128
@@ -89,6 +93,8 @@ def resolve_precision(requested: str, *, device: torch.device, gradient_backend:
         if gradient_backend == "compiled":
             return "the compiled gradient backend runs in float32 (precision='bf16' needs gradient_backend='torch')"
         if device.type == "cuda":
+            if auto:
+                return CUDA_AUTO_FP32
             why = native_bf16(device)
             if why is not None:
                 return why + " (use precision='fp32')"

@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rapidrl._device import resolve_device
 from rapidrl.envs.classic import get_spec, module
 from rapidrl.envs.core.actions import check_torch_actions
 from rapidrl.envs.core.base import VecEnvBase
@@ -50,7 +51,7 @@ class TorchVecEnv(VecEnvBase):
                          render_mode=render_mode)
         self.definition = spec
         self.env_id = env_id
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         if dtype is None:
             dtype = torch.float64 if self.device.type == "cpu" else torch.float32
         if dtype not in (torch.float32, torch.float64):

@@ -70,6 +70,19 @@ def test_channels_last_and_contiguous_compute_the_same(cls, shape):
         assert pa.grad.is_contiguous()  # rapidrl.nn.optim's Adam step reads flat gradient views
 
 
+def test_channels_last_input_on_the_cpu_only():
+    """The first convolution sees a channels-last input on the CPU (measured faster there) and a contiguous one on
+    any other device (measured slower on CUDA); the meta device stands in for the GPU."""
+    seen = []
+    for device in ("cpu", "meta"):
+        net = NatureCNN((4, 84, 84)).to(device)
+        net.convs[0].register_forward_pre_hook(lambda m, args: seen.append(
+            (args[0].device.type, args[0].is_contiguous(memory_format=torch.channels_last),
+             args[0].is_contiguous())))
+        net(torch.zeros((2, 4, 84, 84), dtype=torch.uint8, device=device))
+    assert seen == [("cpu", True, False), ("meta", False, True)]
+
+
 def test_actor_critic_with_a_cnn_trunk():
     policy = ActorCritic(MINATAR, gym.spaces.Discrete(3))
     assert policy.encoder_kind == "minatar" and policy.shared and policy.input_dtype == np.uint8

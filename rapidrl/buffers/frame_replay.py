@@ -56,32 +56,48 @@ _HEAD, _COUNT, _FRAMES, _NEW_EPISODE = range(4)
 _ADD_OK, _ADD_NOT_SLIDING, _ADD_NOT_CONTINUING = 0, 1, 2
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _copy_frame(dst, src):
+    """dst[:] = src for two 1-D contiguous frames: a plain loop, which LLVM vectorizes (Numba's slice assignment of
+    2-D frames ran 16x slower: 0.65 vs 0.04 ms for a batch of 32 stacks of 4 84x84 frames)."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _same_frame(a, b) -> bool:
+    for i in range(a.shape[0]):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True)
 def _add_core(frames, state, slot_frame, actions_s, rewards_s, term_s, trunc_s, obs, actions, rewards, next_obs,
               term, trunc, validate):
     """Append one transition per env (row e of every input belongs to env e). Returns an _ADD_* code; on an
-    error nothing has been written."""
+    error nothing has been written. frames [N, M, L], obs and next_obs [N, S, L]: frames flattened to L values."""
     N, M = frames.shape[0], frames.shape[1]
     K = slot_frame.shape[1]
     S = obs.shape[1]
     if validate:
         for e in range(N):
             for s in range(S - 1):
-                if not np.array_equal(next_obs[e, s], obs[e, s + 1]):
+                if not _same_frame(next_obs[e, s], obs[e, s + 1]):
                     return _ADD_NOT_SLIDING
             if state[e, _NEW_EPISODE] == 0:
                 p = state[e, _FRAMES] - 1
                 for s in range(S):
-                    if not np.array_equal(frames[e, (p - S + 1 + s) % M], obs[e, s]):
+                    if not _same_frame(frames[e, (p - S + 1 + s) % M], obs[e, s]):
                         return _ADD_NOT_CONTINUING
     for e in range(N):
         f = state[e, _FRAMES]
         if state[e, _NEW_EPISODE] != 0:
             for s in range(S):
-                frames[e, (f + s) % M] = obs[e, s]
+                _copy_frame(frames[e, (f + s) % M], obs[e, s])
             f += S
         p = f - 1
-        frames[e, f % M] = next_obs[e, S - 1]
+        _copy_frame(frames[e, f % M], next_obs[e, S - 1])
         f += 1
         state[e, _FRAMES] = f
         head, count = state[e, _HEAD], state[e, _COUNT]
@@ -123,7 +139,8 @@ def _locate(state, K, draws, env_out, slot_out):
 def _gather_core(frames, state, slot_frame, actions_s, rewards_s, term_s, trunc_s, envs, slots, gamma,
                  obs_o, act_o, rew_o, nobs_o, term_o, trunc_o, disc_o, idx_o):
     """Gather stacked obs/next_obs and the other fields of transitions (envs[b], slots[b]); returns the first
-    invalid row (an index out of range, not stored, or with an overwritten frame) or -1."""
+    invalid row (an index out of range, not stored, or with an overwritten frame) or -1. frames [N, M, L],
+    obs_o and nobs_o [B, S, L]: frames flattened to L values."""
     N, M = frames.shape[0], frames.shape[1]
     K = slot_frame.shape[1]
     S = obs_o.shape[1]
@@ -138,8 +155,8 @@ def _gather_core(frames, state, slot_frame, actions_s, rewards_s, term_s, trunc_
         if p - S + 1 < f - M or p + 1 >= f:
             return b
         for s in range(S):
-            obs_o[b, s] = frames[e, (p - S + 1 + s) % M]
-            nobs_o[b, s] = frames[e, (p - S + 2 + s) % M]
+            _copy_frame(obs_o[b, s], frames[e, (p - S + 1 + s) % M])
+            _copy_frame(nobs_o[b, s], frames[e, (p - S + 2 + s) % M])
         act_o[b] = actions_s[e, k]
         rew_o[b] = rewards_s[e, k]
         term_o[b] = term_s[e, k]
@@ -147,6 +164,12 @@ def _gather_core(frames, state, slot_frame, actions_s, rewards_s, term_s, trunc_
         disc_o[b] = 0.0 if term_s[e, k] else gamma
         idx_o[b] = e * K + k
     return -1
+
+
+def _flat_stacks(stacks: np.ndarray) -> np.ndarray:
+    """[B, S, *frame] -> [B, S, L] C-contiguous: a view of a contiguous array (so the kernels' writes land in it),
+    a copy of any other (inputs only)."""
+    return np.ascontiguousarray(stacks).reshape(stacks.shape[0], stacks.shape[1], -1)
 
 
 class FrameReplayBuffer:
@@ -251,10 +274,10 @@ class FrameReplayBuffer:
             if x.shape != (N,) or x.dtype != np.bool_:
                 raise ValueError(f"{name} must be a bool array of shape {(N,)}, got {x.dtype} {x.shape}")
             flags.append(x)
-        code = _add_core(self._frames, self._state, self._slot_frame, self._actions, self._rewards, self._terminated,
-                         self._truncated, np.ascontiguousarray(obs), np.ascontiguousarray(actions, self.action_dtype),
-                         np.ascontiguousarray(rewards, np.float32), np.ascontiguousarray(next_obs), flags[0], flags[1],
-                         self.validate)
+        code = _add_core(self._flat_frames(), self._state, self._slot_frame, self._actions, self._rewards,
+                         self._terminated, self._truncated, _flat_stacks(obs),
+                         np.ascontiguousarray(actions, self.action_dtype), np.ascontiguousarray(rewards, np.float32),
+                         _flat_stacks(next_obs), flags[0], flags[1], self.validate)
         if code == _ADD_NOT_SLIDING:
             raise ValueError("next_obs[:, :-1] must equal obs[:, 1:] (observations must be stacks of consecutive "
                              "frames)")
@@ -317,10 +340,15 @@ class FrameReplayBuffer:
         self._gather(envs, slots, out)
         return out
 
+    def _flat_frames(self) -> np.ndarray:
+        """The frame rings as [N, M, L] (a view: the rings are C-contiguous, in memory or memory-mapped)."""
+        return self._frames.reshape(self._frames.shape[0], self._frames.shape[1], -1)
+
     def _gather(self, envs, slots, out: ReplayBatch) -> None:
-        bad = _gather_core(self._frames, self._state, self._slot_frame, self._actions, self._rewards,
-                           self._terminated, self._truncated, envs, slots, self.gamma, out.obs, out.actions,
-                           out.rewards, out.next_obs, out.terminated, out.truncated, out.discounts, out.indices)
+        bad = _gather_core(self._flat_frames(), self._state, self._slot_frame, self._actions, self._rewards,
+                           self._terminated, self._truncated, envs, slots, self.gamma, _flat_stacks(out.obs),
+                           out.actions, out.rewards, _flat_stacks(out.next_obs), out.terminated, out.truncated,
+                           out.discounts, out.indices)
         if bad >= 0:
             raise ValueError(f"index (env {envs[bad]}, slot {slots[bad]}) does not hold a stored transition")
 

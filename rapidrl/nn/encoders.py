@@ -85,19 +85,22 @@ class CNNEncoder(nn.Module):
         self.convs = nn.Sequential(*layers)
         self.fc = nn.Sequential(_linear(c * h * w, out_dim), nn.ReLU())
         self.obs_shape, self.out_dim, self.scale = tuple(obs_shape), int(out_dim), float(scale)
-        self.channels_last = bool(channels_last)  # of the input only: the weights stay contiguous
+        # of the input only (the weights stay contiguous), and on the CPU only: channels-last measured 1.2x faster
+        # there (fp32, one thread) and slower on CUDA (H200, DQN Atari learning phase 212 vs 246 SPS with NCHW)
+        self.channels_last = bool(channels_last)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.float()  # [B, C, H, W]
         if self.scale != 1.0:
             x = x * self.scale
-        if self.channels_last:
+        if self.channels_last and x.device.type == "cpu":
             x = x.contiguous(memory_format=torch.channels_last)
         return self.fc(self.convs(x).flatten(1))  # [B, out_dim]
 
 
 class NatureCNN(CNNEncoder):
-    """Mnih et al. (2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, linear 512; pixels scaled by 1/255; channels-last."""
+    """Mnih et al. (2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, linear 512; pixels scaled by 1/255; channels-last input
+    on the CPU."""
 
     def __init__(self, obs_shape: tuple[int, int, int], scale: float = 1.0 / 255.0, channels_last: bool = True):
         super().__init__(obs_shape, ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, scale, channels_last)

@@ -124,12 +124,17 @@ class SAC(OffPolicyAlgorithm):
 
     def _bind_backend(self) -> None:
         """The compiled backend: the actor's layers for the hand-written backward, NumPy views of its bounds for
-        the kernels, and the compiled MLP forward for acting on a few observations."""
+        the kernels, and the compiled MLP forward for acting on a few observations. precision="bf16" on the CPU
+        acts through that compiled float32 forward too (its update is the torch one): acting on one observation
+        is per-call overhead, which bf16 autocast adds to (SAC HalfCheetah acted through the PyTorch actor lost
+        most of bf16's gain end to end)."""
         self._acting_forward = None
-        if self.gradient_backend == "compiled":
-            self._actor_layers = linear_layers([*self.actor.trunk, self.actor.head])
+        bf16_on_cpu = self.precision == "bf16" and self.device.type == "cpu"
+        if self.gradient_backend == "compiled" or bf16_on_cpu:
             self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
+        if self.gradient_backend == "compiled":
+            self._actor_layers = linear_layers([*self.actor.trunk, self.actor.head])
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:

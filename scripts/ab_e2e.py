@@ -1,0 +1,71 @@
+"""Before/after of the classic-control end-to-end runs against rlox, in one run: PPO CartPole (bench_train.job_ppo),
+DQN CartPole and SAC Pendulum (bench_offpolicy.job_train), rapidrl from checkout A, rapidrl from checkout B and
+rlox, each run in its own fresh process (``rapidrl.benchmarks.isolated``'s child protocol) at 1 and all torch
+threads, contenders interleaved; the table gives each contender's best median SPS and the ratios.
+
+    python scripts/ab_e2e.py --a ../wt-pre28 --b . [--seeds 0,1] [--python ../bench-venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+JOBS = {
+    "PPO CartPole-v1 50k": ("rapidrl.benchmarks.bench_train:job_ppo", {"steps": 50_000}),
+    "DQN CartPole-v1 50k": ("rapidrl.benchmarks.bench_offpolicy:job_train", {"algo": "dqn", "steps": 50_000}),
+    "SAC Pendulum-v1 5k": ("rapidrl.benchmarks.bench_offpolicy:job_train", {"algo": "sac", "steps": 5_000}),
+}
+
+
+def run(python: str, checkout: Path, target: str, kwargs: dict, threads: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    cmd = [python, "-m", "rapidrl.benchmarks.isolated", target, json.dumps(kwargs), str(threads)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, cwd=checkout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{target} {kwargs} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--a", required=True)
+    p.add_argument("--b", required=True)
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--jobs", default=",".join(JOBS))
+    p.add_argument("--python", default=sys.executable)
+    args = p.parse_args()
+    contenders = {"A rapidrl": (Path(args.a), "rapidrl"), "B rapidrl": (Path(args.b), "rapidrl"),
+                  "rlox": (Path(args.b), "rlox")}
+    print("| run | A rapidrl SPS | B rapidrl SPS | rlox SPS | B/A | A/rlox | B/rlox | eval A / B / rlox |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for name in args.jobs.split(","):
+        target, kw = JOBS[name]
+        sps: dict[str, dict[int, list[float]]] = {c: {} for c in contenders}
+        evals: dict[str, list[float]] = {c: [] for c in contenders}
+        for k, seed in enumerate(int(s) for s in args.seeds.split(",")):
+            for t in (int(x) for x in args.threads.split(",")):
+                order = list(contenders)[k % 3:] + list(contenders)[:k % 3]
+                for c in order:
+                    checkout, lib = contenders[c]
+                    r = run(args.python, checkout, target, {**kw, "lib": lib, "seed": seed}, t)
+                    sps[c].setdefault(t, []).append(r["sps"])
+                    evals[c].append(r.get("eval", float("nan")))
+                    print(f"  {name} {c} seed {seed} threads {t}: {r['sps']:,.0f} SPS", file=sys.stderr, flush=True)
+        best = {c: max(statistics.median(v) for v in by_t.values()) for c, by_t in sps.items()}
+        a, b, x = best["A rapidrl"], best["B rapidrl"], best["rlox"]
+        ev = " / ".join(f"{statistics.median(evals[c]):.0f}" for c in contenders)
+        print(f"| {name} | {a:,.0f} | {b:,.0f} | {x:,.0f} | {b / a:.2f}x | {a / x:.2f}x | {b / x:.2f}x | {ev} |",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

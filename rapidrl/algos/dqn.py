@@ -204,16 +204,14 @@ class DQN(OffPolicyAlgorithm):
         """The "torch" backend: the update through autograd on ``dqn_loss`` (any Q network, dueling and CNNs
         included; the reference of ``_compiled_step``; what torch.compile traces)."""
         c = self.config
-        b = batch.obs.shape[0]
         with self._autocast():  # bf16 autocast under precision="bf16" (the Q networks return float32)
-            both = self.q_net(torch.cat([batch.obs, batch.next_obs]))  # [2B, A]: one forward for s and s'
-        q = both[:b].gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
-        with torch.no_grad():
-            with self._autocast():
+            q = self.q_net(batch.obs).gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
+        with torch.no_grad():  # s' outside the graph: the backward covers the B rows of s only (for a CNN the
+            with self._autocast():  # backward is ~2x a forward; one [2B] forward for s and s' backpropagated 2B rows)
                 next_target = self.q_target(batch.next_obs)  # [B, A]
+                next_online = self.q_net(batch.next_obs) if c.double_q else None  # [B, A]
             if c.double_q:
-                next_actions = both[b:].argmax(1, keepdim=True)
-                next_q = next_target.gather(1, next_actions).squeeze(1)
+                next_q = next_target.gather(1, next_online.argmax(1, keepdim=True)).squeeze(1)
             else:
                 next_q = next_target.max(1).values
         weights = batch.weights if c.prioritized else None

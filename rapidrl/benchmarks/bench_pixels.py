@@ -16,8 +16,9 @@ End to end (``extras``): PPO at CleanRL's ppo_atari setting (8 envs x 128 steps,
 Nature CNN) on Breakout, rapidrl (``configs/ppo_atari.toml``) against SB3's ``PPO("CnnPolicy")`` on
 ``make_atari_env`` + ``VecFrameStack(4)`` (its standard Atari pipeline), each run in its own process at 1 torch
 thread and at all cores, warm-up apart; SPS = agent steps per second of the measured ``learn`` call.
-DQN at CleanRL's dqn_atari setting (batch 32 every 4 steps, Nature CNN; a 20k replay, which SB3 can hold)
-against SB3's ``DQN("CnnPolicy")``: SPS of the learning phase, as the SAC comparison of ``bench_mujoco``.
+DQN at CleanRL's dqn_atari setting (batch 32 every 4 steps, Nature CNN; a 20k replay, which SB3 can hold; plain
+DQN targets as CleanRL and SB3, where rapidrl's preset is Double DQN) against SB3's ``DQN("CnnPolicy")``: SPS of
+the learning phase, as the SAC comparison of ``bench_mujoco``.
 ``--precision bf16`` adds rapidrl with ``precision="bf16"`` as the contender ``rapidrl/bf16``.
 """
 
@@ -166,9 +167,11 @@ def _dqn(lib: str, seed: int, learning_starts: int, threads: int, device: str = 
     if precision is not None:
         import rapidrl as rr
 
+        # double_q=False: CleanRL's dqn_atari and SB3's DQN are plain DQN, so all contenders do the same update
+        # (the shipped preset is Double DQN: one more no-grad forward of the batch's next observations)
         return rr.DQN(ENV_ID, seed=seed, torch_threads=threads, precision=precision, device=device,
                       buffer_size=DQN_BUFFER, learning_starts=learning_starts, encoder="nature", max_grad_norm=10.0,
-                      **DQN_CLEANRL)
+                      double_q=False, **DQN_CLEANRL)
     if lib == "sb3":
         import ale_py
         import gymnasium as gym

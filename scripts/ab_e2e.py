@@ -9,28 +9,17 @@ threads, contenders interleaved; the table gives each contender's best median SP
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+from rapidrl.benchmarks.isolated import run_isolated
 
 JOBS = {
     "PPO CartPole-v1 50k": ("rapidrl.benchmarks.bench_train:job_ppo", {"steps": 50_000}),
     "DQN CartPole-v1 50k": ("rapidrl.benchmarks.bench_offpolicy:job_train", {"algo": "dqn", "steps": 50_000}),
     "SAC Pendulum-v1 5k": ("rapidrl.benchmarks.bench_offpolicy:job_train", {"algo": "sac", "steps": 5_000}),
 }
-
-
-def run(python: str, checkout: Path, target: str, kwargs: dict, threads: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
-    cmd = [python, "-m", "rapidrl.benchmarks.isolated", target, json.dumps(kwargs), str(threads)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, cwd=checkout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{target} {kwargs} failed:\n{proc.stderr[-2000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
 
 
 def main() -> int:
@@ -55,7 +44,8 @@ def main() -> int:
                 order = list(contenders)[k % 3:] + list(contenders)[:k % 3]
                 for c in order:
                     checkout, lib = contenders[c]
-                    r = run(args.python, checkout, target, {**kw, "lib": lib, "seed": seed}, t)
+                    r = run_isolated(target, {**kw, "lib": lib, "seed": seed}, torch_threads=t,
+                                     python=args.python, checkout=checkout)
                     sps[c].setdefault(t, []).append(r["sps"])
                     evals[c].append(r.get("eval", float("nan")))
                     print(f"  {name} {c} seed {seed} threads {t}: {r['sps']:,.0f} SPS", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from rapidrl._system import usable_cpu_count
 
@@ -33,8 +34,12 @@ def thread_counts() -> list[int]:
     return sorted({1, usable_cpu_count()})
 
 
-def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: float = 3600.0) -> dict:
+def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: float = 3600.0,
+                 python: str | None = None, checkout: str | os.PathLike | None = None) -> dict:
     """Run ``module:function(**kwargs)`` in a fresh Python process with torch at ``torch_threads`` threads.
+
+    python: the interpreter (default: this one). checkout: a rapidrl source tree to import instead of the installed
+    one (before/after comparisons: ``scripts/ab_e2e.py``); the child runs there with it first on PYTHONPATH.
 
     Returns the function's dict (plus ``"torch_threads"``). Raises RuntimeError with the child's stderr tail if
     the child fails or prints no result.
@@ -43,8 +48,10 @@ def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: floa
         raise ValueError(f"target must be 'module:function', got {target!r}")
     if isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1:
         raise ValueError(f"torch_threads must be a positive int, got {torch_threads!r}")
-    cmd = [sys.executable, "-m", "rapidrl.benchmarks.isolated", target, json.dumps(kwargs), str(torch_threads)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    cmd = [python or sys.executable, "-m", "rapidrl.benchmarks.isolated", target, json.dumps(kwargs),
+           str(torch_threads)]
+    env = None if checkout is None else {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=checkout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{target}({kwargs}) at {torch_threads} threads failed (exit {proc.returncode}):\n"

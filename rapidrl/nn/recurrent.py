@@ -143,12 +143,7 @@ class RecurrentActorCritic(ActorCritic):
 
     def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The layers over x [L, B, F] from state [B, S] with no resets: (outputs [L, B, output_size], state [B, S])."""
-        if not self.critic_core:
-            return self._run_core(self.rnn, x, state)
-        k = self.core_state_size
-        out_a, state_a = self._run_core(self.rnn, x, state[:, :k])
-        out_c, state_c = self._run_core(self.critic_rnn, x, state[:, k:])
-        return torch.cat([out_a, out_c], -1), torch.cat([state_a, state_c], -1)
+        return self._over_layers(self._run_core, x, state)
 
     def unroll(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -220,12 +215,17 @@ class RecurrentActorCritic(ActorCritic):
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step for B envs: (layers' output [B, output_size], new state [B, S])."""
         x, state = self._entering(obs, state, episode_starts)
+        return self._over_layers(self._step_core, x, state)
+
+    def _over_layers(self, core_fn, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``core_fn(layer, x, layer_state) -> (out, new layer_state)`` over the actor's layer, and with
+        ``critic_core`` over the critic's too on its half of ``state``: outputs and state ``[actor | critic]``."""
         if not self.critic_core:
-            return self._step_core(self.rnn, x, state)
+            return core_fn(self.rnn, x, state)
         k = self.core_state_size
-        h_a, state_a = self._step_core(self.rnn, x, state[:, :k])
-        h_c, state_c = self._step_core(self.critic_rnn, x, state[:, k:])
-        return torch.cat([h_a, h_c], -1), torch.cat([state_a, state_c], -1)
+        out_a, state_a = core_fn(self.rnn, x, state[:, :k])
+        out_c, state_c = core_fn(self.critic_rnn, x, state[:, k:])
+        return torch.cat([out_a, out_c], -1), torch.cat([state_a, state_c], -1)
 
     # -- heads --------------------------------------------------------------------------------------
     def actor_output(self, h: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,6 @@ import gymnasium as gym
 import numba
 import numpy as np
 
-from rapidrl._device import resolve_device
-
 
 def as_numpy_actions(actions) -> np.ndarray:
     """NumPy view of ``actions`` (a NumPy array or a CPU torch tensor; never copied)."""
@@ -102,6 +100,7 @@ def check_torch_actions(actions, space: gym.Space, num_envs: int, device, check_
     """The rules above for a torch tensor (a NumPy array is moved to ``device``); returns the tensor.
 
     ``check_values=False`` skips the range/finiteness check, the one part that synchronises with the device.
+    ``device``: the env's device as ``rapidrl._device.resolve_device`` gives it (with its index: "cuda:0").
     """
     import torch
 
@@ -109,7 +108,7 @@ def check_torch_actions(actions, space: gym.Space, num_envs: int, device, check_
         actions = torch.as_tensor(actions, device=device)
     if not isinstance(actions, torch.Tensor):
         raise TypeError(f"actions must be a torch.Tensor or numpy.ndarray, got {type(actions).__name__}")
-    if actions.device != resolve_device(device) and not (actions.device.type == torch.device(device).type == "cpu"):
+    if actions.device != device and not (actions.device.type == torch.device(device).type == "cpu"):
         raise TypeError(f"actions are on {actions.device}, the env on {device}")
     want = (num_envs, *space.shape)
     if tuple(actions.shape) != want:

@@ -84,3 +84,18 @@ def test_a_row_with_a_solve_criterion_records_steps_and_wall_clock_to_solve(tmp_
     assert "### `ppo-cartpole-solve`: steps and wall-clock to solve" in page
     assert "| sb3-contrib 0 | CartPole | 1 | 2,048 | 1,024 | 9.5 s | not at the end | 20.0 | 30 s |" in page
     assert "peer-test: its setting" in page
+
+
+def test_a_pending_row_says_why_until_it_has_results(tmp_path, monkeypatch):
+    row = Row("ppo-cartpole-pending", "Classic control (test)", "ppo", "CartPole-v1", 1024, (0,),
+              pending="not run yet: it needs a week here.")
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    out = tmp_path / "docs" / "results"
+    out.mkdir(parents=True)
+    page = results.write_page(out).read_text()
+    assert "| not run yet |" in page and "- `ppo-cartpole-pending`: not run yet: it needs a week here." in page
+    (out / f"{row.name}.csv").write_text(
+        "seed,timesteps,eval_mean,eval_std,eval_episodes,train_return,wall_s,sps,date_utc,commit\n"
+        "0,1024,500.0,0.0,10,480.0,12.0,85,2026-11-26,abc1234\n")
+    page = results.write_page(out).read_text()
+    assert "it needs a week here" not in page and "| 500.0 |" in page

@@ -91,6 +91,9 @@ class Row:
     peer: str = ""
     """With ``solve``: the stem of a peer library's CSVs in the results directory (``<peer>.csv``,
     ``<peer>-evals.csv``, written by its own script), shown beside the row; empty: none."""
+    pending: str = ""
+    """Why the row has no results yet (what it costs to run here); shown under the table only while its CSV is
+    empty."""
 
     def train_argv(self, timesteps: int, quick: bool) -> list[str]:
         argv = [self.algo, self.env, "--timesteps", str(timesteps)]
@@ -112,6 +115,13 @@ _RLZOO_SAC = "rl-zoo3 SAC, v3, 1M steps, 1 run"
 _CLEANRL_ATARI = "CleanRL ppo_atari.py, 10M steps of 4 frames, 3 seeds"
 _RLZOO_ATARI = "rl-zoo3 PPO, 10M steps, 1 run"
 _MINATAR = "MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its figure"
+_SAC_PENDING = ("not run yet: SAC takes one gradient step per env step, ~145 SPS on the 2-core development "
+                "machine (measured on `sac-halfcheetah`), so ~2 h per seed; run it with `rapidrl bench results "
+                "{name}`.")
+_ATARI_PENDING = ("not run yet: 10M agent steps at the fastest CPU path measured here (598 SPS, bf16, "
+                  "`rapidrl bench pixels --precision bf16`) take ~4.6 h on the 2-core development machine; with the "
+                  "networks on an H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 "
+                  "minutes. Run it with `rapidrl bench results {name}`.")
 MINATAR_NOTES = {
     "Seaquest": "below the published figure. The trained policy (seed 0, 40 deterministic episodes) never surfaced: "
                 "38 of 40 episodes ended when the oxygen ran out (~200 steps), 0 with a refill, scoring only by "
@@ -130,15 +140,19 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("ppo-walker2d", "MuJoCo v5, 1M steps", "ppo", "Walker2d-v5", 1_000_000, (0, 1, 2),
         (Published(2288, "CleanRL", _CLEANRL_PPO, 572), Published(3479, "rl-zoo3", _RLZOO_PPO))),
     Row("sac-halfcheetah", "MuJoCo v5, 1M steps", "sac", "HalfCheetah-v5", 1_000_000, (0,),
-        (Published(9635, "CleanRL", _CLEANRL_SAC, 1424), Published(9535, "rl-zoo3", _RLZOO_SAC)), 3_000),
+        (Published(9635, "CleanRL", _CLEANRL_SAC, 1424), Published(9535, "rl-zoo3", _RLZOO_SAC)), 3_000,
+        pending=_SAC_PENDING.format(name="sac-halfcheetah")),
     Row("sac-hopper", "MuJoCo v5, 1M steps", "sac", "Hopper-v5", 1_000_000, (0,),
-        (Published(2310, "CleanRL", _CLEANRL_SAC, 343), Published(2326, "rl-zoo3", _RLZOO_SAC)), 3_000),
+        (Published(2310, "CleanRL", _CLEANRL_SAC, 343), Published(2326, "rl-zoo3", _RLZOO_SAC)), 3_000,
+        pending=_SAC_PENDING.format(name="sac-hopper")),
     Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
         (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        quick_sets=("env.max_episode_frames=8000",)),
+        quick_sets=("env.max_episode_frames=8000",),
+        pending=_ATARI_PENDING.format(name="ppo-breakout")),
     Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
         (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        quick_sets=("env.max_episode_frames=8000",)),
+        quick_sets=("env.max_episode_frames=8000",),
+        pending=_ATARI_PENDING.format(name="ppo-pong")),
     *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
           (Published(value, "MinAtar paper", _MINATAR),), 20_480, notes=MINATAR_NOTES.get(game, ""))
       for game, value in (("Breakout", 10), ("Asterix", 17), ("Freeway", 50), ("Seaquest", 20),
@@ -395,6 +409,8 @@ def write_page(out: Path, title_note: str = "") -> Path:
             lines.append(f"| `{row.name}` | {row.env} | {row.algo.upper()} | {', '.join(f'{b:,}' for b in budget)} "
                          f"| {seeds} | {_stats(evals)} | {_stats(trains)} | {published} | {wall} | {curve} |")
         notes = [f"- `{row.name}`: {row.notes}" for row in rows if row.notes]
+        notes += [f"- `{row.name}`: {row.pending}" for row in rows
+                  if row.pending and not (out / f"{row.name}.csv").is_file()]
         lines += ["", *notes, ""] if notes else [""]
         for row in rows:
             if row.solve is not None:

@@ -2,8 +2,8 @@
 
 For each variant: SPS of the learning phase (as ``bench_pixels.job_dqn_atari``: a run of ``STARTS`` random steps
 alone, then a fresh run of ``STARTS + STEPS``), then the same learning run under cProfile, top functions by
-cumulative and by own time. Variants: rapidrl (channels-last CNN input, the CPU default), rapidrl with a
-contiguous (NCHW) input, rapidrl with cudnn.benchmark, SB3.
+cumulative and by own time. Variants: rapidrl (its default CNN input: channels-last on the CPU, NCHW on CUDA, so
+on a GPU the same as the next), rapidrl with NCHW input forced, rapidrl with cudnn.benchmark, SB3.
 
     python scripts/gpu_profile_dqn.py [--variants rapidrl,rapidrl/nchw,sb3] [--steps 2000]
 """

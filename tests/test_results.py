@@ -99,3 +99,66 @@ def test_a_pending_row_says_why_until_it_has_results(tmp_path, monkeypatch):
         "0,1024,500.0,0.0,10,480.0,12.0,85,2026-11-26,abc1234\n")
     page = results.write_page(out).read_text()
     assert "it needs a week here" not in page and "| 500.0 |" in page
+
+
+def test_each_resume_adds_the_interrupted_parts_training_seconds(tmp_path):
+    (tmp_path / "metrics.csv").write_text("global_step,time/total\n256,0.5\n512,1.0\n768,1.5\n")
+    assert results.note_resume(tmp_path, 512) == {"resumed_from": [512], "earlier_s": 1.0}
+    # the resumed part (its timer restarted) logged 768 and 1,024, then was killed again after its checkpoint at 1,024
+    (tmp_path / "metrics.csv").write_text("global_step,time/total\n256,0.5\n512,1.0\n768,0.4\n1024,0.9\n")
+    assert results.note_resume(tmp_path, 1024) == {"resumed_from": [512, 1024], "earlier_s": 1.9}
+    # killed before passing its resume step: nothing it did survives, nothing is added
+    assert results.note_resume(tmp_path, 1024) == {"resumed_from": [512, 1024, 1024], "earlier_s": 1.9}
+
+
+def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_training(tmp_path, monkeypatch, capsys):
+    """A session that ends mid-run loses at most the steps since the last checkpoint: the next `bench results`
+    resumes the seed's run; a run that finished but was not recorded is recorded as it is; a run of another
+    setting (the preset changed) is trained afresh."""
+    import json
+
+    row = Row("ppo-cartpole-resume", "Classic control (test)", "ppo", "CartPole-v1", 2048, (0,), (), 512,
+              sets=("run.eval_episodes=2", "run.checkpoint_every=512", "run.checkpoint_keep=10"))
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    out, runs = tmp_path / "docs" / "results", tmp_path / "runs"
+    results.run_row(row, (0,), out, runs)
+    run_dir = runs / row.name / "seed-0"
+    argv = row.train_argv(row.timesteps, False)
+    assert results.run_state(run_dir, argv, 0) == "finished" and results.run_state(run_dir, argv, 1) == ""
+    with open(out / f"{row.name}.csv") as f:
+        uninterrupted = next(csv.DictReader(f))
+
+    # finished, not recorded (the session ended while recording): recorded without training again
+    (out / f"{row.name}.csv").unlink()
+    metrics = (run_dir / "metrics.csv").read_text()
+    capsys.readouterr()
+    results.run_row(row, (0,), out, runs)
+    assert "finished training but was not recorded" in capsys.readouterr().out
+    assert (run_dir / "metrics.csv").read_text() == metrics and (out / f"{row.name}.csv").is_file()
+
+    # interrupted after its checkpoint at 1,024 steps: resumed from there, to the full budget
+    (out / f"{row.name}.csv").unlink()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps(summary | {"status": "stopped"}))
+    from rapidrl.train.checkpoint import list_checkpoints
+
+    for step, path in list_checkpoints(run_dir / "checkpoints"):
+        if step > 1024:
+            path.unlink()
+    assert results.run_state(run_dir, argv, 0) == "resumable" and results.resume_step(row, run_dir) == 1024
+    first_part = results._time_total_at(run_dir, 1024)
+    results.run_row(row, (0,), out, runs)
+    assert "resuming the interrupted run" in capsys.readouterr().out
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["resumed"] and resumed["status"] == "finished"
+    with open(out / f"{row.name}.csv") as f:
+        record = next(csv.DictReader(f))
+    assert int(record["timesteps"]) == 2048 and first_part > 0
+    assert float(record["wall_s"]) == round(resumed["wall_time_s"] + first_part, 1)  # both parts' training
+    # an exact resume (built-in env: its state and the RNGs are in the checkpoint): the same final policy
+    assert (record["eval_mean"], record["train_return"]) == (uninterrupted["eval_mean"], uninterrupted["train_return"])
+
+    # the preset's setting differs from the saved run's: that run is not this row's, so it is trained afresh
+    saved = (run_dir / "config.toml").read_text().replace("learning_rate = 0.001", "learning_rate = 0.5")
+    (run_dir / "config.toml").write_text(saved)
+    assert results.run_state(run_dir, argv, 0) == ""

@@ -10,7 +10,9 @@ A row is a task, an algorithm, a budget and seeds; it trains with the shipped pr
 wall-clock is that of a run alone on the machine). Each finished seed is appended to ``docs/results/<row>.csv``
 (final deterministic evaluation, final training return, wall-clock, date, commit) with its learning curve in
 ``docs/results/<row>-curve.csv``; then ``docs/results/<row>.png`` and ``docs/RESULTS.md`` are redrawn from all
-the CSVs. A row can therefore grow over several sessions: keep its CSVs in the repository.
+the CSVs. A row can therefore grow over several sessions: keep its CSVs in the repository. A seed whose run was
+interrupted (a closed session, a kill) resumes from its run directory's last checkpoint when the row is run again,
+if that run has the row's setting (``run_state``); one that finished but was not recorded is recorded as it is.
 
 Evaluation protocol (the ``eval`` column): the mean of ``eval_episodes`` (10 unless the preset says otherwise)
 deterministic episodes on separate evaluation envs at the end of training, raw (unclipped, unnormalized)
@@ -79,7 +81,8 @@ class Row:
     published: tuple[Published, ...] = ()
     quick_timesteps: int = 10_000
     sets: tuple[str, ...] = ()
-    """``--set`` assignments on top of the preset (the preset is the row's setting; keep this empty)."""
+    """``--set`` assignments on top of the preset: run settings only (``run.checkpoint_every``); the preset is the
+    row's learning setting."""
     quick_sets: tuple[str, ...] = ()
     """Extra assignments of the quick version only (e.g. shorter Atari games for the final evaluation)."""
     notes: str = ""
@@ -117,11 +120,12 @@ _RLZOO_ATARI = "rl-zoo3 PPO, 10M steps, 1 run"
 _MINATAR = "MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its figure"
 _SAC_PENDING = ("not run yet: SAC takes one gradient step per env step, ~145 SPS on the 2-core development "
                 "machine (measured on `sac-halfcheetah`), so ~2 h per seed; run it with `rapidrl bench results "
-                "{name}`.")
+                "{name}` (run again after an interruption, it resumes from the last checkpoint).")
 _ATARI_PENDING = ("not run yet: 10M agent steps at the fastest CPU path measured here (598 SPS, bf16, "
                   "`rapidrl bench pixels --precision bf16`) take ~4.6 h on the 2-core development machine; with the "
                   "networks on an H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 "
-                  "minutes. Run it with `rapidrl bench results {name}`.")
+                  "minutes. Run it with `rapidrl bench results {name}`: it checkpoints every 250k steps and, run "
+                  "again after an interruption, resumes from the last checkpoint, so it can span sessions.")
 MINATAR_NOTES = {
     "Seaquest": "below the published figure. The trained policy (seed 0, 40 deterministic episodes) never surfaced: "
                 "38 of 40 episodes ended when the oxygen ran out (~200 steps), 0 with a refill, scoring only by "
@@ -147,11 +151,11 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         pending=_SAC_PENDING.format(name="sac-hopper")),
     Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
         (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        quick_sets=("env.max_episode_frames=8000",),
+        sets=("run.checkpoint_every=250000",), quick_sets=("env.max_episode_frames=8000",),
         pending=_ATARI_PENDING.format(name="ppo-breakout")),
     Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
         (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        quick_sets=("env.max_episode_frames=8000",),
+        sets=("run.checkpoint_every=250000",), quick_sets=("env.max_episode_frames=8000",),
         pending=_ATARI_PENDING.format(name="ppo-pong")),
     *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
           (Published(value, "MinAtar paper", _MINATAR),), 20_480, notes=MINATAR_NOTES.get(game, ""))
@@ -223,6 +227,34 @@ def _curve(run_dir: Path) -> list[tuple[float, float]]:
     return pts
 
 
+PARTS_FILE = "results-parts.json"
+"""In a seed's run directory: the steps it was resumed from and the training seconds of its parts before the last."""
+
+
+def _time_total_at(run_dir: Path, step: int) -> float:
+    """metrics.csv's ``time/total`` (seconds since that part's ``learn`` started) at the last row at or before
+    ``step`` (0 when none)."""
+    from rapidrl.runs.layout import read_csv_metrics
+
+    cols = read_csv_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else {}
+    times = [t for x, t in zip(cols.get("global_step", []), cols.get("time/total", []))
+             if x <= step and math.isfinite(t)]
+    return times[-1] if times else 0.0
+
+
+def note_resume(run_dir: Path, step: int) -> dict:
+    """Before a seed's run resumes from its checkpoint at ``step``: add the interrupted part's training seconds up
+    to that step to ``PARTS_FILE`` (a part killed before it passed the previous resume step adds nothing: its work
+    is lost and redone). Returns the file's content."""
+    path = run_dir / PARTS_FILE
+    parts = json.loads(path.read_text()) if path.is_file() else {"resumed_from": [], "earlier_s": 0.0}
+    if not parts["resumed_from"] or step > parts["resumed_from"][-1]:
+        parts["earlier_s"] = round(parts["earlier_s"] + _time_total_at(run_dir, step), 3)
+    parts["resumed_from"].append(step)
+    path.write_text(json.dumps(parts))
+    return parts
+
+
 def _wall_at_steps(run_dir: Path) -> dict[int, float]:
     """Training wall-clock (metrics.csv's ``time/total``, seconds since ``learn`` started) at each logged step."""
     from rapidrl.runs.layout import read_csv_metrics
@@ -259,6 +291,51 @@ def solve_summary(evals: list[tuple[int, float, float]], solve: float) -> dict:
             "stable_step": stable}
 
 
+def _training_wall(run_dir: Path, summary: dict) -> float:
+    """Wall-clock of a finished run's training: its last part's, plus its earlier parts' when it was resumed."""
+    path = run_dir / PARTS_FILE
+    if not summary.get("resumed") or not path.is_file():
+        return summary["wall_time_s"]
+    return summary["wall_time_s"] + json.loads(path.read_text())["earlier_s"]
+
+
+def run_state(run_dir: Path, argv: list[str], seed: int) -> str:
+    """What a seed's run directory holds for a row trained with ``train_argv`` ``argv``: "finished" (trained, not
+    recorded yet), "resumable" (a checkpoint of the same setting: an interrupted run) or "" (nothing to keep).
+    The same setting: algo, env, budget and seed, and every value the preset sets now."""
+    from rapidrl.runs.config import preset_path, read_toml
+    from rapidrl.train.checkpoint import latest_checkpoint
+
+    try:
+        saved = read_toml(run_dir / "config.toml")
+        preset = read_toml(preset_path(argv[0], argv[1]))
+    except (OSError, ValueError):
+        return ""
+    run = saved.get("run", {})
+    if (run.get("algo"), run.get("env"), run.get("timesteps"), run.get("seed")) != (argv[0], argv[1], int(argv[3]),
+                                                                                   seed):
+        return ""
+    if any(saved.get(section, {}).get(key) != value
+           for section in ("algo", "env") for key, value in preset.get(section, {}).items()):
+        return ""  # the preset changed since: that run is not this row's setting
+    try:
+        if json.loads((run_dir / "summary.json").read_text()).get("status") == "finished":
+            return "finished"
+    except (OSError, ValueError):
+        pass
+    return "resumable" if latest_checkpoint(run_dir / "checkpoints") is not None else ""
+
+
+def resume_step(row: Row, run_dir: Path) -> int:
+    """The step of the checkpoint ``rapidrl train --resume`` continues from (an off-policy run's newest with its
+    replay buffer, as the CLI picks it)."""
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.train.checkpoint import latest_checkpoint, list_checkpoints
+
+    latest = latest_checkpoint(run_dir / "checkpoints", with_buffer=get_algorithm(row.algo).has_replay_buffer)
+    return next(step for step, path in list_checkpoints(run_dir / "checkpoints") if path == latest)
+
+
 def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     """Append a finished seed's result and curve to ``out/<row>.csv`` and ``out/<row>-curve.csv`` (and, for a row
     with a solve criterion, its checkpoints' evaluations to ``out/<row>-evals.csv``)."""
@@ -270,7 +347,7 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     result = {"seed": seed, "timesteps": summary["timesteps"],
               "eval_mean": round(summary.get("eval_mean", math.nan), 2),
               "eval_std": round(summary.get("eval_std", math.nan), 2), "eval_episodes": summary.get("eval_episodes", 0),
-              "train_return": round(tail[0], 2) if tail else "", "wall_s": round(summary["wall_time_s"], 1),
+              "train_return": round(tail[0], 2) if tail else "", "wall_s": round(_training_wall(run_dir, summary), 1),
               "sps": summary["sps"], "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
               "commit": _git_commit()}
     fields = RESULT_FIELDS
@@ -300,14 +377,28 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
             print(f"{row.name} seed {seed}: already recorded in {out / (row.name + '.csv')}", flush=True)
             continue
         run_dir = runs_root / row.name / f"seed-{seed}"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        argv = [sys.executable, "-m", "rapidrl", "train", *row.train_argv(timesteps, quick), "--seed", str(seed),
-                "--run-dir", str(run_dir), "--headless"]
-        print(f"{row.name} seed {seed}: {' '.join(argv[3:])}", flush=True)
+        train_argv = row.train_argv(timesteps, quick)
+        state = run_state(run_dir, train_argv, seed)
         t0 = time.perf_counter()
-        code = subprocess.run(argv).returncode
-        if code != 0:
-            raise RuntimeError(f"{row.name} seed {seed} failed (exit {code}); its run is in {run_dir}")
+        if state == "finished":
+            print(f"{row.name} seed {seed}: {run_dir} finished training but was not recorded: recording it",
+                  flush=True)
+        else:
+            if state == "resumable":  # an interrupted run (a session's end, a kill): continue it
+                step = resume_step(row, run_dir)
+                note_resume(run_dir, step)
+                argv = [sys.executable, "-m", "rapidrl", "train", "--resume", str(run_dir), "--headless"]
+                print(f"{row.name} seed {seed}: resuming the interrupted run in {run_dir} from step {step:,}",
+                      flush=True)
+            else:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                argv = [sys.executable, "-m", "rapidrl", "train", *train_argv, "--seed", str(seed),
+                        "--run-dir", str(run_dir), "--headless"]
+                print(f"{row.name} seed {seed}: {' '.join(argv[3:])}", flush=True)
+            code = subprocess.run(argv).returncode
+            if code != 0:
+                raise RuntimeError(f"{row.name} seed {seed} failed (exit {code}); its run is in {run_dir} "
+                                   f"(run the row again to resume it from its last checkpoint)")
         result = record_seed(row, seed, run_dir, out)
         solved = f", solved at {result['solve_step'] or '-'} steps ({result['solve_wall_s'] or '-'} s)" \
             if row.solve is not None else ""
@@ -383,7 +474,8 @@ def write_page(out: Path, title_note: str = "") -> Path:
              "wall-clock is an upper bound of what an idle machine takes. Reproduce a row with "
              "`rapidrl bench results ROW` (`rapidrl bench results list` names them); `--quick` runs a short "
              "version of every row. The numbers below are read from `docs/results/<row>.csv`, which the command "
-             "appends to.", "",
+             "appends to. A seed interrupted mid-run (a closed session, a kill) resumes from its last checkpoint "
+             "when the row is run again; its wall-clock adds up the parts.", "",
              "**eval**: mean ± std over seeds of each seed's final evaluation (10 deterministic episodes unless "
              "the preset sets `eval_episodes`, raw rewards). **train**: mean ± std over seeds of the mean return "
              "of the last 20 training episodes (stochastic policy), the figure CleanRL reports. "

@@ -162,3 +162,13 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     saved = (run_dir / "config.toml").read_text().replace("learning_rate = 0.001", "learning_rate = 0.5")
     (run_dir / "config.toml").write_text(saved)
     assert results.run_state(run_dir, argv, 0) == ""
+
+
+def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):
+    """docs/RESULTS.md is generated: regenerating it from docs/results/*.csv and ROWS changes nothing (after editing
+    a row, run ``python -c "from rapidrl.benchmarks import results as r; r.write_page(r.DOCS / 'results')"``)."""
+    import shutil
+
+    shutil.copytree(results.DOCS / "results", tmp_path / "results")
+    page = results.write_page(tmp_path / "results").read_text()
+    assert page == (results.DOCS / results.RESULTS_MD).read_text()

@@ -123,8 +123,8 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     out, runs = tmp_path / "docs" / "results", tmp_path / "runs"
     results.run_row(row, (0,), out, runs)
     run_dir = runs / row.name / "seed-0"
-    argv = row.train_argv(row.timesteps, False)
-    assert results.run_state(run_dir, argv, 0) == "finished" and results.run_state(run_dir, argv, 1) == ""
+    assert results.run_state(run_dir, row, row.timesteps, 0) == "finished"
+    assert results.run_state(run_dir, row, row.timesteps, 1) == ""
     with open(out / f"{row.name}.csv") as f:
         uninterrupted = next(csv.DictReader(f))
 
@@ -145,7 +145,8 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     for step, path in list_checkpoints(run_dir / "checkpoints"):
         if step > 1024:
             path.unlink()
-    assert results.run_state(run_dir, argv, 0) == "resumable" and results.resume_step(row, run_dir) == 1024
+    assert results.run_state(run_dir, row, row.timesteps, 0) == "resumable"
+    assert results.resume_step(row, run_dir) == 1024
     first_part = results._time_total_at(run_dir, 1024)
     results.run_row(row, (0,), out, runs)
     assert "resuming the interrupted run" in capsys.readouterr().out
@@ -161,7 +162,7 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     # the preset's setting differs from the saved run's: that run is not this row's, so it is trained afresh
     saved = (run_dir / "config.toml").read_text().replace("learning_rate = 0.001", "learning_rate = 0.5")
     (run_dir / "config.toml").write_text(saved)
-    assert results.run_state(run_dir, argv, 0) == ""
+    assert results.run_state(run_dir, row, row.timesteps, 0) == ""
 
 
 def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):

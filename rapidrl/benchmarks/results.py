@@ -234,11 +234,9 @@ PARTS_FILE = "results-parts.json"
 def _time_total_at(run_dir: Path, step: int) -> float:
     """metrics.csv's ``time/total`` (seconds since that part's ``learn`` started) at the last row at or before
     ``step`` (0 when none)."""
-    from rapidrl.runs.layout import read_csv_metrics
-
-    cols = read_csv_metrics(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else {}
-    times = [t for x, t in zip(cols.get("global_step", []), cols.get("time/total", []))
-             if x <= step and math.isfinite(t)]
+    if not (run_dir / "metrics.csv").is_file():
+        return 0.0
+    times = [t for x, t in _wall_at_steps(run_dir).items() if x <= step]  # in row order
     return times[-1] if times else 0.0
 
 
@@ -299,8 +297,8 @@ def _training_wall(run_dir: Path, summary: dict) -> float:
     return summary["wall_time_s"] + json.loads(path.read_text())["earlier_s"]
 
 
-def run_state(run_dir: Path, argv: list[str], seed: int) -> str:
-    """What a seed's run directory holds for a row trained with ``train_argv`` ``argv``: "finished" (trained, not
+def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
+    """What a seed's run directory holds for ``row`` at a budget of ``timesteps``: "finished" (trained, not
     recorded yet), "resumable" (a checkpoint of the same setting: an interrupted run) or "" (nothing to keep).
     The same setting: algo, env, budget and seed, and every value the preset sets now."""
     from rapidrl.runs.config import preset_path, read_toml
@@ -308,11 +306,11 @@ def run_state(run_dir: Path, argv: list[str], seed: int) -> str:
 
     try:
         saved = read_toml(run_dir / "config.toml")
-        preset = read_toml(preset_path(argv[0], argv[1]))
+        preset = read_toml(preset_path(row.algo, row.env))
     except (OSError, ValueError):
         return ""
     run = saved.get("run", {})
-    if (run.get("algo"), run.get("env"), run.get("timesteps"), run.get("seed")) != (argv[0], argv[1], int(argv[3]),
+    if (run.get("algo"), run.get("env"), run.get("timesteps"), run.get("seed")) != (row.algo, row.env, timesteps,
                                                                                    seed):
         return ""
     if any(saved.get(section, {}).get(key) != value
@@ -377,8 +375,7 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
             print(f"{row.name} seed {seed}: already recorded in {out / (row.name + '.csv')}", flush=True)
             continue
         run_dir = runs_root / row.name / f"seed-{seed}"
-        train_argv = row.train_argv(timesteps, quick)
-        state = run_state(run_dir, train_argv, seed)
+        state = run_state(run_dir, row, timesteps, seed)
         t0 = time.perf_counter()
         if state == "finished":
             print(f"{row.name} seed {seed}: {run_dir} finished training but was not recorded: recording it",
@@ -392,8 +389,8 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
                       flush=True)
             else:
                 shutil.rmtree(run_dir, ignore_errors=True)
-                argv = [sys.executable, "-m", "rapidrl", "train", *train_argv, "--seed", str(seed),
-                        "--run-dir", str(run_dir), "--headless"]
+                argv = [sys.executable, "-m", "rapidrl", "train", *row.train_argv(timesteps, quick),
+                        "--seed", str(seed), "--run-dir", str(run_dir), "--headless"]
                 print(f"{row.name} seed {seed}: {' '.join(argv[3:])}", flush=True)
             code = subprocess.run(argv).returncode
             if code != 0:

@@ -204,14 +204,15 @@ def _check_buildable(config) -> None:
 
 def _build_model(config, run_dir: Path):
     """A fresh model, or the latest checkpoint's (returns model, resumed)."""
-    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
+    from rapidrl.train.checkpoint import buffer_dir, resume_checkpoint
 
     cls, run = config.algo_class, config.run
     with_buffer = cls.has_replay_buffer
-    ckpt = latest_checkpoint(run_dir / CHECKPOINT_DIR, with_buffer=with_buffer)
+    found = resume_checkpoint(run_dir / CHECKPOINT_DIR, cls)
     try:
-        if ckpt is None:
+        if found is None:
             return cls(run.env, config.algo_config, env_kwargs=config.env_kwargs), False
+        ckpt = found[1]
         env = None
         if config.env_kwargs:
             from rapidrl.envs import make_vec
@@ -289,6 +290,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
     finally:
         signal.signal(signal.SIGTERM, previous)
         wall = time.perf_counter() - t0
+        train_time = model.timer.elapsed()  # the learn call's clock: a resumed run's earlier parts included
         for logger in loggers:
             if logger is not publisher:
                 logger.close()
@@ -296,6 +298,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
         return code
     summary = {"status": status, "algo": run.algo, "env": run.env, "timesteps": model.num_timesteps,
                "total_timesteps": run.timesteps, "episodes": model.num_episodes, "wall_time_s": round(wall, 3),
+               "train_time_s": round(train_time, 3),
                "sps": round((model.num_timesteps - (start_step or 0)) / max(wall, 1e-9), 1), "resumed": resumed,
                "last_checkpoint": str(checkpointer.last_good) if checkpointer.last_good else None,
                "paths": {name: p.as_dict() for name, p in model.paths.items()}}

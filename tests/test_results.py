@@ -101,16 +101,6 @@ def test_a_pending_row_says_why_until_it_has_results(tmp_path, monkeypatch):
     assert "it needs a week here" not in page and "| 500.0 |" in page
 
 
-def test_each_resume_adds_the_interrupted_parts_training_seconds(tmp_path):
-    (tmp_path / "metrics.csv").write_text("global_step,time/total\n256,0.5\n512,1.0\n768,1.5\n")
-    assert results.note_resume(tmp_path, 512) == {"resumed_from": [512], "earlier_s": 1.0}
-    # the resumed part (its timer restarted) logged 768 and 1,024, then was killed again after its checkpoint at 1,024
-    (tmp_path / "metrics.csv").write_text("global_step,time/total\n256,0.5\n512,1.0\n768,0.4\n1024,0.9\n")
-    assert results.note_resume(tmp_path, 1024) == {"resumed_from": [512, 1024], "earlier_s": 1.9}
-    # killed before passing its resume step: nothing it did survives, nothing is added
-    assert results.note_resume(tmp_path, 1024) == {"resumed_from": [512, 1024, 1024], "earlier_s": 1.9}
-
-
 def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_training(tmp_path, monkeypatch, capsys):
     """A session that ends mid-run loses at most the steps since the last checkpoint: the next `bench results`
     resumes the seed's run; a run that finished but was not recorded is recorded as it is; a run of another
@@ -147,7 +137,7 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
             path.unlink()
     assert results.run_state(run_dir, row, row.timesteps, 0) == "resumable"
     assert results.resume_step(row, run_dir) == 1024
-    first_part = results._time_total_at(run_dir, 1024)
+    first_part = results._wall_at_steps(run_dir)[1024]
     results.run_row(row, (0,), out, runs)
     assert "resuming the interrupted run" in capsys.readouterr().out
     resumed = json.loads((run_dir / "summary.json").read_text())
@@ -155,7 +145,9 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     with open(out / f"{row.name}.csv") as f:
         record = next(csv.DictReader(f))
     assert int(record["timesteps"]) == 2048 and first_part > 0
-    assert float(record["wall_s"]) == round(resumed["wall_time_s"] + first_part, 1)  # both parts' training
+    # both parts' training: the checkpoint carried the clock, so the second part's times continue the first's
+    assert float(record["wall_s"]) == round(resumed["train_time_s"], 1) and resumed["train_time_s"] > first_part
+    assert all(wall > first_part for step, wall in results._wall_at_steps(run_dir).items() if step > 1024)
     # an exact resume (built-in env: its state and the RNGs are in the checkpoint): the same final policy
     assert (record["eval_mean"], record["train_return"]) == (uninterrupted["eval_mean"], uninterrupted["train_return"])
 

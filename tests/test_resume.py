@@ -61,6 +61,11 @@ def test_sigkill_mid_run_then_resume_completes(tmp_path, capsys):
     assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
     steps = read_csv_metrics(run / "metrics.csv")["global_step"]
     assert steps == [256.0 * i for i in range(1, total // 256 + 1)]  # rows written after the checkpoint were replaced
+    # the checkpoint carries the training clock: time/total runs on across the kill instead of starting again at 0,
+    # and the summary's training time holds both parts (this process's wall-clock only the second)
+    times = read_csv_metrics(run / "metrics.csv")["time/total"]
+    assert all(later >= earlier for earlier, later in zip(times, times[1:])), times
+    assert summary["train_time_s"] >= times[-1] and summary["train_time_s"] > summary["wall_time_s"]
     again = cli.main(["train", "--resume", str(run)])
     assert again == 0  # nothing left to do
 
@@ -193,3 +198,17 @@ def test_checkpoints_are_written_after_the_metrics_row_of_their_step(tmp_path):
     ckpt = _RowsAtSave(tmp_path / "ckpt", tmp_path / "metrics.csv", every=512, keep=2)
     model.learn(256 * 6, callback=ckpt, progress_bar=False)
     assert ckpt.seen == [(512, 512.0), (1024, 1024.0), (1536, 1536.0)]
+
+
+def test_the_training_clock_carries_over_a_checkpoint():
+    """``PhaseTimer.state`` / ``restore``: a resumed run's clock starts where the saved one stood, phases included."""
+    from rapidrl.train.timing import PhaseTimer
+
+    saved = PhaseTimer()
+    saved.start_ns -= 5_000_000_000  # 5 s into training, 2 of them stepping envs
+    saved.add("env", 2_000_000_000)
+    resumed = PhaseTimer()
+    resumed.restore(saved.state())
+    report = resumed.report(100)
+    assert 5.0 <= report["time/total"] < 6.0 and report["time/phase_env"] == 2.0
+    assert 0.33 < report["time/frac_env"] <= 0.4 and 100 / 6.0 < report["sps"] <= 20.0

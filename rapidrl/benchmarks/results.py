@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rapidrl.runs.layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_CSV, SUMMARY_FILE, read_csv_metrics
+
 __all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_seed", "run_row", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,9 +215,7 @@ EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 def _curve(run_dir: Path) -> list[tuple[float, float]]:
     """(step, training episodic return) points of a run's metrics.csv, thinned to at most CURVE_POINTS."""
-    from rapidrl.runs.layout import read_csv_metrics
-
-    path = run_dir / "metrics.csv"
+    path = run_dir / METRICS_CSV
     if not path.is_file():
         return []
     cols = read_csv_metrics(path)
@@ -227,37 +227,9 @@ def _curve(run_dir: Path) -> list[tuple[float, float]]:
     return pts
 
 
-PARTS_FILE = "results-parts.json"
-"""In a seed's run directory: the steps it was resumed from and the training seconds of its parts before the last."""
-
-
-def _time_total_at(run_dir: Path, step: int) -> float:
-    """metrics.csv's ``time/total`` (seconds since that part's ``learn`` started) at the last row at or before
-    ``step`` (0 when none)."""
-    if not (run_dir / "metrics.csv").is_file():
-        return 0.0
-    times = [t for x, t in _wall_at_steps(run_dir).items() if x <= step]  # in row order
-    return times[-1] if times else 0.0
-
-
-def note_resume(run_dir: Path, step: int) -> dict:
-    """Before a seed's run resumes from its checkpoint at ``step``: add the interrupted part's training seconds up
-    to that step to ``PARTS_FILE`` (a part killed before it passed the previous resume step adds nothing: its work
-    is lost and redone). Returns the file's content."""
-    path = run_dir / PARTS_FILE
-    parts = json.loads(path.read_text()) if path.is_file() else {"resumed_from": [], "earlier_s": 0.0}
-    if not parts["resumed_from"] or step > parts["resumed_from"][-1]:
-        parts["earlier_s"] = round(parts["earlier_s"] + _time_total_at(run_dir, step), 3)
-    parts["resumed_from"].append(step)
-    path.write_text(json.dumps(parts))
-    return parts
-
-
 def _wall_at_steps(run_dir: Path) -> dict[int, float]:
     """Training wall-clock (metrics.csv's ``time/total``, seconds since ``learn`` started) at each logged step."""
-    from rapidrl.runs.layout import read_csv_metrics
-
-    cols = read_csv_metrics(run_dir / "metrics.csv")
+    cols = read_csv_metrics(run_dir / METRICS_CSV)
     return {int(x): t for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(t)}
 
 
@@ -269,7 +241,7 @@ def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int) -> list[tuple[i
 
     cls, wall = get_algorithm(row.algo), _wall_at_steps(run_dir)
     evals = []
-    for step, path in list_checkpoints(run_dir / "checkpoints"):
+    for step, path in list_checkpoints(run_dir / CHECKPOINT_DIR):
         model = cls.load(path)
         evals.append((step, model.evaluate(episodes)[0], wall.get(step, math.nan)))
         model.env.close()
@@ -289,14 +261,6 @@ def solve_summary(evals: list[tuple[int, float, float]], solve: float) -> dict:
             "stable_step": stable}
 
 
-def _training_wall(run_dir: Path, summary: dict) -> float:
-    """Wall-clock of a finished run's training: its last part's, plus its earlier parts' when it was resumed."""
-    path = run_dir / PARTS_FILE
-    if not summary.get("resumed") or not path.is_file():
-        return summary["wall_time_s"]
-    return summary["wall_time_s"] + json.loads(path.read_text())["earlier_s"]
-
-
 def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
     """What a seed's run directory holds for ``row`` at a budget of ``timesteps``: "finished" (trained, not
     recorded yet), "resumable" (a checkpoint of the same setting: an interrupted run) or "" (nothing to keep).
@@ -305,7 +269,7 @@ def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
     from rapidrl.train.checkpoint import latest_checkpoint
 
     try:
-        saved = read_toml(run_dir / "config.toml")
+        saved = read_toml(run_dir / CONFIG_FILE)
         preset = read_toml(preset_path(row.algo, row.env))
     except (OSError, ValueError):
         return ""
@@ -317,37 +281,38 @@ def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
            for section in ("algo", "env") for key, value in preset.get(section, {}).items()):
         return ""  # the preset changed since: that run is not this row's setting
     try:
-        if json.loads((run_dir / "summary.json").read_text()).get("status") == "finished":
+        if json.loads((run_dir / SUMMARY_FILE).read_text()).get("status") == "finished":
             return "finished"
     except (OSError, ValueError):
         pass
-    return "resumable" if latest_checkpoint(run_dir / "checkpoints") is not None else ""
+    return "resumable" if latest_checkpoint(run_dir / CHECKPOINT_DIR) is not None else ""
 
 
 def resume_step(row: Row, run_dir: Path) -> int:
-    """The step of the checkpoint ``rapidrl train --resume`` continues from (an off-policy run's newest with its
-    replay buffer, as the CLI picks it)."""
+    """The step of the checkpoint ``rapidrl train --resume`` continues from."""
     from rapidrl.algos.registry import get_algorithm
-    from rapidrl.train.checkpoint import latest_checkpoint, list_checkpoints
+    from rapidrl.train.checkpoint import resume_checkpoint
 
-    latest = latest_checkpoint(run_dir / "checkpoints", with_buffer=get_algorithm(row.algo).has_replay_buffer)
-    return next(step for step, path in list_checkpoints(run_dir / "checkpoints") if path == latest)
+    return resume_checkpoint(run_dir / CHECKPOINT_DIR, get_algorithm(row.algo))[0]
 
 
 def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     """Append a finished seed's result and curve to ``out/<row>.csv`` and ``out/<row>-curve.csv`` (and, for a row
     with a solve criterion, its checkpoints' evaluations to ``out/<row>-evals.csv``)."""
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     if summary.get("status") != "finished":
         raise RuntimeError(f"{run_dir} did not finish ({summary.get('status')})")
+    # training seconds of the learn call, a resumed run's earlier parts included (the checkpoint carries the clock);
+    # summaries written before that field existed have only this process's wall-clock
+    wall = summary.get("train_time_s", summary["wall_time_s"])
     curve = _curve(run_dir)
     tail = [y for _, y in curve[-1:]]
     result = {"seed": seed, "timesteps": summary["timesteps"],
               "eval_mean": round(summary.get("eval_mean", math.nan), 2),
               "eval_std": round(summary.get("eval_std", math.nan), 2), "eval_episodes": summary.get("eval_episodes", 0),
-              "train_return": round(tail[0], 2) if tail else "", "wall_s": round(_training_wall(run_dir, summary), 1),
-              "sps": summary["sps"], "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
-              "commit": _git_commit()}
+              "train_return": round(tail[0], 2) if tail else "", "wall_s": round(wall, 1),
+              "sps": round(summary["timesteps"] / max(wall, 1e-9), 1),
+              "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit()}
     fields = RESULT_FIELDS
     if row.solve is not None:
         evals = evaluate_checkpoints(row, run_dir, int(summary.get("eval_episodes") or 10))
@@ -383,7 +348,6 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
         else:
             if state == "resumable":  # an interrupted run (a session's end, a kill): continue it
                 step = resume_step(row, run_dir)
-                note_resume(run_dir, step)
                 argv = [sys.executable, "-m", "rapidrl", "train", "--resume", str(run_dir), "--headless"]
                 print(f"{row.name} seed {seed}: resuming the interrupted run in {run_dir} from step {step:,}",
                       flush=True)

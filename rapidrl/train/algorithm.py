@@ -124,6 +124,7 @@ class Algorithm:
         self._obs = None
         self._needs_reset = True  # the env must be reset before the next step (set again after a resume)
         self._schedule: tuple[int, int] | None = None  # (first step, total) of the current learn call
+        self._saved_clock: dict | None = None  # the learn call's timer at the checkpoint loaded (``PhaseTimer.state``)
         self._env_seed = env_seed
         self.paths: dict[str, PathChoice] = {}
         """The implementation of each path setting that runs, and why (``rapidrl.train.paths``; filled by _build)."""
@@ -308,6 +309,9 @@ class Algorithm:
         cb: Callback = as_callback(callback)
         self.timer.reset()
         self._start_steps = self.num_timesteps
+        if resume and self._saved_clock is not None:  # time/total and SPS span the call's every part, not just this one
+            self.timer.restore(self._saved_clock)
+            self._start_steps = self._schedule[0]
         cb.on_training_start(self)
         desc = f"{self.name.upper()} {self.env_id or ''}".strip()
         with TrainingProgress(target, desc, enabled=progress_bar) as progress:
@@ -482,6 +486,7 @@ class Algorithm:
             "lengths": list(self._lengths),
             "num_episodes": self.num_episodes,
             "schedule": list(self._schedule) if self._schedule is not None else None,
+            "clock": self.timer.state(),
             "extra": extra,
         }
 
@@ -493,6 +498,7 @@ class Algorithm:
         self._lengths.extend(st["lengths"])
         self.num_episodes = int(st["num_episodes"])
         self._schedule = tuple(st["schedule"]) if st["schedule"] is not None else None
+        self._saved_clock = st.get("clock")  # absent in checkpoints written before 2026-11-26: the clock restarts
         self._load_extra_training_state(st["extra"])
         if not restored:  # an engine or Python env, whose state the checkpoint could not hold: fresh episodes
             self._needs_reset = True

@@ -33,13 +33,25 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> Path | None:
-    """Newest checkpoint; with_buffer: the newest whose replay buffer was saved too (else the newest)."""
-    found = [p for _, p in list_checkpoints(directory)]
+def newest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> tuple[int, Path] | None:
+    """(step, path) of the newest checkpoint; with_buffer: the newest whose replay buffer was saved too (else the
+    newest). None when there is none."""
+    found = list_checkpoints(directory)
     if with_buffer:
-        complete = [p for p in found if buffer_dir(p).is_dir()]
-        found = complete or found
+        found = [(step, p) for step, p in found if buffer_dir(p).is_dir()] or found
     return found[-1] if found else None
+
+
+def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> Path | None:
+    """The path of ``newest_checkpoint`` (None when there is none)."""
+    newest = newest_checkpoint(directory, with_buffer=with_buffer)
+    return newest[1] if newest else None
+
+
+def resume_checkpoint(directory: str | os.PathLike, algo_class) -> tuple[int, Path] | None:
+    """(step, path) of the checkpoint a resumed run of ``algo_class`` continues from: the newest, or for an
+    algorithm with a replay buffer the newest whose buffer was saved too (so that its resume is exact)."""
+    return newest_checkpoint(directory, with_buffer=algo_class.has_replay_buffer)
 
 
 def buffer_dir(checkpoint: Path) -> Path:

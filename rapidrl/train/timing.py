@@ -1,7 +1,8 @@
 """Per-phase wall-clock timing, always on: env step, policy forward, storage, advantages, update.
 
 ``with timer.phase("env"):`` costs two ``perf_counter_ns`` calls. ``report(steps)`` gives seconds per
-phase, their share of the wall time and steps per second.
+phase, their share of the wall time and steps per second. ``state()`` / ``restore`` carry the clock across a
+checkpoint, so that a resumed run's times continue where the interrupted part saved them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ class PhaseTimer:
     def elapsed(self) -> float:
         """Seconds since the timer started."""
         return (time.perf_counter_ns() - self.start_ns) / 1e9
+
+    def state(self) -> dict:
+        """The clock as a checkpoint stores it: {'elapsed_ns': int, 'ns': {phase: int}}."""
+        return {"elapsed_ns": time.perf_counter_ns() - self.start_ns, "ns": dict(self.ns)}
+
+    def restore(self, state: dict) -> None:
+        """Continue from a ``state()`` (saved in another process): elapsed time and phase totals carry on."""
+        self.ns = {str(k): int(v) for k, v in state["ns"].items()}
+        self.start_ns = time.perf_counter_ns() - int(state["elapsed_ns"])
 
     def seconds(self) -> dict[str, float]:
         """Seconds per phase."""

@@ -47,6 +47,30 @@ def test_a_row_runs_records_draws_and_keeps_recorded_seeds(tmp_path, monkeypatch
     assert "500 (the maximum return)" in page and "![ppo-cartpole-test](results/ppo-cartpole-test.png)" in page
 
 
+def test_a_seed_is_recorded_with_its_rows_curve_metric_and_the_carried_training_time(tmp_path):
+    """``Row.curve_metric`` picks the curve and train column (MAPPO: the team return); the wall-clock is the
+    summary's training time, which a resumed run carries over from its checkpoint."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("global_step,charts/episodic_return,charts/team_return\n100,-10,-30\n200,-9,-27\n")
+    summary = {"status": "finished", "timesteps": 200, "eval_mean": -25.0, "eval_std": 1.0, "eval_episodes": 4,
+               "wall_time_s": 4.0, "train_time_s": 8.0, "sps": 50.0}
+    (run / "summary.json").write_text(json.dumps(summary))
+    team = Row("team-test", "Multi-agent (test)", "mappo", "MPE/simple_spread-v3", 200, (0,),
+               curve_metric="charts/team_return")
+    recorded = results.record_seed(team, 0, run, tmp_path / "team")
+    assert (recorded["train_return"], recorded["wall_s"], recorded["sps"]) == (-27, 8.0, 25.0)
+    with open(tmp_path / "team" / "team-test-curve.csv") as f:
+        assert [float(r["episodic_return"]) for r in csv.DictReader(f)] == [-30, -27]
+    # the default metric; a summary from before train_time_s existed gives this process's wall-clock
+    (run / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "train_time_s"}))
+    agent = Row("agent-test", "Multi-agent (test)", "mappo", "MPE/simple_spread-v3", 200, (0,))
+    recorded = results.record_seed(agent, 0, run, tmp_path / "agent")
+    assert (recorded["train_return"], recorded["wall_s"], recorded["sps"]) == (-9, 4.0, 50.0)
+
+
 def test_command_line_lists_rows_and_rejects_unknown_ones(capsys):
     assert results.main(["list"]) == 0
     assert "ppo-hopper" in capsys.readouterr().out

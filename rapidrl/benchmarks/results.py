@@ -96,6 +96,9 @@ class Row:
     peer: str = ""
     """With ``solve``: the stem of a peer library's CSVs in the results directory (``<peer>.csv``,
     ``<peer>-evals.csv``, written by its own script), shown beside the row; empty: none."""
+    curve_metric: str = "charts/episodic_return"
+    """The metrics.csv column of the learning curve and the ``train`` column (MAPPO: the team return, the figure its
+    evaluation reports, rather than the mean per-agent return)."""
     pending: str = ""
     """Why the row has no results yet (what it costs to run here); shown under the table only while its CSV is
     empty."""
@@ -173,7 +176,11 @@ ROWS: dict[str, Row] = {r.name: r for r in [
               "(tests/test_learning_recurrent.py) its seed 0 solved at 25,600 steps after 11.1 s too.",
         solve=475.0, eval_every=5_120, peer="memory-peer"),
     Row("mappo-simple-spread", "Multi-agent, 10M agent-steps", "mappo", "MPE/simple_spread-v3", 10_000_000, (0,),
-        (), 30_000),
+        (), 30_000, curve_metric="charts/team_return",
+        notes="team returns (the sum of the 3 agents' rewards over an episode of 25 steps), as the evaluation "
+              "reports them; the **train** column and the curve are the mean team return of the copies that "
+              "finished in an update (`charts/team_return`). A uniform random policy scores -78.8 "
+              "(docs/multiagent.md, 128 episodes)."),
 ]}
 
 
@@ -213,13 +220,14 @@ CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
-def _curve(run_dir: Path) -> list[tuple[float, float]]:
-    """(step, training episodic return) points of a run's metrics.csv, thinned to at most CURVE_POINTS."""
+def _curve(run_dir: Path, metric: str = "charts/episodic_return") -> list[tuple[float, float]]:
+    """(step, training return) points of a run's metrics.csv (the ``metric`` column), thinned to at most
+    CURVE_POINTS."""
     path = run_dir / METRICS_CSV
     if not path.is_file():
         return []
     cols = read_csv_metrics(path)
-    pts = [(x, y) for x, y in zip(cols.get("global_step", []), cols.get("charts/episodic_return", []))
+    pts = [(x, y) for x, y in zip(cols.get("global_step", []), cols.get(metric, []))
            if math.isfinite(x) and math.isfinite(y)]
     if len(pts) > CURVE_POINTS:
         keep = np.unique(np.linspace(0, len(pts) - 1, CURVE_POINTS).round().astype(int))
@@ -305,7 +313,7 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     # training seconds of the learn call, a resumed run's earlier parts included (the checkpoint carries the clock);
     # summaries written before that field existed have only this process's wall-clock
     wall = summary.get("train_time_s", summary["wall_time_s"])
-    curve = _curve(run_dir)
+    curve = _curve(run_dir, row.curve_metric)
     tail = [y for _, y in curve[-1:]]
     result = {"seed": seed, "timesteps": summary["timesteps"],
               "eval_mean": round(summary.get("eval_mean", math.nan), 2),

@@ -150,7 +150,9 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         (Published(2288, "CleanRL", _CLEANRL_PPO, 572), Published(3479, "rl-zoo3", _RLZOO_PPO))),
     Row("sac-halfcheetah", "MuJoCo v5, 1M steps", "sac", "HalfCheetah-v5", 1_000_000, (0,),
         (Published(9635, "CleanRL", _CLEANRL_SAC, 1424), Published(9535, "rl-zoo3", _RLZOO_SAC)), 3_000,
-        pending=_SAC_PENDING.format(name="sac-halfcheetah")),
+        pending=_SAC_PENDING.format(name="sac-halfcheetah"),
+        notes="the wall-clock excludes a 728 s pause (SIGSTOP while the test suite ran) and includes ~11 minutes "
+              "beside the test suite before it (109 SPS overall; ~145 SPS alone)."),
     Row("sac-hopper", "MuJoCo v5, 1M steps", "sac", "Hopper-v5", 1_000_000, (0,),
         (Published(2310, "CleanRL", _CLEANRL_SAC, 343), Published(2326, "rl-zoo3", _RLZOO_SAC)), 3_000,
         pending=_SAC_PENDING.format(name="sac-hopper")),
@@ -180,7 +182,8 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         notes="team returns (the sum of the 3 agents' rewards over an episode of 25 steps), as the evaluation "
               "reports them; the **train** column and the curve are the mean team return of the copies that "
               "finished in an update (`charts/team_return`). A uniform random policy scores -78.8 "
-              "(docs/multiagent.md, 128 episodes)."),
+              "(docs/multiagent.md, 128 episodes). The wall-clock excludes a 1,781 s pause (SIGSTOP while other "
+              "jobs ran)."),
 ]}
 
 
@@ -448,7 +451,8 @@ def write_page(out: Path, title_note: str = "") -> Path:
              "**eval**: mean ± std over seeds of each seed's final evaluation (10 deterministic episodes unless "
              "the preset sets `eval_episodes`, raw rewards). **train**: mean ± std over seeds of the mean return "
              "of the last 20 training episodes (stochastic policy), the figure CleanRL reports. "
-             "**wall**: wall-clock of one seed's whole run (training and evaluation), mean over seeds.", ""]
+             "**wall**: training wall-clock of one seed (the final evaluation not included), mean over seeds; a "
+             "run paused (SIGSTOP) while other jobs had the machine has the pause subtracted, as its note says.", ""]
     if title_note:
         lines += [title_note, ""]
     families: dict[str, list[Row]] = {}

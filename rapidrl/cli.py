@@ -17,6 +17,7 @@ Bad keys, values and missing files end with one line ``rapidrl: error: ...`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -242,6 +243,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
     """
     from rapidrl.monitor.publisher import MonitorPublisher
     from rapidrl.train.algorithm import NonFiniteError
+    from rapidrl.train.callbacks import StopOnSignal
     from rapidrl.train.checkpoint import Checkpointer
     from rapidrl.train.loggers import CSVLogger, MLflowLogger, TensorBoardLogger, TextLogger, WandbLogger
 
@@ -272,11 +274,21 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
         write_paths(run_dir, model.paths)
     every = run.checkpoint_every or max(1, run.timesteps // 10)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, every=every, keep=run.checkpoint_keep)
+    # Ctrl-C / `kill PID`: stop after the update in progress and checkpoint there (the checkpointer's end of
+    # training), so that a resume loses nothing. Distributed ranks must stop at the same update: they stop at once.
+    stop = StopOnSignal() if model.dist is None else None
+    callbacks = [c for c in (checkpointer if main else None, stop) if c is not None]
     t0 = time.perf_counter()
     status, code = "finished", 0
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops as cleanly as Ctrl-C
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # where `stop` is None: `kill PID` acts as Ctrl-C
     try:
-        model.learn(run.timesteps, callback=checkpointer if main else None, progress_bar=progress, resume=resumed)
+        with stop.installed() if stop is not None else contextlib.nullcontext():
+            model.learn(run.timesteps, callback=callbacks or None, progress_bar=progress, resume=resumed)
+        if stop is not None and stop.requested and model.num_timesteps < run.timesteps:
+            status, code = "stopped", 130
+            print(f"stopped at step {model.num_timesteps:,} ({stop.requested}); checkpoint: "
+                  f"{checkpointer.last_good or 'none'}\ncontinue with: rapidrl train --resume {run_dir}",
+                  file=sys.stderr)
     except NonFiniteError as e:
         status, code = "failed", 1
         good = checkpointer.last_good

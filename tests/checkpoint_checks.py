@@ -44,16 +44,19 @@ def subprocess_env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def kill_when(argv: list[str], ready: Callable[[], bool], timeout: float = 300.0, poll: float = 0.005) -> None:
-    """Run ``argv``, SIGKILL it as soon as ``ready()`` (polled every ``poll`` s) is true; fail if it ended first."""
+def kill_when(argv: list[str], ready: Callable[[], bool], timeout: float = 300.0, poll: float = 0.005,
+              sig: int = signal.SIGKILL) -> tuple[int, str]:
+    """Run ``argv``, send it ``sig`` as soon as ``ready()`` (polled every ``poll`` s) is true; fail if it ended
+    first. Returns its exit code and output."""
     proc = subprocess.Popen(argv, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         end = time.monotonic() + timeout
         while time.monotonic() < end and proc.poll() is None and not ready():
             time.sleep(poll)
         assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=timeout)[0]
+        return proc.returncode, output
     finally:
         proc.kill()
         proc.wait()

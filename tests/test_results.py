@@ -181,6 +181,36 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     assert results.run_state(run_dir, row, row.timesteps, 0) == ""
 
 
+def test_a_row_passes_sigterm_on_to_its_training_process_and_leaves_ctrl_c_to_it(tmp_path):
+    """`kill` of `rapidrl bench results` reaches the training process, which then stops at a checkpoint (instead of
+    the parent dying and leaving it running); Ctrl-C, which the terminal sends to both, is left to the child."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    ready, received = tmp_path / "ready", tmp_path / "received"
+    child = ("import pathlib, signal, sys, time\n"
+             f"def stop(signum, frame):\n    pathlib.Path({str(received)!r}).write_text(signal.Signals(signum).name)\n"
+             "    sys.exit(130)\n"
+             "signal.signal(signal.SIGTERM, stop)\n"
+             f"pathlib.Path({str(ready)!r}).write_text('up')\n"
+             "time.sleep(60)\n")
+
+    def signal_the_parent():
+        end = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)  # ignored by the parent while its child trains
+        os.kill(os.getpid(), signal.SIGTERM)  # passed on to the child
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=signal_the_parent, daemon=True).start()
+    assert results.run_training_process([sys.executable, "-c", child]) == 130
+    assert received.read_text() == "SIGTERM" and signal.getsignal(signal.SIGTERM) == before
+
+
 def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):
     """docs/RESULTS.md is generated: regenerating it from docs/results/*.csv and ROWS changes nothing (after editing
     a row, run ``python -c "from rapidrl.benchmarks import results as r; r.write_page(r.DOCS / 'results')"``)."""

@@ -70,6 +70,63 @@ def test_sigkill_mid_run_then_resume_completes(tmp_path, capsys):
     assert again == 0  # nothing left to do
 
 
+def test_sigterm_stops_after_the_update_and_the_resume_loses_nothing(tmp_path):
+    """`kill PID` (as Ctrl-C): the run stops at the end of its update, checkpoints that step although no periodic
+    checkpoint is due, exits 130 with status "stopped"; resumed, it ends bitwise where the uninterrupted run ends."""
+    import signal
+
+    total = 256 * 200
+    common = ["--timesteps", str(total), "--headless", "--eval-episodes", "0", *SMALL,
+              "--set", "run.checkpoint_every=1000000"]  # no periodic checkpoint before the end
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    assert cli.main(["train", "ppo", "CartPole-v1", "--run-dir", str(whole), *common]) == 0
+
+    def logged_twice() -> bool:
+        metrics = stopped / "metrics.csv"
+        return metrics.is_file() and len(metrics.read_text().splitlines()) >= 3
+
+    argv = [*python_rapidrl("train", "ppo", "CartPole-v1"), "--run-dir", str(stopped), *common]
+    code, output = kill_when(argv, logged_twice, sig=signal.SIGTERM)
+    summary = read_summary(stopped)
+    assert code == 130 and summary["status"] == "stopped", output
+    assert "SIGTERM: stopping at the end of this update" in output and "continue with: rapidrl train --resume" in output
+    assert 0 < summary["timesteps"] < total and summary["timesteps"] % 256 == 0  # a whole update
+    assert [step for step, _ in list_checkpoints(stopped / "checkpoints")] == [summary["timesteps"]]
+    assert cli.main(["train", "--resume", str(stopped), "--headless"]) == 0
+    end_whole, end_stopped = load_checkpoint(whole / "model.pt"), load_checkpoint(stopped / "model.pt")
+    assert end_stopped["num_timesteps"] == total
+    assert same(end_whole["state"], end_stopped["state"]), "the resumed run differs from the uninterrupted one"
+
+
+def test_a_second_signal_stops_at_once_and_the_handlers_are_restored():
+    import signal
+    import threading
+
+    from rapidrl.train.callbacks import StopOnSignal
+
+    before = signal.getsignal(signal.SIGTERM)
+    stop = StopOnSignal()
+    with stop.installed():
+        assert signal.getsignal(signal.SIGTERM) == stop._handle and signal.getsignal(signal.SIGINT) == stop._handle
+        assert stop.on_update_end(None)
+        stop._handle(signal.SIGINT, None)
+        assert stop.requested == "SIGINT" and not stop.on_update_end(None)
+        with pytest.raises(KeyboardInterrupt):
+            stop._handle(signal.SIGTERM, None)
+    assert signal.getsignal(signal.SIGTERM) == before and stop.requested == "SIGINT"
+    # outside the main thread Python runs no signal handlers: nothing is installed, training is unaffected
+    seen = []
+
+    def in_a_thread():
+        with stop.installed() as installed:
+            seen.append((installed.requested, signal.getsignal(signal.SIGTERM)))
+
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join()
+    assert seen == [(None, before)] and signal.getsignal(signal.SIGTERM) == before
+
+
 TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--set", "algo.batch_size=32",
             "--set", "algo.buffer_size=2000", "--set", "algo.train_freq=4", "--set", "algo.gradient_steps=2",
             "--set", "algo.target_update_interval=50", "--set", "algo.log_interval=1"]

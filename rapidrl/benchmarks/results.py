@@ -38,6 +38,7 @@ import datetime as _dt
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -341,6 +342,20 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     return result
 
 
+def run_training_process(argv: list[str]) -> int:
+    """Run a ``rapidrl train`` process to its end; its exit code. SIGTERM sent to this process is passed on, and
+    SIGINT (Ctrl-C, which the terminal sends to both) is left to the child: it stops at the end of its update and
+    writes a checkpoint there (``StopOnSignal``), from which the row resumes when run again."""
+    proc = subprocess.Popen(argv)
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick: bool = False) -> list[dict]:
     """Train the seeds of ``row`` not yet recorded in ``out`` (one process at a time) and record them."""
     done = {int(r["seed"]) for r in _read_csv(out / f"{row.name}.csv")}
@@ -367,9 +382,10 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
                 argv = [sys.executable, "-m", "rapidrl", "train", *row.train_argv(timesteps, quick),
                         "--seed", str(seed), "--run-dir", str(run_dir), "--headless"]
                 print(f"{row.name} seed {seed}: {' '.join(argv[3:])}", flush=True)
-            code = subprocess.run(argv).returncode
+            code = run_training_process(argv)
             if code != 0:
-                raise RuntimeError(f"{row.name} seed {seed} failed (exit {code}); its run is in {run_dir} "
+                why = "was stopped (exit 130)" if code == 130 else f"failed (exit {code})"
+                raise RuntimeError(f"{row.name} seed {seed} {why}; its run is in {run_dir} "
                                    f"(run the row again to resume it from its last checkpoint)")
         result = record_seed(row, seed, run_dir, out)
         solved = f", solved at {result['solve_step'] or '-'} steps ({result['solve_wall_s'] or '-'} s)" \

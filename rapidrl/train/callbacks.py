@@ -19,7 +19,11 @@ current record; ``algo.record({...})`` adds to it), ``algo.history`` and ``algo.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rapidrl.train.finite import training_is_finite
@@ -165,3 +169,48 @@ class StopOnReward(Callback):
     def on_update_end(self, algo) -> bool:
         recent = algo.recent_returns(self.window)
         return len(recent) < self.window or sum(recent) / len(recent) < self.threshold
+
+
+class StopOnSignal(Callback):
+    """Ctrl-C (SIGINT) or ``kill PID`` (SIGTERM) stops training at the end of the update in progress instead of
+    in the middle of it: ``learn`` then returns normally, so the other callbacks' end of training runs at a whole
+    step (a ``Checkpointer`` writes its checkpoint there, and the run resumes losing nothing). A second signal
+    stops at once (``KeyboardInterrupt``). ``requested``: the name of the signal received, else None.
+
+        stop = StopOnSignal()
+        with stop.installed():
+            model.learn(1_000_000, callback=[Checkpointer("ckpts", every=50_000), stop])
+        if stop.requested: ...   # stopped early, at model.num_timesteps
+
+    The handlers exist only inside ``installed()`` and only in the main thread (Python runs signal handlers
+    there alone); elsewhere the signals keep their previous handling.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requested: str | None = None
+
+    @contextmanager
+    def installed(self) -> Iterator[StopOnSignal]:
+        """Handle SIGINT and SIGTERM as described above while the block runs; restore the previous handlers."""
+        self.requested = None
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:
+            raise KeyboardInterrupt
+        self.requested = signal.Signals(signum).name
+        print(f"\n{self.requested}: stopping at the end of this update (send it again to stop at once)",
+              file=sys.stderr, flush=True)
+
+    def on_update_end(self, algo) -> bool:
+        return self.requested is None

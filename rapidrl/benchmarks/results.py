@@ -84,7 +84,8 @@ class Row:
     published: tuple[Published, ...] = ()
     quick_timesteps: int = 10_000
     sets: tuple[str, ...] = ()
-    """``--set`` assignments on top of the preset: run settings only (``run.checkpoint_every``); the preset is the
+    """``--set`` assignments on top of the preset: run settings (``run.checkpoint_every``) and the task variant of
+    the published figures (``env.*``: Atari without sticky actions, as the v4 ids they used); the preset is the
     row's learning setting."""
     quick_sets: tuple[str, ...] = ()
     """Extra assignments of the quick version only (e.g. shorter Atari games for the final evaluation)."""
@@ -132,6 +133,10 @@ _ATARI_PENDING = ("not run yet: 10M agent steps at the fastest CPU path measured
                   "networks on an H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 "
                   "minutes. Run it with `rapidrl bench results {name}`: it checkpoints every 250k steps and, run "
                   "again after an interruption, resumes from the last checkpoint, so it can span sessions.")
+_ATARI_NOTES = ("sticky actions off (`env.repeat_action_probability=0`), as in the published runs (the "
+                "`NoFrameskip-v4` ids: no sticky actions; -v5's default is 0.25); otherwise the standard preprocessing "
+                "of docs/atari.md (no-op resets, frame skip 4, 84x84 gray, 4 frames, episodic life and clipped rewards "
+                "for training, 108,000-frame games). **eval**: 10 whole games (all lives), deterministic, raw score.")
 MINATAR_NOTES = {
     "Seaquest": "below the published figure. The trained policy (seed 0, 40 deterministic episodes) never surfaced: "
                 "38 of 40 episodes ended when the oxygen ran out (~200 steps), 0 with a refill, scoring only by "
@@ -159,11 +164,13 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         pending=_SAC_PENDING.format(name="sac-hopper")),
     Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
         (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        sets=("run.checkpoint_every=250000",), quick_sets=("env.max_episode_frames=8000",),
+        sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
+        quick_sets=("env.max_episode_frames=8000",), notes=_ATARI_NOTES,
         pending=_ATARI_PENDING.format(name="ppo-breakout")),
     Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
         (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        sets=("run.checkpoint_every=250000",), quick_sets=("env.max_episode_frames=8000",),
+        sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
+        quick_sets=("env.max_episode_frames=8000",), notes=_ATARI_NOTES,
         pending=_ATARI_PENDING.format(name="ppo-pong")),
     *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
           (Published(value, "MinAtar paper", _MINATAR),), 20_480, notes=MINATAR_NOTES.get(game, ""))

@@ -131,8 +131,9 @@ _SAC_PENDING = ("not run yet: SAC takes one gradient step per env step, ~145 SPS
 _ATARI_PENDING = ("not run yet: 10M agent steps at the fastest CPU path measured here (598 SPS, bf16, "
                   "`rapidrl bench pixels --precision bf16`) take ~4.6 h on the 2-core development machine; with the "
                   "networks on an H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 "
-                  "minutes. Run it with `rapidrl bench results {name}`: it checkpoints every 250k steps and, run "
-                  "again after an interruption, resumes from the last checkpoint, so it can span sessions.")
+                  "minutes. Run it with `rapidrl bench results {name}`, stop it at any time with Ctrl-C or `kill` "
+                  "(it checkpoints the step it stops at; a crash loses at most the 250k steps since the last periodic "
+                  "checkpoint) and run it again to continue: it can span sessions.")
 _ATARI_NOTES = ("sticky actions off (`env.repeat_action_probability=0`), as in the published runs (the "
                 "`NoFrameskip-v4` ids: no sticky actions; -v5's default is 0.25); otherwise the standard preprocessing "
                 "of docs/atari.md (no-op resets, frame skip 4, 84x84 gray, 4 frames, episodic life and clipped rewards "

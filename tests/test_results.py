@@ -211,6 +211,16 @@ def test_a_row_passes_sigterm_on_to_its_training_process_and_leaves_ctrl_c_to_it
     assert received.read_text() == "SIGTERM" and signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_stopped_seed_ends_the_command_with_a_line_saying_how_to_continue(tmp_path, monkeypatch, capsys):
+    row = Row("ppo-cartpole-stopped", "Classic control (test)", "ppo", "CartPole-v1", 2048, (0,))
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    for code, word, exit_code in ((130, "stopped", 130), (1, "error", 1)):
+        monkeypatch.setattr(results, "run_training_process", lambda argv, code=code: code)
+        assert results.main([row.name, "--out", str(tmp_path / "out"), "--runs-root", str(tmp_path)]) == exit_code
+        err = capsys.readouterr().err
+        assert err.startswith(f"rapidrl: {word}: ppo-cartpole-stopped seed 0 ") and "run the row again" in err
+
+
 def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):
     """docs/RESULTS.md is generated: regenerating it from docs/results/*.csv and ROWS changes nothing (after editing
     a row, run ``python -c "from rapidrl.benchmarks import results as r; r.write_page(r.DOCS / 'results')"``)."""

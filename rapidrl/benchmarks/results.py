@@ -350,6 +350,14 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     return result
 
 
+class SeedNotFinished(RuntimeError):
+    """A seed's training process ended before its budget: ``code`` is its exit code (130: stopped by a signal)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
 def run_training_process(argv: list[str]) -> int:
     """Run a ``rapidrl train`` process to its end; its exit code. SIGTERM sent to this process is passed on, and
     SIGINT (Ctrl-C, which the terminal sends to both) is left to the child: it stops at the end of its update and
@@ -393,8 +401,8 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
             code = run_training_process(argv)
             if code != 0:
                 why = "was stopped (exit 130)" if code == 130 else f"failed (exit {code})"
-                raise RuntimeError(f"{row.name} seed {seed} {why}; its run is in {run_dir} "
-                                   f"(run the row again to resume it from its last checkpoint)")
+                raise SeedNotFinished(f"{row.name} seed {seed} {why}; its run is in {run_dir} (run the row again to "
+                                      f"resume it from its last checkpoint)", code)
         result = record_seed(row, seed, run_dir, out)
         solved = f", solved at {result['solve_step'] or '-'} steps ({result['solve_wall_s'] or '-'} s)" \
             if row.solve is not None else ""
@@ -572,7 +580,11 @@ def main(argv: list[str]) -> int:
         seeds = tuple(parse_seeds(args.seeds))
     for row in rows:
         chosen = seeds if args.seeds is not None else (row.seeds[:1] if args.quick else row.seeds)
-        run_row(row, chosen, out, Path(args.runs_root) / ("quick" if args.quick else "full"), quick=args.quick)
+        try:
+            run_row(row, chosen, out, Path(args.runs_root) / ("quick" if args.quick else "full"), quick=args.quick)
+        except SeedNotFinished as e:
+            print(f"rapidrl: {'stopped' if e.code == 130 else 'error'}: {e}", file=sys.stderr)
+            return 130 if e.code == 130 else 1
     page = write_page(out, "Quick version (short budgets, one seed): a check of the pipeline, not results."
                       if args.quick else "")
     print(f"results page: {page}")

@@ -162,7 +162,9 @@ ROWS: dict[str, Row] = {r.name: r for r in [
               "beside the test suite before it (109 SPS overall; ~145 SPS alone)."),
     Row("sac-hopper", "MuJoCo v5, 1M steps", "sac", "Hopper-v5", 1_000_000, (0,),
         (Published(2310, "CleanRL", _CLEANRL_SAC, 343), Published(2326, "rl-zoo3", _RLZOO_SAC)), 3_000,
-        pending=_SAC_PENDING.format(name="sac-hopper")),
+        pending=_SAC_PENDING.format(name="sac-hopper"),
+        notes="the wall-clock excludes 203 s of pauses (SIGSTOP, 9 short test runs) and includes 46 s beside a test "
+              "run; alone the run went at 150-165 SPS."),
     Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
         (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
         sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
@@ -453,9 +455,10 @@ def draw_row(row: Row, out: Path) -> Path | None:
         for k, (_seed, pts) in enumerate(sorted(peer.items())):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", marker="x", markersize=3,
                     linewidth=0.8, color="black", label="peer evaluations" if k == 0 else None)
-    for p in row.published:
+    for k, p in enumerate(row.published):  # labels side by side: published figures are often close
         ax.axhline(p.value, linestyle="--", linewidth=0.8, color="grey")
-        ax.annotate(p.source, (0, p.value), fontsize="x-small", color="grey", va="bottom")
+        ax.annotate(f"{p.source} {p.value:g}", (0.01 + 0.22 * k, p.value), xycoords=("axes fraction", "data"),
+                    fontsize="x-small", color="grey", va="bottom")
     ax.set_title(f"{row.algo.upper()} {row.env}", fontsize="small")
     ax.set_xlabel("env steps")
     ax.set_ylabel("training return" + (" (dotted: evaluations)" if evals else ""))

@@ -175,6 +175,11 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     # an exact resume (built-in env: its state and the RNGs are in the checkpoint): the same final policy
     assert (record["eval_mean"], record["train_return"]) == (uninterrupted["eval_mean"], uninterrupted["train_return"])
 
+    # the row's own settings differ from the saved run's (here its checkpoint interval): trained afresh too
+    assert results.run_state(run_dir, row, row.timesteps, 0) == "finished"
+    other = Row(row.name, row.family, row.algo, row.env, row.timesteps, row.seeds, (), 512,
+                sets=("run.eval_episodes=2", "run.checkpoint_every=256", "run.checkpoint_keep=10"))
+    assert results.run_state(run_dir, other, row.timesteps, 0) == ""
     # the preset's setting differs from the saved run's: that run is not this row's, so it is trained afresh
     saved = (run_dir / "config.toml").read_text().replace("learning_rate = 0.001", "learning_rate = 0.5")
     (run_dir / "config.toml").write_text(saved)

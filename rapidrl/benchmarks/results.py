@@ -286,8 +286,8 @@ def solve_summary(evals: list[tuple[int, float, float]], solve: float) -> dict:
 def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
     """What a seed's run directory holds for ``row`` at a budget of ``timesteps``: "finished" (trained, not
     recorded yet), "resumable" (a checkpoint of the same setting: an interrupted run) or "" (nothing to keep).
-    The same setting: algo, env, budget and seed, and every value the preset sets now."""
-    from rapidrl.runs.config import preset_path, read_toml
+    The same setting: algo, env, budget and seed, and every value the preset and the row's ``sets`` set now."""
+    from rapidrl.runs.config import parse_set, preset_path, read_toml
     from rapidrl.train.checkpoint import latest_checkpoint
 
     try:
@@ -302,6 +302,8 @@ def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
     if any(saved.get(section, {}).get(key) != value
            for section in ("algo", "env") for key, value in preset.get(section, {}).items()):
         return ""  # the preset changed since: that run is not this row's setting
+    if any(saved.get(section, {}).get(key) != value for section, key, value in map(parse_set, row.sets)):
+        return ""  # so did the row's own settings
     try:
         if json.loads((run_dir / SUMMARY_FILE).read_text()).get("status") == "finished":
             return "finished"

@@ -226,6 +226,61 @@ def test_a_stopped_seed_ends_the_command_with_a_line_saying_how_to_continue(tmp_
         assert err.startswith(f"rapidrl: {word}: ppo-cartpole-stopped seed 0 ") and "run the row again" in err
 
 
+def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, monkeypatch, capsys):
+    """A seed stopped mid-run (or read with --progress while it runs) puts the steps it reached, its training return,
+    wall-clock and curve so far on the page in place of the row's 'not run yet'; recording it when it finishes
+    replaces them. A half-written last line of a live metrics.csv is not read."""
+    import json
+
+    row = Row("ppo-cartpole-long", "Classic control (test)", "ppo", "CartPole-v1", 10_000, (0,),
+              pending="not run yet: it needs a week here.")
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    out, runs = tmp_path / "docs" / "results", tmp_path / "runs"
+    run_dir = runs / "full" / row.name / "seed-0"
+
+    def stopped_at_2048(argv):  # a training process stopped by a signal after logging two updates
+        assert argv[argv.index("--run-dir") + 1] == str(run_dir)
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.csv").write_text("global_step,charts/episodic_return,time/total\n"
+                                             "1024,20.5,3.0\n2048,31.25,6.5\n30")  # the last line is half written
+        return 130
+
+    monkeypatch.setattr(results, "run_training_process", stopped_at_2048)
+    assert results.main([row.name, "--out", str(out), "--runs-root", str(runs)]) == 130
+    with open(out / f"{row.name}-progress.csv") as f:
+        progress = list(csv.DictReader(f))
+    assert [(r["seed"], r["steps"], r["budget"], r["train_return"], r["wall_s"]) for r in progress] == \
+        [("0", "2048", "10000", "31.25", "6.5")]
+    with open(out / f"{row.name}-curve.csv") as f:
+        assert [(r["step"], r["episodic_return"]) for r in csv.DictReader(f)] == [("1024", "20.5"), ("2048", "31.25")]
+    page = (out.parent / results.RESULTS_MD).read_text()
+    assert "| 0 (in progress) |" in page and "it needs a week here" not in page
+    assert "seed 0: **in progress**: 2,048 of 10,000 steps after 6 s of training, training return 31.2" in page
+    assert f"![{row.name}](results/{row.name}.png)" in page and (out / f"{row.name}.png").is_file()
+
+    # --progress trains nothing and reads the run as it stands (here: resumable, further on)
+    monkeypatch.setattr(results, "run_training_process", lambda argv: pytest.fail("--progress trained"))
+    assert results.run_state(run_dir, row, row.timesteps, 0) == ""  # no config.toml: not this row's run
+    capsys.readouterr()
+    monkeypatch.setattr(results, "run_state", lambda *args: "resumable")
+    with open(run_dir / "metrics.csv", "a") as f:
+        f.write("72,40.0,9.0\n")  # the half-written line completed: step 3072
+    assert results.main([row.name, "--progress", "--out", str(out), "--runs-root", str(runs)]) == 0
+    assert "seed 0: at 3,072 of 10,000 steps, train return 40.0, 9.0 s of training" in capsys.readouterr().out
+    assert "3,072 of 10,000 steps" in (out.parent / results.RESULTS_MD).read_text()
+
+    # finished and recorded: the progress and its note are gone, the finished curve replaces the partial one
+    (run_dir / "metrics.csv").write_text("global_step,charts/episodic_return,time/total\n5000,50,10\n10000,80,20\n")
+    (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "timesteps": 10_000, "eval_mean": 90.0,
+                                                      "eval_std": 1.0, "eval_episodes": 10, "wall_time_s": 20.0}))
+    results.record_seed(row, 0, run_dir, out)
+    assert not (out / f"{row.name}-progress.csv").exists()
+    with open(out / f"{row.name}-curve.csv") as f:
+        assert [r["step"] for r in csv.DictReader(f)] == ["5000", "10000"]
+    page = results.write_page(out).read_text()
+    assert "in progress" not in page and "| 0 | 90.0 | 80.0 |" in page
+
+
 def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):
     """docs/RESULTS.md is generated: regenerating it from docs/results/*.csv and ROWS changes nothing (after editing
     a row, run ``python -c "from rapidrl.benchmarks import results as r; r.write_page(r.DOCS / 'results')"``)."""

@@ -4,6 +4,7 @@
     rapidrl bench results ppo-hopper               # run a row's missing seeds, then update docs/RESULTS.md
     rapidrl bench results ppo-hopper --seeds 0-2   # these seeds (already recorded ones are kept, not re-run)
     rapidrl bench results --quick                  # every row, short budget, one seed, into bench_results/
+    rapidrl bench results ppo-breakout --progress  # train nothing: record how far its unfinished run has got
 
 A row is a task, an algorithm, a budget and seeds; it trains with the shipped preset for its algorithm and env
 (``rapidrl/configs``), each seed as its own ``rapidrl train ... --headless`` process, one at a time (so the
@@ -13,6 +14,10 @@ wall-clock is that of a run alone on the machine). Each finished seed is appende
 the CSVs. A row can therefore grow over several sessions: keep its CSVs in the repository. A seed whose run was
 interrupted (a closed session, a kill) resumes from its run directory's last checkpoint when the row is run again,
 if that run has the row's setting (``run_state``); one that finished but was not recorded is recorded as it is.
+A seed not finished yet shows its progress: when its run is stopped (Ctrl-C, ``kill``), and on demand with
+``--progress`` (which trains nothing, so it can read a run going on in another process), the steps it reached, its
+training return and wall-clock so far go to ``docs/results/<row>-progress.csv`` and its curve so far to the curve
+CSV, so a row that takes several sessions is in the repository as it grows.
 
 Evaluation protocol (the ``eval`` column): the mean of ``eval_episodes`` (10 unless the preset says otherwise)
 deterministic episodes on separate evaluation envs at the end of training, raw (unclipped, unnormalized)
@@ -49,7 +54,7 @@ import numpy as np
 
 from rapidrl.runs.layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_CSV, SUMMARY_FILE, read_csv_metrics
 
-__all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_seed", "run_row", "write_page"]
+__all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_progress", "record_seed", "run_row", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -230,6 +235,8 @@ RESULT_FIELDS = ["seed", "timesteps", "eval_mean", "eval_std", "eval_episodes", 
                  "date_utc", "commit"]
 SOLVE_FIELDS = ["solve_step", "solve_wall_s", "stable_step"]
 """The extra columns of a row with a solve criterion (module docstring)."""
+PROGRESS_FIELDS = ["seed", "steps", "budget", "train_return", "wall_s", "date_utc", "commit"]
+"""A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
 CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
@@ -349,9 +356,48 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     results = [r for r in _read_csv(out / f"{row.name}.csv") if int(r["seed"]) != seed] + [result]
     _write_csv(out / f"{row.name}.csv", sorted(results, key=lambda r: int(r["seed"])), fields)
     curves = [r for r in _read_csv(out / f"{row.name}-curve.csv") if int(r["seed"]) != seed]
+    _write_curve(row, seed, curve, out)
+    _drop_progress(row, seed, out)
+    return result
+
+
+def _write_curve(row: Row, seed: int, curve: list[tuple[float, float]], out: Path) -> None:
+    """Replace ``seed``'s points in ``out/<row>-curve.csv`` with ``curve``."""
+    curves = [r for r in _read_csv(out / f"{row.name}-curve.csv") if int(r["seed"]) != seed]
     curves += [{"seed": seed, "step": int(x), "episodic_return": round(y, 3)} for x, y in curve]
     _write_csv(out / f"{row.name}-curve.csv", curves, CURVE_FIELDS)
-    return result
+
+
+def _drop_progress(row: Row, seed: int, out: Path) -> None:
+    path = out / f"{row.name}-progress.csv"
+    rest = [r for r in _read_csv(path) if int(r["seed"]) != seed]
+    if rest:
+        _write_csv(path, rest, PROGRESS_FIELDS)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def record_progress(row: Row, seed: int, run_dir: Path, out: Path, budget: int) -> dict | None:
+    """Record how far a seed's unfinished run has got (``PROGRESS_FIELDS`` in ``out/<row>-progress.csv``, its curve
+    so far in ``out/<row>-curve.csv``) from its metrics.csv, which a running run keeps appending to; None (nothing
+    written) when the run has logged nothing yet."""
+    path = run_dir / METRICS_CSV
+    if not path.is_file():
+        return None
+    cols = read_csv_metrics(path)
+    logged = [(x, t) for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(x)]
+    curve = _curve(run_dir, row.curve_metric)
+    if not logged:
+        return None
+    steps, wall = logged[-1]
+    progress = {"seed": seed, "steps": int(steps), "budget": budget,
+                "train_return": round(curve[-1][1], 2) if curve else "",
+                "wall_s": round(wall, 1) if math.isfinite(wall) else "",
+                "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit()}
+    rows = [r for r in _read_csv(out / f"{row.name}-progress.csv") if int(r["seed"]) != seed] + [progress]
+    _write_csv(out / f"{row.name}-progress.csv", sorted(rows, key=lambda r: int(r["seed"])), PROGRESS_FIELDS)
+    _write_curve(row, seed, curve, out)
+    return progress
 
 
 class SeedNotFinished(RuntimeError):
@@ -403,6 +449,9 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
                         "--seed", str(seed), "--run-dir", str(run_dir), "--headless"]
                 print(f"{row.name} seed {seed}: {' '.join(argv[3:])}", flush=True)
             code = run_training_process(argv)
+            if code == 130:  # stopped at a checkpoint: what it reached goes on the page until it finishes
+                record_progress(row, seed, run_dir, out, timesteps)
+                draw_row(row, out)
             if code != 0:
                 why = "was stopped (exit 130)" if code == 130 else f"failed (exit {code})"
                 raise SeedNotFinished(f"{row.name} seed {seed} {why}; its run is in {run_dir} (run the row again to "
@@ -414,6 +463,25 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
               f"{result['train_return']}{solved}, {time.perf_counter() - t0:.0f} s", flush=True)
         recorded.append(result)
     draw_row(row, out)
+    return recorded
+
+
+def progress_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, timesteps: int) -> list[dict]:
+    """Record the progress of ``row``'s seeds whose runs (this row's setting, in ``runs_root``) are not finished,
+    running or stopped; nothing is trained."""
+    done = {int(r["seed"]) for r in _read_csv(out / f"{row.name}.csv")}
+    recorded = []
+    for seed in seeds:
+        run_dir = runs_root / row.name / f"seed-{seed}"
+        state = "" if seed in done else run_state(run_dir, row, timesteps, seed)
+        if state == "finished":
+            print(f"{row.name} seed {seed}: finished, not recorded yet: run the row to record it", flush=True)
+        elif state == "resumable" and (progress := record_progress(row, seed, run_dir, out, timesteps)):
+            print(f"{row.name} seed {seed}: at {progress['steps']:,} of {timesteps:,} steps, train return "
+                  f"{progress['train_return']}, {progress['wall_s']} s of training", flush=True)
+            recorded.append(progress)
+    if recorded:
+        draw_row(row, out)
     return recorded
 
 
@@ -445,8 +513,10 @@ def draw_row(row: Row, out: Path) -> Path | None:
     evals: dict[int, list[tuple[float, float]]] = {}
     for r in _read_csv(out / f"{row.name}-evals.csv"):
         evals.setdefault(int(r["seed"]), []).append((float(r["step"]), float(r["eval_mean"])))
+    unfinished = {int(r["seed"]) for r in _read_csv(out / f"{row.name}-progress.csv")}
     for seed, pts in sorted(by_seed.items()):
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], linewidth=1, label=f"seed {seed}")
+        label = f"seed {seed}" + (" (in progress)" if seed in unfinished else "")
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], linewidth=1, label=label)
         if seed in evals:  # the checkpoints' evaluations, in the seed's colour
             ax.plot([p[0] for p in evals[seed]], [p[1] for p in evals[seed]], linestyle=":", marker=".",
                     markersize=3, linewidth=0.8, color=line.get_color())
@@ -484,7 +554,8 @@ def write_page(out: Path, title_note: str = "") -> Path:
              "`rapidrl bench results ROW` (`rapidrl bench results list` names them); `--quick` runs a short "
              "version of every row. The numbers below are read from `docs/results/<row>.csv`, which the command "
              "appends to. A seed interrupted mid-run (a closed session, a kill) resumes from its last checkpoint "
-             "when the row is run again; its wall-clock adds up the parts.", "",
+             "when the row is run again; its wall-clock adds up the parts. A seed not finished yet is marked "
+             "`(in progress)`, with how far it has got under its table and its curve so far.", "",
              "**eval**: mean ± std over seeds of each seed's final evaluation (10 deterministic episodes unless "
              "the preset sets `eval_episodes`, raw rewards). **train**: mean ± std over seeds of the mean return "
              "of the last 20 training episodes (stochastic policy), the figure CleanRL reports. "
@@ -501,7 +572,9 @@ def write_page(out: Path, title_note: str = "") -> Path:
                   "|---|---|---|---:|---|---:|---:|---|---:|---|"]
         for row in rows:
             results = _read_csv(out / f"{row.name}.csv")
-            seeds = ", ".join(r["seed"] for r in results) or "not run yet"
+            unfinished = _read_csv(out / f"{row.name}-progress.csv")
+            seeds = ", ".join([r["seed"] for r in results] + [f"{r['seed']} (in progress)" for r in unfinished]) \
+                or "not run yet"
             budget = {int(r["timesteps"]) for r in results} or {row.timesteps}
             evals = [float(r["eval_mean"]) for r in results]
             trains = [float(r["train_return"]) for r in results if r["train_return"]]
@@ -511,14 +584,24 @@ def write_page(out: Path, title_note: str = "") -> Path:
             lines.append(f"| `{row.name}` | {row.env} | {row.algo.upper()} | {', '.join(f'{b:,}' for b in budget)} "
                          f"| {seeds} | {_stats(evals)} | {_stats(trains)} | {published} | {wall} | {curve} |")
         notes = [f"- `{row.name}`: {row.notes}" for row in rows if row.notes]
-        notes += [f"- `{row.name}`: {row.pending}" for row in rows
-                  if row.pending and not (out / f"{row.name}.csv").is_file()]
+        notes += [f"- `{row.name}`: {row.pending}" for row in rows if row.pending and not
+                  (out / f"{row.name}.csv").is_file() and not (out / f"{row.name}-progress.csv").is_file()]
+        notes += [_progress_note(row, r) for row in rows for r in _read_csv(out / f"{row.name}-progress.csv")]
         lines += ["", *notes, ""] if notes else [""]
         for row in rows:
             if row.solve is not None:
                 lines += _solve_table(row, out)
     page.write_text("\n".join(lines))
     return page
+
+
+def _progress_note(row: Row, r: dict) -> str:
+    train = f", training return {float(r['train_return']):.1f} (last 20 episodes)" if r["train_return"] else ""
+    wall = f" after {float(r['wall_s']):,.0f} s of training" if r["wall_s"] else ""
+    return (f"- `{row.name}` seed {r['seed']}: **in progress**: {int(r['steps']):,} of {int(r['budget']):,} steps"
+            f"{wall}{train} (recorded {r['date_utc']}, commit {r['commit']}; no evaluation until it ends); its curve "
+            f"so far is drawn. `rapidrl bench results {row.name}` continues it from its run directory's last "
+            "checkpoint.")
 
 
 def _solve_table(row: Row, out: Path) -> list[str]:
@@ -560,12 +643,14 @@ def _solve_table(row: Row, out: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="rapidrl bench results",
                                 description="Learning results at the standard budgets (docs/RESULTS.md).")
-    p.add_argument("rows", nargs="*", help="row names, or 'list' (default with --quick: every row)")
+    p.add_argument("rows", nargs="*", help="row names, or 'list' (default with --quick or --progress: every row)")
     p.add_argument("--seeds", default=None, help="seeds to run, e.g. 0-2 (default: the row's)")
     p.add_argument("--quick", action="store_true", help="short budgets, first seed only, into --out")
     p.add_argument("--out", default=None, help="directory of the CSVs and images (default docs/results, "
                                                  "or bench_results/results-quick with --quick)")
     p.add_argument("--runs-root", default="runs/results", help="where the run directories go")
+    p.add_argument("--progress", action="store_true", help="train nothing: record how far the rows' unfinished "
+                                                           "runs (running or stopped) have got, redraw the page")
     args = p.parse_args(argv)
     if args.rows == ["list"]:
         for row in ROWS.values():
@@ -573,8 +658,8 @@ def main(argv: list[str]) -> int:
             print(f"{row.name:24s} {row.algo} {row.env}, {row.timesteps:,} steps, seeds {list(row.seeds)}: {pub}")
         return 0
     unknown = [r for r in args.rows if r not in ROWS]
-    if unknown or (not args.rows and not args.quick):
-        print(f"rapidrl: error: name rows ({', '.join(ROWS)}), 'list', or --quick"
+    if unknown or (not args.rows and not args.quick and not args.progress):
+        print(f"rapidrl: error: name rows ({', '.join(ROWS)}), 'list', --quick or --progress"
               + (f"; unknown: {', '.join(unknown)}" if unknown else ""), file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else (Path("bench_results/results-quick") if args.quick else DOCS / "results")
@@ -583,15 +668,21 @@ def main(argv: list[str]) -> int:
         from rapidrl.runs.experiment import parse_seeds
 
         seeds = tuple(parse_seeds(args.seeds))
+    title = "Quick version (short budgets, one seed): a check of the pipeline, not results." if args.quick else ""
+    runs_root = Path(args.runs_root) / ("quick" if args.quick else "full")
     for row in rows:
         chosen = seeds if args.seeds is not None else (row.seeds[:1] if args.quick else row.seeds)
+        if args.progress:
+            progress_row(row, chosen, out, runs_root, row.quick_timesteps if args.quick else row.timesteps)
+            continue
         try:
-            run_row(row, chosen, out, Path(args.runs_root) / ("quick" if args.quick else "full"), quick=args.quick)
+            run_row(row, chosen, out, runs_root, quick=args.quick)
         except SeedNotFinished as e:
+            if e.code == 130:  # its progress was recorded: the page shows it
+                write_page(out, title)
             print(f"rapidrl: {'stopped' if e.code == 130 else 'error'}: {e}", file=sys.stderr)
             return 130 if e.code == 130 else 1
-    page = write_page(out, "Quick version (short budgets, one seed): a check of the pipeline, not results."
-                      if args.quick else "")
+    page = write_page(out, title)
     print(f"results page: {page}")
     return 0
 

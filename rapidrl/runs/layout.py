@@ -8,6 +8,7 @@ A run directory ``runs/<algo>-<env>-<YYYYmmdd-HHMMSS>[-n]/`` holds the resolved 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -35,9 +36,13 @@ def read_summary(run_dir: str | os.PathLike) -> dict | None:
 
 
 def read_csv_metrics(path: str | os.PathLike) -> dict[str, list[float]]:
-    """metrics.csv -> {column: values} (empty cells become NaN)."""
+    """metrics.csv -> {column: values} (empty cells become NaN). A last line without its newline is one the run is
+    writing now (the file of a live run): it is left out rather than read cut short."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        text = f.read()
+    if not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+    rows = list(csv.DictReader(io.StringIO(text)))
     cols: dict[str, list[float]] = {}
     for row in rows:
         for k, v in row.items():

@@ -278,7 +278,7 @@ def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, mo
     with open(out / f"{row.name}-curve.csv") as f:
         assert [r["step"] for r in csv.DictReader(f)] == ["5000", "10000"]
     page = results.write_page(out).read_text()
-    assert "in progress" not in page and "| 0 | 90.0 | 80.0 |" in page
+    assert "(in progress) |" not in page and "**in progress**" not in page and "| 0 | 90.0 | 80.0 |" in page
 
 
 def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):

@@ -355,7 +355,6 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
         _write_csv(out / f"{row.name}-evals.csv", rows, EVAL_FIELDS)
     results = [r for r in _read_csv(out / f"{row.name}.csv") if int(r["seed"]) != seed] + [result]
     _write_csv(out / f"{row.name}.csv", sorted(results, key=lambda r: int(r["seed"])), fields)
-    curves = [r for r in _read_csv(out / f"{row.name}-curve.csv") if int(r["seed"]) != seed]
     _write_curve(row, seed, curve, out)
     _drop_progress(row, seed, out)
     return result

@@ -93,7 +93,7 @@ def _group_core(rewards, scale_std, eps, out):
     Returns the first row holding a non-finite reward, or -1."""
     B, G = rewards.shape
     for b in range(B):
-        s = 0.0
+        s = np.float64(0.0)  # not 0.0: run as plain Python (NEP 50), 0.0 + float32 would stay float32
         bad = 0.0
         for j in range(G):
             x = rewards[b, j]
@@ -104,7 +104,7 @@ def _group_core(rewards, scale_std, eps, out):
         mean = s / G
         inv = 1.0
         if scale_std:
-            ss = 0.0
+            ss = np.float64(0.0)
             for j in range(G):
                 d = rewards[b, j] - mean
                 ss += d * d
@@ -121,7 +121,7 @@ def _rloo_core(rewards, out):
     B, G = rewards.shape
     factor = G / (G - 1)
     for b in range(B):
-        s = 0.0
+        s = np.float64(0.0)  # float64 accumulation in plain Python too (see _group_core)
         bad = 0.0
         for j in range(G):
             x = rewards[b, j]
@@ -184,7 +184,7 @@ def _sequence_kl_core(logp, ref, mask, use_mask, est, one, mean, out):
     row without tokens). Accumulates in float64."""
     B, T = logp.shape
     for b in range(B):
-        s = 0.0
+        s = np.float64(0.0)  # float64 accumulation in plain Python too (see _group_core)
         n = 0
         for t in range(T):
             if not use_mask or mask[b, t]:

@@ -241,13 +241,14 @@ CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
-def _curve(run_dir: Path, metric: str = "charts/episodic_return") -> list[tuple[float, float]]:
+def _curve(run_dir: Path, metric: str = "charts/episodic_return",
+           cols: dict[str, list[float]] | None = None) -> list[tuple[float, float]]:
     """(step, training return) points of a run's metrics.csv (the ``metric`` column), thinned to at most
-    CURVE_POINTS."""
+    CURVE_POINTS; ``cols``: that file already read."""
     path = run_dir / METRICS_CSV
-    if not path.is_file():
+    if cols is None and not path.is_file():
         return []
-    cols = read_csv_metrics(path)
+    cols = read_csv_metrics(path) if cols is None else cols
     pts = [(x, y) for x, y in zip(cols.get("global_step", []), cols.get(metric, []))
            if math.isfinite(x) and math.isfinite(y)]
     if len(pts) > CURVE_POINTS:
@@ -385,7 +386,7 @@ def record_progress(row: Row, seed: int, run_dir: Path, out: Path, budget: int) 
         return None
     cols = read_csv_metrics(path)
     logged = [(x, t) for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(x)]
-    curve = _curve(run_dir, row.curve_metric)
+    curve = _curve(run_dir, row.curve_metric, cols)
     if not logged:
         return None
     steps, wall = logged[-1]

@@ -180,6 +180,7 @@ def test_next_step_restart_then_too_many_restarts(make):
     actions = np.zeros(NUM_ENVS, np.int64)
     obs = envs.step(actions)[0].copy()
     psutil.Process(envs.worker_pids[1]).kill()  # a crash, not a polite ray.kill
+    assert wait_gone([envs.worker_pids[1]])
     with pytest.warns(RuntimeWarning, match="restart 1 of 1"):
         obs2, rewards, _, truncated, info = envs.step(actions)
     np.testing.assert_array_equal(info["restarted_envs"], [False, False, True, True])
@@ -191,7 +192,9 @@ def test_next_step_restart_then_too_many_restarts(make):
     assert not truncated[2:].any() and not info["_episode"][2:].any()
     assert not np.array_equal(obs3[2:], obs[2:])
 
-    ray.kill(envs.actors[0])
+    old_pid = envs.worker_pids[0]
+    ray.kill(envs.actors[0])  # asynchronous: wait for the process to go, or the step may still be answered
+    assert wait_gone([old_pid])
     with pytest.raises(EnvWorkerError, match="max_restarts=1"):
         envs.step(actions)
     assert envs.closed

@@ -173,7 +173,12 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
         (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
         sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
-        quick_sets=("env.max_episode_frames=8000",), notes=_ATARI_NOTES,
+        quick_sets=("env.max_episode_frames=8000",),
+        notes=_ATARI_NOTES + " The published figures sample actions (CleanRL's is the training return; rl-zoo3 "
+              "evaluates Atari stochastically); the greedy policy scores less here: the same seed-0 model, sampled, "
+              "447.1 ± 99.8 over 20 games (`python scripts/stochastic_eval.py runs/results/full/ppo-breakout/seed-0/"
+              "model.pt --episodes 20`), 2026-11-26. Trained in bf16 (`precision=auto`) over three sessions, "
+              "resumed from checkpoints (commits a57ff7e to 254b637; the commit column is the last).",
         pending=_ATARI_PENDING.format(name="ppo-breakout")),
     Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
         (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,

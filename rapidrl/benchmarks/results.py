@@ -246,14 +246,9 @@ CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
-def _curve(run_dir: Path, metric: str = "charts/episodic_return",
-           cols: dict[str, list[float]] | None = None) -> list[tuple[float, float]]:
-    """(step, training return) points of a run's metrics.csv (the ``metric`` column), thinned to at most
-    CURVE_POINTS; ``cols``: that file already read."""
-    path = run_dir / METRICS_CSV
-    if cols is None and not path.is_file():
-        return []
-    cols = read_csv_metrics(path) if cols is None else cols
+def _curve(cols: dict[str, list[float]], metric: str = "charts/episodic_return") -> list[tuple[float, float]]:
+    """(step, training return) points of a run's parsed metrics.csv (``read_csv_metrics``; the ``metric``
+    column), thinned to at most CURVE_POINTS."""
     pts = [(x, y) for x, y in zip(cols.get("global_step", []), cols.get(metric, []))
            if math.isfinite(x) and math.isfinite(y)]
     if len(pts) > CURVE_POINTS:
@@ -342,7 +337,8 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     # training seconds of the learn call, a resumed run's earlier parts included (the checkpoint carries the clock);
     # summaries written before that field existed have only this process's wall-clock
     wall = summary.get("train_time_s", summary["wall_time_s"])
-    curve = _curve(run_dir, row.curve_metric)
+    metrics = run_dir / METRICS_CSV
+    curve = _curve(read_csv_metrics(metrics), row.curve_metric) if metrics.is_file() else []
     tail = [y for _, y in curve[-1:]]
     result = {"seed": seed, "timesteps": summary["timesteps"],
               "eval_mean": round(summary.get("eval_mean", math.nan), 2),
@@ -391,7 +387,7 @@ def record_progress(row: Row, seed: int, run_dir: Path, out: Path, budget: int) 
         return None
     cols = read_csv_metrics(path)
     logged = [(x, t) for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(x)]
-    curve = _curve(run_dir, row.curve_metric, cols)
+    curve = _curve(cols, row.curve_metric)
     if not logged:
         return None
     steps, wall = logged[-1]

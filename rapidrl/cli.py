@@ -371,8 +371,9 @@ def cmd_eval(args) -> int:
     model, path, env_kwargs, seed = _load_for_eval(Path(args.run))
     from rich.console import Console
 
-    mean, std = model.evaluate(args.episodes, progress=Console().is_terminal)
-    print(f"{path}: eval return {mean:.2f} ± {std:.2f} over {args.episodes} episodes")
+    mean, std = model.evaluate(args.episodes, deterministic=not args.stochastic, progress=Console().is_terminal)
+    kind = "sampled actions" if args.stochastic else "deterministic"
+    print(f"{path}: eval return {mean:.2f} ± {std:.2f} over {args.episodes} episodes ({kind})")
     if video is not None:
         out, returns = record(model, model.env_id, video, seed=seed, env_kwargs=env_kwargs)
         print(f"video of {len(returns)} episode(s) (return {', '.join(f'{r:.1f}' for r in returns) or '-'}): {out}")
@@ -556,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run", metavar="RUN_DIR",
                    help="run directory (uses model.pt, else its newest checkpoint) or a .pt file")
     e.add_argument("--episodes", type=int, default=10, help="evaluation episodes (default: 10)")
+    e.add_argument("--stochastic", action="store_true",
+                   help="sample actions as in training (DQN: epsilon-greedy) instead of the policy's mode, as the "
+                        "published Atari figures do; seeded, so repeatable")
     e.add_argument("--video", metavar="OUT.gif|OUT.mp4", help="also record one episode (mp4 needs imageio-ffmpeg)")
     e.set_defaults(func=cmd_eval)
 

@@ -148,13 +148,15 @@ class MAPPO(PPO):
             from rapidrl.envs import make_vec
 
             env = self._eval_env = make_vec(self.env_id, n_episodes, **self.env_kwargs)
-        obs, _ = env.reset(seed=self.seed + 10_000 + self.num_updates)
+        seed = self.seed + 10_000 + self.num_updates
+        obs, _ = env.reset(seed=seed)
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
-        while not finished.all():
-            obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic))
-            returns += np.where(finished, 0.0, info["team_reward"])
-            finished |= info["_team_episode"]
+        with self._evaluation_rngs(seed, deterministic):
+            while not finished.all():
+                obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic))
+                returns += np.where(finished, 0.0, info["team_reward"])
+                finished |= info["_team_episode"]
         return float(returns.mean()), float(returns.std())
 
     def _collect(self) -> None:

@@ -11,6 +11,7 @@ metrics flush (``report_steps``); ``on_update_logged``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -383,13 +384,44 @@ class Algorithm:
         Runs n_episodes envs in parallel (one batched env: Atari's C++ thread pool, a built-in env's kernel) and
         counts each env's first episode only (no bias towards short episodes). Rewards are the env's raw rewards
         (no scaling). The eval env is built with the env class's ``eval_overrides`` (Atari: real scores, whole
-        games, FIRE after a lost life; docs/atari.md). progress: a live line with the episodes finished, the
-        steps taken and the mean return so far (``rapidrl train``/``eval`` turn it on).
+        games, FIRE after a lost life; docs/atari.md). deterministic: the policy's mode (greedy); False samples
+        actions as in training (DQN: epsilon-greedy at the current epsilon) from generators seeded by the eval seed,
+        so a sampled score is reproducible too and training's random streams are left as they were. progress: a
+        live line with the episodes finished, the steps taken and the mean return so far (``rapidrl train``/``eval``
+        turn it on).
         """
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
             raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
         env = self._get_eval_env(n_episodes)
-        obs, _ = env.reset(seed=self.seed + 10_000 + self.num_updates)
+        seed = self.seed + 10_000 + self.num_updates
+        obs, _ = env.reset(seed=seed)
+        with self._evaluation_rngs(seed, deterministic):
+            return self._evaluate_episodes(env, obs, n_episodes, deterministic, progress)
+
+    @contextlib.contextmanager
+    def _evaluation_rngs(self, seed: int, deterministic: bool):
+        """A sampled (``deterministic=False``) evaluation draws its actions from generators seeded by ``seed``, and
+        training's streams (torch's global generator, ``np_rng``) are restored afterwards: the same model and seed
+        give the same sampled score, and evaluating never changes what training does next."""
+        if deterministic:
+            yield
+            return
+        saved_np_rng = self.np_rng
+        self.np_rng = np.random.default_rng(seed)
+        cuda = [self.device] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=cuda):
+                torch.default_generator.manual_seed(seed)
+                if cuda:
+                    with torch.cuda.device(self.device):
+                        torch.cuda.manual_seed(seed)
+                yield
+        finally:
+            self.np_rng = saved_np_rng
+
+    def _evaluate_episodes(self, env, obs, n_episodes: int, deterministic: bool, progress: bool
+                           ) -> tuple[float, float]:
+        """The episode loop of ``evaluate`` on an eval env already reset to ``obs``."""
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
         starts = np.ones(n_episodes, dtype=bool)

@@ -10,6 +10,7 @@ import pytest
 from rapidrl.benchmarks import results
 from rapidrl.benchmarks.results import ROWS, Published, Row
 from rapidrl.runs.config import resolve
+from rapidrl.runs.layout import read_csv_metrics
 
 
 def test_every_row_resolves_to_a_valid_run_configuration():
@@ -161,7 +162,7 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
             path.unlink()
     assert results.run_state(run_dir, row, row.timesteps, 0) == "resumable"
     assert results.resume_step(row, run_dir) == 1024
-    first_part = results._wall_at_steps(run_dir)[1024]
+    first_part = results._wall_at_steps(read_csv_metrics(run_dir / "metrics.csv"))[1024]
     results.run_row(row, (0,), out, runs)
     assert "resuming the interrupted run" in capsys.readouterr().out
     resumed = json.loads((run_dir / "summary.json").read_text())
@@ -171,7 +172,8 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     assert int(record["timesteps"]) == 2048 and first_part > 0
     # both parts' training: the checkpoint carried the clock, so the second part's times continue the first's
     assert float(record["wall_s"]) == round(resumed["train_time_s"], 1) and resumed["train_time_s"] > first_part
-    assert all(wall > first_part for step, wall in results._wall_at_steps(run_dir).items() if step > 1024)
+    walls = results._wall_at_steps(read_csv_metrics(run_dir / "metrics.csv"))
+    assert all(wall > first_part for step, wall in walls.items() if step > 1024)
     # an exact resume (built-in env: its state and the RNGs are in the checkpoint): the same final policy
     assert (record["eval_mean"], record["train_return"]) == (uninterrupted["eval_mean"], uninterrupted["train_return"])
 

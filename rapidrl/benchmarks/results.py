@@ -257,19 +257,21 @@ def _curve(cols: dict[str, list[float]], metric: str = "charts/episodic_return")
     return pts
 
 
-def _wall_at_steps(run_dir: Path) -> dict[int, float]:
-    """Training wall-clock (metrics.csv's ``time/total``, seconds since ``learn`` started) at each logged step."""
-    cols = read_csv_metrics(run_dir / METRICS_CSV)
+def _wall_at_steps(cols: dict[str, list[float]]) -> dict[int, float]:
+    """Training wall-clock (``time/total``, seconds since ``learn`` started) at each logged step of a run's parsed
+    metrics.csv (``read_csv_metrics``)."""
     return {int(x): t for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(t)}
 
 
-def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int) -> list[tuple[int, float, float]]:
+def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int, wall: dict[int, float]
+                         ) -> list[tuple[int, float, float]]:
     """(step, evaluation mean, training wall-clock at that step) of every checkpoint of a finished run, oldest
-    first: each is loaded and evaluated as ``rapidrl eval`` does (``episodes`` deterministic episodes)."""
+    first: each is loaded and evaluated as ``rapidrl eval`` does (``episodes`` deterministic episodes). wall: the
+    wall-clock at each logged step (``_wall_at_steps``); NaN for a checkpoint step not in it."""
     from rapidrl.algos.registry import get_algorithm
     from rapidrl.train.checkpoint import list_checkpoints
 
-    cls, wall = get_algorithm(row.algo), _wall_at_steps(run_dir)
+    cls = get_algorithm(row.algo)
     evals = []
     for step, path in list_checkpoints(run_dir / CHECKPOINT_DIR):
         model = cls.load(path)
@@ -338,7 +340,8 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     # summaries written before that field existed have only this process's wall-clock
     wall = summary.get("train_time_s", summary["wall_time_s"])
     metrics = run_dir / METRICS_CSV
-    curve = _curve(read_csv_metrics(metrics), row.curve_metric) if metrics.is_file() else []
+    cols = read_csv_metrics(metrics) if metrics.is_file() else {}
+    curve = _curve(cols, row.curve_metric)
     tail = [y for _, y in curve[-1:]]
     result = {"seed": seed, "timesteps": summary["timesteps"],
               "eval_mean": round(summary.get("eval_mean", math.nan), 2),
@@ -348,7 +351,7 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
               "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit()}
     fields = RESULT_FIELDS
     if row.solve is not None:
-        evals = evaluate_checkpoints(row, run_dir, int(summary.get("eval_episodes") or 10))
+        evals = evaluate_checkpoints(row, run_dir, int(summary.get("eval_episodes") or 10), _wall_at_steps(cols))
         result |= solve_summary(evals, row.solve)
         fields = RESULT_FIELDS + SOLVE_FIELDS
         rows = [r for r in _read_csv(out / f"{row.name}-evals.csv") if int(r["seed"]) != seed]

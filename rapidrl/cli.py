@@ -353,8 +353,9 @@ def _load_for_eval(target: Path):
     if algo not in known:
         raise CLIError(f"{path} holds a {algo!r} model; this rapidrl knows {', '.join(known)}")
     model = known[algo].load(path)
-    model.env_kwargs = dict(env_kwargs)
-    return model, path, env_kwargs, seed
+    if target.is_dir():  # the run's config; a model file brings its own (saved with it)
+        model.env_kwargs = dict(env_kwargs)
+    return model, path, dict(model.env_kwargs), seed
 
 
 def cmd_eval(args) -> int:

@@ -66,3 +66,12 @@ def test_cli_eval_stochastic(tmp_path, capsys):
     assert f"eval return {mean:.2f} ± {std:.2f} over 5 episodes (sampled actions)" in out, out
     assert cli.main(["eval", str(path), "--episodes", "5"]) == 0
     assert "(deterministic)" in capsys.readouterr().out
+
+
+def test_cli_eval_of_a_model_file_keeps_its_env_settings(tmp_path, capsys):
+    """A model file is evaluated on the env it was trained on (its saved env_kwargs: here 7-step episodes, so every
+    return is 7), not on the env id's defaults (500-step CartPole)."""
+    model = rr.PPO("CartPole-v1", env_kwargs={"max_episode_steps": 7}, **PPO_SMALL)
+    path = model.learn(128, progress_bar=False).save(tmp_path / "model.pt")
+    assert cli.main(["eval", str(path), "--episodes", "4"]) == 0
+    assert "eval return 7.00 ± 0.00 over 4 episodes" in capsys.readouterr().out

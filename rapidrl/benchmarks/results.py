@@ -176,8 +176,8 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         quick_sets=("env.max_episode_frames=8000",),
         notes=_ATARI_NOTES + " The published figures sample actions (CleanRL's is the training return; rl-zoo3 "
               "evaluates Atari stochastically); the greedy policy scores less here: the same seed-0 model, sampled, "
-              "447.1 ± 99.8 over 20 games (`python scripts/stochastic_eval.py runs/results/full/ppo-breakout/seed-0/"
-              "model.pt --episodes 20`), 2026-11-26. Trained in bf16 (`precision=auto`) over three sessions, "
+              "391.4 ± 57.1 over 20 games (`rapidrl eval runs/results/full/ppo-breakout/seed-0 --episodes 20 "
+              "--stochastic`, seeded: repeatable), 2026-11-26. Trained in bf16 (`precision=auto`) over three sessions, "
               "resumed from checkpoints (commits a57ff7e to 254b637; the commit column is the last).",
         pending=_ATARI_PENDING.format(name="ppo-breakout")),
     Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),

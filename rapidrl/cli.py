@@ -332,7 +332,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
 # -- eval -----------------------------------------------------------------------------------------------
 
 def _load_for_eval(target: Path):
-    """(model, env_id, env_kwargs, seed) from a run directory (model.pt, else newest checkpoint) or a .pt file."""
+    """(model, path, seed) from a run directory (model.pt, else newest checkpoint) or a .pt file."""
     from rapidrl.algos.registry import algorithms
     from rapidrl.train.algorithm import load_checkpoint
     from rapidrl.train.checkpoint import latest_checkpoint
@@ -355,7 +355,7 @@ def _load_for_eval(target: Path):
     model = known[algo].load(path)
     if target.is_dir():  # the run's config; a model file brings its own (saved with it)
         model.env_kwargs = dict(env_kwargs)
-    return model, path, dict(model.env_kwargs), seed
+    return model, path, seed
 
 
 def cmd_eval(args) -> int:
@@ -369,14 +369,14 @@ def cmd_eval(args) -> int:
             check_video_path(video)
         except ValueError as e:
             raise CLIError(str(e)) from None
-    model, path, env_kwargs, seed = _load_for_eval(Path(args.run))
+    model, path, seed = _load_for_eval(Path(args.run))
     from rich.console import Console
 
     mean, std = model.evaluate(args.episodes, deterministic=not args.stochastic, progress=Console().is_terminal)
     kind = "sampled actions" if args.stochastic else "deterministic"
     print(f"{path}: eval return {mean:.2f} ± {std:.2f} over {args.episodes} episodes ({kind})")
     if video is not None:
-        out, returns = record(model, model.env_id, video, seed=seed, env_kwargs=env_kwargs)
+        out, returns = record(model, model.env_id, video, seed=seed, env_kwargs=model.env_kwargs)
         print(f"video of {len(returns)} episode(s) (return {', '.join(f'{r:.1f}' for r in returns) or '-'}): {out}")
     return 0
 
@@ -454,7 +454,7 @@ def cmd_export(args) -> int:
 
     if args.format not in FORMATS:
         raise CLIError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
-    model, path, _, _ = _load_for_eval(Path(args.run))
+    model, path, _ = _load_for_eval(Path(args.run))
     default = Path(args.run) / ("policy.onnx" if args.format == "onnx" else "policy.ts")
     out = Path(args.out) if args.out else (default if Path(args.run).is_dir() else path.with_suffix(default.suffix))
     try:

@@ -16,6 +16,9 @@ MODELS = {
     "ppo": lambda: rr.PPO("CartPole-v1", **PPO_SMALL),
     "dqn": lambda: rr.DQN("CartPole-v1", **DQN_SMALL),
     "sac": lambda: rr.SAC("Pendulum-v1", **SAC_SMALL),
+    # its own evaluate (team returns of a multi-agent env) on the same seeded generators
+    "mappo": lambda: rr.MAPPO("MPE/simple_spread-v3", num_envs=6, num_steps=16, minibatch_size=48, update_epochs=2,
+                              hidden=(16, 16), seed=3),
 }
 
 

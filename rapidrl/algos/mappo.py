@@ -28,6 +28,7 @@ from rapidrl.algos.ppo import PPO, PPOConfig
 from rapidrl.algos.registry import register
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.nn.policies import ActorCritic, mlp
+from rapidrl.train.algorithm import check_n_episodes
 from rapidrl.train.config import require
 
 
@@ -138,8 +139,7 @@ class MAPPO(PPO):
         """Mean and std of the team return (sum of the agents' returns) of ``n_episodes`` episodes, one per env
         copy of a separate eval env (each copy's first episode only). ``progress`` is accepted for the common
         signature and shows nothing (multi-agent episodes are short)."""
-        if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
-            raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
+        check_n_episodes(n_episodes)
         env = self._eval_env
         if env is None or getattr(env, "num_copies", None) != n_episodes:
             if self.env_id is None:
@@ -148,8 +148,7 @@ class MAPPO(PPO):
             from rapidrl.envs import make_vec
 
             env = self._eval_env = make_vec(self.env_id, n_episodes, **self.env_kwargs)
-        seed = self.seed + 10_000 + self.num_updates
-        obs, _ = env.reset(seed=seed)
+        obs, seed = self._reset_for_evaluation(env)
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
         with self._evaluation_rngs(seed, deterministic):

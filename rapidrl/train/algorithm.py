@@ -38,6 +38,7 @@ from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
 
 FORMAT_VERSION = 1
+EVAL_SEED_OFFSET = 10_000  # evaluation envs and generators are seeded apart from training's (seed + 10_000 + ...)
 _log = logging.getLogger("rapidrl")
 
 
@@ -49,6 +50,12 @@ def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwa
     from rapidrl.envs import make_vec
 
     return make_vec(env_id, num_envs, seed=seed, device=device, flatten_observations=True, **env_kwargs)
+
+
+def check_n_episodes(n_episodes) -> None:
+    """``evaluate``'s episode count: a positive int (not a bool)."""
+    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
+        raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
 
 
 class Algorithm:
@@ -374,7 +381,7 @@ class Algorithm:
             raise ValueError("evaluate() needs eval_env=... when the model was built from an env without an id")
         # an env class may name the settings of its evaluation env (Atari: no episodic life, unclipped rewards)
         kwargs = {**self.env_kwargs, **getattr(self.env, "eval_overrides", {})}
-        self._eval_env = _make_env(self.env_id, n, self.seed + 10_000, "cpu", kwargs)
+        self._eval_env = _make_env(self.env_id, n, self.seed + EVAL_SEED_OFFSET, "cpu", kwargs)
         return self._eval_env
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True, progress: bool = False
@@ -390,13 +397,18 @@ class Algorithm:
         live line with the episodes finished, the steps taken and the mean return so far (``rapidrl train``/``eval``
         turn it on).
         """
-        if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
-            raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
+        check_n_episodes(n_episodes)
         env = self._get_eval_env(n_episodes)
-        seed = self.seed + 10_000 + self.num_updates
-        obs, _ = env.reset(seed=seed)
+        obs, seed = self._reset_for_evaluation(env)
         with self._evaluation_rngs(seed, deterministic):
             return self._evaluate_episodes(env, obs, n_episodes, deterministic, progress)
+
+    def _reset_for_evaluation(self, env) -> tuple[np.ndarray, int]:
+        """Reset an eval env with this update's evaluation seed: (first observations, the seed). The seed moves with
+        ``num_updates``, so the evaluations along a run see different episodes, and repeats at the same update."""
+        seed = self.seed + EVAL_SEED_OFFSET + self.num_updates
+        obs, _ = env.reset(seed=seed)
+        return obs, seed
 
     @contextlib.contextmanager
     def _evaluation_rngs(self, seed: int, deterministic: bool):

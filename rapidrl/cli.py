@@ -231,8 +231,18 @@ def _build_model(config, run_dir: Path):
         raise ConfigError(str(e).splitlines()[0]) from None
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """While the block runs, ``kill PID`` (SIGTERM) stops at once as Ctrl-C does (``KeyboardInterrupt``): the
+    handling of a distributed rank, which cannot stop at an update of its own (``StopOnSignal`` is the other's)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool = True) -> int:
@@ -280,9 +290,8 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
     callbacks = [c for c in (checkpointer if main else None, stop) if c is not None]
     t0 = time.perf_counter()
     status, code = "finished", 0
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # where `stop` is None: `kill PID` acts as Ctrl-C
     try:
-        with stop.installed() if stop is not None else contextlib.nullcontext():
+        with stop.installed() if stop is not None else _sigterm_as_ctrl_c():
             model.learn(run.timesteps, callback=callbacks or None, progress_bar=progress, resume=resumed)
         if stop is not None and stop.requested and model.num_timesteps < run.timesteps:
             status, code = "stopped", 130
@@ -300,7 +309,6 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
         print(f"\ninterrupted at step {model.num_timesteps:,}; last checkpoint: {checkpointer.last_good or 'none'}\n"
               f"continue with: rapidrl train --resume {run_dir}", file=sys.stderr)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         wall = time.perf_counter() - t0
         train_time = model.timer.elapsed()  # the learn call's clock: a resumed run's earlier parts included
         for logger in loggers:

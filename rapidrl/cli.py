@@ -330,7 +330,11 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
             mean, std = model.evaluate(run.eval_episodes, progress=progress)
             summary.update(eval_mean=mean, eval_std=std, eval_episodes=run.eval_episodes)
             print(f"eval return: {mean:.2f} ± {std:.2f} over {run.eval_episodes} episodes")
-        print(f"trained {model.num_timesteps:,} steps in {wall:.1f} s ({summary['sps']:,.0f} SPS)")
+        if resumed:  # this process trained only the part after the checkpoint; the clock of the whole is saved too
+            print(f"trained steps {start_step:,} to {model.num_timesteps:,} in {wall:.1f} s ({summary['sps']:,.0f} "
+                  f"SPS); all {model.num_timesteps:,} steps in {train_time:.1f} s of training")
+        else:
+            print(f"trained {model.num_timesteps:,} steps in {wall:.1f} s ({summary['sps']:,.0f} SPS)")
         print(f"model saved to {model_path}")
     write_summary(run_dir, summary)
     publisher.close(status)

@@ -57,6 +57,8 @@ def test_sigkill_mid_run_then_resume_completes(tmp_path, capsys):
     assert cli.main(["train", "--resume", str(run), "--headless"]) == 0
     out = capsys.readouterr().out
     assert f"resuming from {run / 'checkpoints'}" in out and "eval return" in out
+    # the closing line says which steps this process trained (not all of them in this process's seconds)
+    assert f"trained steps {killed_at:,} to {total:,} in " in out and f"all {total:,} steps in " in out, out
     summary = read_summary(run)
     assert summary["status"] == "finished" and summary["timesteps"] == total and summary["resumed"]
     steps = read_csv_metrics(run / "metrics.csv")["global_step"]

@@ -226,6 +226,16 @@ def test_a_stopped_seed_ends_the_command_with_a_line_saying_how_to_continue(tmp_
         assert results.main([row.name, "--out", str(tmp_path / "out"), "--runs-root", str(tmp_path)]) == exit_code
         err = capsys.readouterr().err
         assert err.startswith(f"rapidrl: {word}: ppo-cartpole-stopped seed 0 ") and "run the row again" in err
+        assert f"`rapidrl bench results {row.name} --runs-root {tmp_path.as_posix()}`" in err
+
+
+def test_the_command_that_continues_a_run_names_its_runs_root_unless_it_is_the_default():
+    assert results.continue_command("ppo-pong", "runs/results/full/ppo-pong/seed-0") == \
+        "rapidrl bench results ppo-pong"
+    assert results.continue_command("ppo-pong", "runs-in-progress/full/ppo-pong/seed-0") == \
+        "rapidrl bench results ppo-pong --runs-root runs-in-progress"
+    assert results.continue_command("ppo-pong", None) == results.continue_command("ppo-pong", "") == \
+        "rapidrl bench results ppo-pong"  # progress recorded before the run directory was kept
 
 
 def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, monkeypatch, capsys):
@@ -258,6 +268,8 @@ def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, mo
     page = (out.parent / results.RESULTS_MD).read_text()
     assert "| 0 (in progress) |" in page and "it needs a week here" not in page
     assert "seed 0: **in progress**: 2,048 of 10,000 steps after 6 s of training, training return 31.2" in page
+    # the run is not under the default root: the page says how to reach it
+    assert f"`rapidrl bench results {row.name} --runs-root {runs.as_posix()}` continues it" in page
     assert f"![{row.name}](results/{row.name}.png)" in page and (out / f"{row.name}.png").is_file()
 
     # --progress trains nothing and reads the run as it stands (here: resumable, further on)

@@ -133,12 +133,14 @@ _MINATAR = "MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its fi
 _SAC_PENDING = ("not run yet: SAC takes one gradient step per env step, ~145 SPS on the 2-core development "
                 "machine (measured on `sac-halfcheetah`), so ~2 h per seed; run it with `rapidrl bench results "
                 "{name}` (run again after an interruption, it resumes from the last checkpoint).")
-_ATARI_PENDING = ("not run yet: 10M agent steps at the fastest CPU path measured here (598 SPS, bf16, "
-                  "`rapidrl bench pixels --precision bf16`) take ~4.6 h on the 2-core development machine; with the "
-                  "networks on an H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 "
-                  "minutes. Run it with `rapidrl bench results {name}`, stop it at any time with Ctrl-C or `kill` "
-                  "(it checkpoints the step it stops at; a crash loses at most the 250k steps since the last periodic "
-                  "checkpoint) and run it again to continue: it can span sessions.")
+_ATARI_PENDING = ("not run yet: 10M agent steps take ~4.5 h on a 2-core CPU with native bfloat16 (598-650 SPS: "
+                  "`precision=auto` takes bf16 there; `rapidrl bench pixels --precision bf16`) and ~10.5 h on one "
+                  "without (fp32, ~265 SPS on a 2-core AMD EPYC with AVX2 only, 2026-11-26); with the networks on an "
+                  "H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 minutes. Run it with "
+                  "`rapidrl bench results {name}`, stop it at any time with Ctrl-C or `kill` (it checkpoints the step "
+                  "it stops at; a crash loses at most the 250k steps since the last periodic checkpoint) and run it "
+                  "again to continue: it can span sessions. A run that must outlive its machine is kept in git: "
+                  "runs-in-progress/README.md.")
 _ATARI_NOTES = ("sticky actions off (`env.repeat_action_probability=0`), as in the published runs (the "
                 "`NoFrameskip-v4` ids: no sticky actions; -v5's default is 0.25); otherwise the standard preprocessing "
                 "of docs/atari.md (no-op resets, frame skip 4, 84x84 gray, 4 frames, episodic life and clipped rewards "
@@ -183,7 +185,12 @@ ROWS: dict[str, Row] = {r.name: r for r in [
     Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
         (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,
         sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
-        quick_sets=("env.max_episode_frames=8000",), notes=_ATARI_NOTES,
+        quick_sets=("env.max_episode_frames=8000",),
+        notes=_ATARI_NOTES + " A first run of this seed (bf16, commits 5bea8d1 to 7dca9af) reached 6,549,504 steps "
+              "with a training return of 20.55 (crossing 20 at ~3.6M steps; that curve: `git show "
+              "110a581:docs/results/ppo-pong-curve.csv`) and was lost with its machine: its run directory was not "
+              "in git. Restarted from step 0 on 2026-11-26 on a CPU without native bf16 (fp32), with the run "
+              "directory kept in git between sessions (runs-in-progress/README.md).",
         pending=_ATARI_PENDING.format(name="ppo-pong")),
     *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
           (Published(value, "MinAtar paper", _MINATAR),), 20_480, notes=MINATAR_NOTES.get(game, ""))
@@ -240,7 +247,16 @@ RESULT_FIELDS = ["seed", "timesteps", "eval_mean", "eval_std", "eval_episodes", 
                  "date_utc", "commit"]
 SOLVE_FIELDS = ["solve_step", "solve_wall_s", "stable_step"]
 """The extra columns of a row with a solve criterion (module docstring)."""
-PROGRESS_FIELDS = ["seed", "steps", "budget", "train_return", "wall_s", "date_utc", "commit"]
+PROGRESS_FIELDS = ["seed", "steps", "budget", "train_return", "wall_s", "date_utc", "commit", "run_dir"]
+RUNS_ROOT = Path("runs/results")
+"""``--runs-root``'s default: the run directories are ``<runs root>/{full,quick}/<row>/seed-<n>``."""
+
+
+def continue_command(row_name: str, run_dir: str | Path | None) -> str:
+    """The command that continues the unfinished run in ``run_dir`` (``<runs root>/full/<row>/seed-<n>``; None or
+    "": one recorded before the progress kept its run directory, taken to be under the default root)."""
+    root = Path(run_dir).parents[2] if run_dir else RUNS_ROOT
+    return f"rapidrl bench results {row_name}" + ("" if root == RUNS_ROOT else f" --runs-root {root.as_posix()}")
 """A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
 CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
@@ -397,7 +413,8 @@ def record_progress(row: Row, seed: int, run_dir: Path, out: Path, budget: int) 
     progress = {"seed": seed, "steps": int(steps), "budget": budget,
                 "train_return": round(curve[-1][1], 2) if curve else "",
                 "wall_s": round(wall, 1) if math.isfinite(wall) else "",
-                "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit()}
+                "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit(),
+                "run_dir": run_dir.as_posix()}
     rows = [r for r in _read_csv(out / f"{row.name}-progress.csv") if int(r["seed"]) != seed] + [progress]
     _write_csv(out / f"{row.name}-progress.csv", sorted(rows, key=lambda r: int(r["seed"])), PROGRESS_FIELDS)
     _write_curve(row, seed, curve, out)
@@ -458,8 +475,9 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
                 draw_row(row, out)
             if code != 0:
                 why = "was stopped (exit 130)" if code == 130 else f"failed (exit {code})"
-                raise SeedNotFinished(f"{row.name} seed {seed} {why}; its run is in {run_dir} (run the row again to "
-                                      f"resume it from its last checkpoint)", code)
+                raise SeedNotFinished(f"{row.name} seed {seed} {why}; its run is in {run_dir} (run the row again, "
+                                      f"`{continue_command(row.name, run_dir)}`, to resume it from its last "
+                                      "checkpoint)", code)
         result = record_seed(row, seed, run_dir, out)
         solved = f", solved at {result['solve_step'] or '-'} steps ({result['solve_wall_s'] or '-'} s)" \
             if row.solve is not None else ""
@@ -604,8 +622,8 @@ def _progress_note(row: Row, r: dict) -> str:
     wall = f" after {float(r['wall_s']):,.0f} s of training" if r["wall_s"] else ""
     return (f"- `{row.name}` seed {r['seed']}: **in progress**: {int(r['steps']):,} of {int(r['budget']):,} steps"
             f"{wall}{train} (recorded {r['date_utc']}, commit {r['commit']}; no evaluation until it ends); its curve "
-            f"so far is drawn. `rapidrl bench results {row.name}` continues it from its run directory's last "
-            "checkpoint.")
+            f"so far is drawn. `{continue_command(row.name, r.get('run_dir'))}` "
+            "continues it from its run directory's last checkpoint.")
 
 
 def _solve_table(row: Row, out: Path) -> list[str]:
@@ -652,7 +670,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="short budgets, first seed only, into --out")
     p.add_argument("--out", default=None, help="directory of the CSVs and images (default docs/results, "
                                                  "or bench_results/results-quick with --quick)")
-    p.add_argument("--runs-root", default="runs/results", help="where the run directories go")
+    p.add_argument("--runs-root", default=str(RUNS_ROOT), help="where the run directories go")
     p.add_argument("--progress", action="store_true", help="train nothing: record how far the rows' unfinished "
                                                            "runs (running or stopped) have got, redraw the page")
     args = p.parse_args(argv)

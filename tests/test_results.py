@@ -234,6 +234,8 @@ def test_the_command_that_continues_a_run_names_its_runs_root_unless_it_is_the_d
         "rapidrl bench results ppo-pong"
     assert results.continue_command("ppo-pong", "runs-in-progress/full/ppo-pong/seed-0") == \
         "rapidrl bench results ppo-pong --runs-root runs-in-progress"
+    assert results.continue_command("ppo-pong", "runs/results/quick/ppo-pong/seed-0") == \
+        "rapidrl bench results ppo-pong --quick"  # a quick run continues only with --quick (its own budget)
     assert results.continue_command("ppo-pong", None) == results.continue_command("ppo-pong", "") == \
         "rapidrl bench results ppo-pong"  # progress recorded before the run directory was kept
 

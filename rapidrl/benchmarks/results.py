@@ -134,8 +134,8 @@ _SAC_PENDING = ("not run yet: SAC takes one gradient step per env step, ~145 SPS
                 "machine (measured on `sac-halfcheetah`), so ~2 h per seed; run it with `rapidrl bench results "
                 "{name}` (run again after an interruption, it resumes from the last checkpoint).")
 _ATARI_PENDING = ("not run yet: 10M agent steps take ~4.5 h on a 2-core CPU with native bfloat16 (598-650 SPS: "
-                  "`precision=auto` takes bf16 there; `rapidrl bench pixels --precision bf16`) and ~10.5 h on one "
-                  "without (fp32, ~265 SPS on a 2-core AMD EPYC with AVX2 only, 2026-11-26); with the networks on an "
+                  "`precision=auto` takes bf16 there; `rapidrl bench pixels --precision bf16`) and ~11 h on one "
+                  "without (fp32, ~245 SPS on a 2-core AMD EPYC with AVX2 only, 2026-11-26); with the networks on an "
                   "H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 minutes. Run it with "
                   "`rapidrl bench results {name}`, stop it at any time with Ctrl-C or `kill` (it checkpoints the step "
                   "it stops at; a crash loses at most the 250k steps since the last periodic checkpoint) and run it "
@@ -253,10 +253,12 @@ RUNS_ROOT = Path("runs/results")
 
 
 def continue_command(row_name: str, run_dir: str | Path | None) -> str:
-    """The command that continues the unfinished run in ``run_dir`` (``<runs root>/full/<row>/seed-<n>``; None or
-    "": one recorded before the progress kept its run directory, taken to be under the default root)."""
-    root = Path(run_dir).parents[2] if run_dir else RUNS_ROOT
-    return f"rapidrl bench results {row_name}" + ("" if root == RUNS_ROOT else f" --runs-root {root.as_posix()}")
+    """The command that continues the unfinished run in ``run_dir`` (``<runs root>/{full,quick}/<row>/seed-<n>``;
+    None or "": one recorded before the progress kept its run directory, taken to be a full run under the default
+    root)."""
+    root, kind = (Path(run_dir).parents[2], Path(run_dir).parents[1].name) if run_dir else (RUNS_ROOT, "full")
+    return (f"rapidrl bench results {row_name}" + (" --quick" if kind == "quick" else "")
+            + ("" if root == RUNS_ROOT else f" --runs-root {root.as_posix()}"))
 """A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
 CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]

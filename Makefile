@@ -17,7 +17,7 @@ train: setup
 
 test: setup-dev
 	$(PY) -m ruff check rapidrl tests
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 bench: setup-bench
 	$(PY) -m rapidrl bench all

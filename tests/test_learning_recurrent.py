@@ -64,22 +64,21 @@ def train_memory_cue(seed: int, recurrent: bool) -> float:
     return model.evaluate(100)[0]
 
 
-def train_cartpole_novel(seed: int, recurrent: bool) -> float:
-    """The preset (or its MLP twin, ``cartpole_preset``) on the built-in CartPoleNoVel-v1 for the whole
-    CARTPOLE_BUDGET: the final evaluation (20 deterministic episodes)."""
-    model = rr.PPO("CartPoleNoVel-v1", seed=seed, torch_threads=1, **cartpole_preset(recurrent))
-    model.learn(CARTPOLE_BUDGET, progress_bar=False)
-    return model.evaluate(20)[0]
-
-
 @pytest.mark.parametrize("seed", [SEED_BUILTIN])
 def test_recurrent_ppo_solves_cartpole_without_velocities_and_an_mlp_does_not(seed):
-    """Final eval (20 episodes) at 150k steps, seeds 0 / 1 / 2 / 3 / 4: recurrent PPO 500.0 / 500.0 / 483.7 / 500.0 /
-    468.6 (first evaluation of 10 episodes >= 475 at 25,600 / 56,320 / 10,240 / 35,840 / 15,360 steps); the MLP
-    twin 43.9 (seed 0). Before the preset took rl-zoo3's network (the critic's own LSTM): 500.0 / 500.0 / 500.0 on
-    seeds 0-2 at 400k steps."""
-    assert train_cartpole_novel(seed, recurrent=True) >= SOLVE
-    assert train_cartpole_novel(seed, recurrent=False) < SOLVE
+    """Solved as the results row counts it (an evaluation of 10 deterministic episodes >= 475 within 150k steps,
+    every 5,120 steps): recurrent PPO at 25,600 / 56,320 / 10,240 / 35,840 / 15,360 steps on seeds 0 / 1 / 2 / 3 / 4
+    (AMX CPU; seed 0 at 20,480 on an AVX2-only CPU); the MLP twin never, at any of its 29 evaluations (best 49.2,
+    seed 0, AVX2 CPU; 43.9 at 150k on the AMX CPU).
+
+    Not asserted: the evaluation at the end of the budget. The preset (rl-zoo3's setting, which trains 100k steps)
+    does not hold its solution: on an AVX2-only CPU, seed 0 evaluates 500 at 20,480 steps, then 160-500 and 185 at
+    150k (seeds 1 and 2: 500 from 71,680 on); on the AMX CPU seed 4 ended at 468.6. Rounding differs between CPUs
+    (another matmul kernel), so a run's path after solving is not a property of the preset."""
+    solved, best = steps_to_solve("CartPoleNoVel-v1", seed, recurrent=True)
+    assert solved is not None, f"not solved in {CARTPOLE_BUDGET} steps (best evaluation {best})"
+    solved_mlp, best_mlp = steps_to_solve("CartPoleNoVel-v1", seed, recurrent=False)
+    assert solved_mlp is None and best_mlp < SOLVE / 2, f"the MLP twin reached {best_mlp} (solved at {solved_mlp})"
 
 
 @pytest.mark.parametrize("seed", [SEED_WRAPPER])

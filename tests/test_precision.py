@@ -99,8 +99,18 @@ def test_auto_takes_bf16_only_where_every_condition_holds(native):
     native(False)
     plain = rr.PPO("CartPole-v1", **heavy)
     assert plain.precision == "fp32" and "no native bfloat16" in plain.paths["precision"].reason
-    # explicit bf16 runs without native support (PyTorch emulates it), as asked
-    assert rr.PPO("CartPole-v1", **{**heavy, "precision": "bf16"}).precision == "bf16"
+    # explicit bf16 runs without native support (PyTorch emulates it), as asked, with a warning that it is slow
+    with pytest.warns(RuntimeWarning, match=r"no native bfloat16.*emulates precision='bf16'.*~11x"):
+        assert rr.PPO("CartPole-v1", **{**heavy, "precision": "bf16"}).precision == "bf16"
+
+
+def test_explicit_bf16_warns_only_where_emulated(native, recwarn):
+    native(True)
+    rr.PPO("CartPole-v1", precision="bf16", gradient_backend="torch", **SMALL_ON)
+    native(False)
+    rr.PPO("CartPole-v1", precision="auto", gradient_backend="torch", **SMALL_ON)
+    rr.PPO("CartPole-v1", precision="fp32", **SMALL_ON)
+    assert not [w for w in recwarn if "emulates" in str(w.message)]
 
 
 def test_auto_keeps_fp32_on_cuda_where_bf16_measured_slower_and_explicit_bf16_is_kept(native):

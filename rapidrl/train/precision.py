@@ -10,7 +10,8 @@ and the losses in float32 (the networks' heads return float32). Parameters, grad
 and replay storage stay float32 (autocast keeps float32 master weights), so checkpoints, ``predict``,
 ``evaluate`` and export are those of a float32 model. It needs the "torch" gradient backend: the compiled (Numba)
 backends are float32 only. An explicit ``"bf16"`` runs on any CPU (where the CPU has no native bfloat16,
-PyTorch emulates it, slowly) and on CUDA devices that support it.
+PyTorch emulates it, ~11x slower than float32: a RuntimeWarning says so, ``EMULATED_BF16_SLOWDOWN``) and on CUDA
+devices that support it.
 
 ``"auto"`` takes bf16 only where all of these hold, else fp32 (``PathChoice.reason`` says which failed):
 the device is a CPU with native bfloat16 (AVX512-BF16 or AMX, ``cpu_native_bf16``; on a CUDA device "auto" keeps
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 
 import torch
 
@@ -41,6 +43,10 @@ CUDA_AUTO_FP32 = ("on CUDA, bf16 measured slower end to end for rapidrl's networ
                   "0.92x of fp32; python -m rapidrl.benchmarks.gpu --heavy); precision='bf16' still selects it")
 """Why "auto" keeps float32 on a CUDA device: there the update is a small part of the run (14% for PPO Atari on an
 H200) and autocast's casts cost more than the bf16 arithmetic saves at RL batch sizes."""
+EMULATED_BF16_SLOWDOWN = ("this CPU has no native bfloat16 (AVX512-BF16 or AMX): PyTorch emulates precision='bf16', "
+                          "measured ~11x float32's time for a 64-256-256 MLP update on an AVX2 CPU; "
+                          "precision='auto' or 'fp32' runs float32 here")
+"""The warning of an explicit ``precision="bf16"`` on a CPU without native bfloat16: it runs, slowly."""
 HEAVY_MLP_WIDTH = 256
 """An MLP layer at least this wide counts as heavy for ``"auto"`` (at update batches of ``HEAVY_MLP_BATCH``+)."""
 HEAVY_MLP_BATCH = 128
@@ -100,6 +106,8 @@ def resolve_precision(requested: str, *, device: torch.device, gradient_backend:
                 return why + " (use precision='fp32')"
         elif device.type != "cpu":
             return native_bf16(device)
+        elif not auto and native_bf16(device) is not None:
+            warnings.warn(EMULATED_BF16_SLOWDOWN, RuntimeWarning, stacklevel=2)
         if auto:
             why = native_bf16(device) or (None if tested else "no bf16 learning test of this algorithm yet") or heavy
             if why is not None:

@@ -235,14 +235,13 @@ def _build_model(config, run_dir: Path):
 def _sigterm_as_ctrl_c():
     """While the block runs, ``kill PID`` (SIGTERM) stops at once as Ctrl-C does (``KeyboardInterrupt``): the
     handling of a distributed rank, which cannot stop at an update of its own (``StopOnSignal`` is the other's)."""
+    from rapidrl.train.callbacks import signal_handlers
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
+    with signal_handlers({signal.SIGTERM: interrupt}):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool = True) -> int:

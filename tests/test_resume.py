@@ -129,6 +129,21 @@ def test_a_second_signal_stops_at_once_and_the_handlers_are_restored():
     assert seen == [(None, before)] and signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_distributed_rank_stops_at_once_on_sigterm_and_the_handler_is_restored():
+    """A distributed rank cannot stop at an update of its own (the others would wait in the all-reduce): there
+    SIGTERM is Ctrl-C, and ``run_training`` ends the rank as an interrupted run."""
+    import os
+    import signal
+    import time
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), cli._sigterm_as_ctrl_c():
+        assert signal.getsignal(signal.SIGTERM) != before
+        os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler as os.kill returns
+        time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--set", "algo.batch_size=32",
             "--set", "algo.buffer_size=2000", "--set", "algo.train_freq=4", "--set", "algo.gradient_steps=2",
             "--set", "algo.target_update_interval=50", "--set", "algo.log_interval=1"]

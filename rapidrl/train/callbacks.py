@@ -171,6 +171,21 @@ class StopOnReward(Callback):
         return len(recent) < self.window or sum(recent) / len(recent) < self.threshold
 
 
+@contextmanager
+def signal_handlers(handlers: dict[signal.Signals, Callable]) -> Iterator[None]:
+    """Install ``handlers`` (signal -> handler) while the block runs and restore the previous handlers after it. Off
+    the main thread nothing is installed (Python runs signal handlers in the main thread alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 class StopOnSignal(Callback):
     """Ctrl-C (SIGINT) or ``kill PID`` (SIGTERM) stops training at the end of the update in progress instead of
     in the middle of it: ``learn`` then returns normally, so the other callbacks' end of training runs at a whole
@@ -195,15 +210,8 @@ class StopOnSignal(Callback):
     def installed(self) -> Iterator[StopOnSignal]:
         """Handle SIGINT and SIGTERM as described above while the block runs; restore the previous handlers."""
         self.requested = None
-        if threading.current_thread() is not threading.main_thread():
+        with signal_handlers(dict.fromkeys(self.SIGNALS, self._handle)):
             yield self
-            return
-        previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     def _handle(self, signum, frame) -> None:
         if self.requested is not None:

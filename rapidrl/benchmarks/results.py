@@ -256,8 +256,11 @@ def continue_command(row_name: str, run_dir: str | Path | None) -> str:
     """The command that continues the unfinished run in ``run_dir`` (``<runs root>/{full,quick}/<row>/seed-<n>``;
     None or "": one recorded before the progress kept its run directory, taken to be a full run under the default
     root)."""
-    parents = Path(run_dir).parents if run_dir else None
-    root, kind = (parents[2], parents[1].name) if parents else (RUNS_ROOT, "full")
+    if run_dir:
+        parents = Path(run_dir).parents
+        root, kind = parents[2], parents[1].name
+    else:
+        root, kind = RUNS_ROOT, "full"
     return (f"rapidrl bench results {row_name}" + (" --quick" if kind == "quick" else "")
             + ("" if root == RUNS_ROOT else f" --runs-root {root.as_posix()}"))
 """A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""

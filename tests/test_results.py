@@ -238,6 +238,18 @@ def test_the_command_that_continues_a_run_names_its_runs_root_unless_it_is_the_d
         "rapidrl bench results ppo-pong --quick"  # a quick run continues only with --quick (its own budget)
     assert results.continue_command("ppo-pong", None) == results.continue_command("ppo-pong", "") == \
         "rapidrl bench results ppo-pong"  # progress recorded before the run directory was kept
+    assert results.continue_command("ppo-pong", "full/ppo-pong/seed-0") == \
+        "rapidrl bench results ppo-pong --runs-root ."
+
+
+@pytest.mark.parametrize("run_dir", ["seed-0", "ppo-pong/seed-0", "runs/results/ppo-pong/seed-0",
+                                     "runs/results/full/ppo-breakout/seed-0", "runs/results/full/ppo-pong/run-0"])
+def test_a_run_directory_of_another_shape_is_a_clear_error(run_dir):
+    """The progress CSV's run_dir comes from ``rapidrl bench results``; a hand-edited one gets an error naming it,
+    not an IndexError or a command that would continue another run."""
+    with pytest.raises(ValueError, match=f"run directory '{run_dir}' of row 'ppo-pong' is not "
+                                         r"<runs root>/\{full,quick\}/ppo-pong/seed-<n>"):
+        results.continue_command("ppo-pong", run_dir)
 
 
 def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, monkeypatch, capsys):

@@ -248,24 +248,28 @@ RESULT_FIELDS = ["seed", "timesteps", "eval_mean", "eval_std", "eval_episodes", 
 SOLVE_FIELDS = ["solve_step", "solve_wall_s", "stable_step"]
 """The extra columns of a row with a solve criterion (module docstring)."""
 PROGRESS_FIELDS = ["seed", "steps", "budget", "train_return", "wall_s", "date_utc", "commit", "run_dir"]
+"""A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
 RUNS_ROOT = Path("runs/results")
 """``--runs-root``'s default: the run directories are ``<runs root>/{full,quick}/<row>/seed-<n>``."""
+
+CURVE_FIELDS = ["seed", "step", "episodic_return"]
+EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
 def continue_command(row_name: str, run_dir: str | Path | None) -> str:
     """The command that continues the unfinished run in ``run_dir`` (``<runs root>/{full,quick}/<row>/seed-<n>``;
     None or "": one recorded before the progress kept its run directory, taken to be a full run under the default
-    root)."""
-    if run_dir:
-        parents = Path(run_dir).parents
-        root, kind = parents[2], parents[1].name
-    else:
-        root, kind = RUNS_ROOT, "full"
+    root). A run directory of another shape (a hand-edited progress CSV) is a ValueError naming it."""
+    if not run_dir:
+        return f"rapidrl bench results {row_name}"
+    path = Path(run_dir)
+    if path.parent.parent.name not in ("full", "quick") or path.parent.name != row_name \
+            or not path.name.startswith("seed-"):
+        raise ValueError(f"run directory {path.as_posix()!r} of row {row_name!r} is not "
+                         f"<runs root>/{{full,quick}}/{row_name}/seed-<n>")
+    root, kind = path.parent.parent.parent, path.parent.parent.name
     return (f"rapidrl bench results {row_name}" + (" --quick" if kind == "quick" else "")
             + ("" if root == RUNS_ROOT else f" --runs-root {root.as_posix()}"))
-"""A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
-CURVE_FIELDS = ["seed", "step", "episodic_return"]
-EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
 def _curve(cols: dict[str, list[float]], metric: str = "charts/episodic_return") -> list[tuple[float, float]]:

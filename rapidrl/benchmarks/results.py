@@ -262,14 +262,14 @@ def continue_command(row_name: str, run_dir: str | Path | None) -> str:
     root). A run directory of another shape (a hand-edited progress CSV) is a ValueError naming it."""
     if not run_dir:
         return f"rapidrl bench results {row_name}"
-    path = Path(run_dir)
-    if path.parent.parent.name not in ("full", "quick") or path.parent.name != row_name \
-            or not path.name.startswith("seed-"):
-        raise ValueError(f"run directory {path.as_posix()!r} of row {row_name!r} is not "
+    seed_dir = Path(run_dir)
+    kind_dir = seed_dir.parent.parent
+    if kind_dir.name not in ("full", "quick") or seed_dir.parent.name != row_name \
+            or not seed_dir.name.startswith("seed-"):
+        raise ValueError(f"run directory {seed_dir.as_posix()!r} of row {row_name!r} is not "
                          f"<runs root>/{{full,quick}}/{row_name}/seed-<n>")
-    root, kind = path.parent.parent.parent, path.parent.parent.name
-    return (f"rapidrl bench results {row_name}" + (" --quick" if kind == "quick" else "")
-            + ("" if root == RUNS_ROOT else f" --runs-root {root.as_posix()}"))
+    return (f"rapidrl bench results {row_name}" + (" --quick" if kind_dir.name == "quick" else "")
+            + ("" if kind_dir.parent == RUNS_ROOT else f" --runs-root {kind_dir.parent.as_posix()}"))
 
 
 def _curve(cols: dict[str, list[float]], metric: str = "charts/episodic_return") -> list[tuple[float, float]]:

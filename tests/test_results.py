@@ -137,7 +137,8 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
     monkeypatch.setattr(results, "ROWS", {row.name: row})
     out, runs = tmp_path / "docs" / "results", tmp_path / "runs"
     results.run_row(row, (0,), out, runs)
-    run_dir = runs / row.name / "seed-0"
+    run_dir = results.seed_run_dir(runs, row.name, 0)
+    assert run_dir == runs / "full" / row.name / "seed-0"
     assert results.run_state(run_dir, row, row.timesteps, 0) == "finished"
     assert results.run_state(run_dir, row, row.timesteps, 1) == ""
     with open(out / f"{row.name}.csv") as f:
@@ -247,7 +248,7 @@ def test_the_command_that_continues_a_run_names_its_runs_root_unless_it_is_the_d
 def test_a_run_directory_of_another_shape_is_a_clear_error(run_dir):
     """The progress CSV's run_dir comes from ``rapidrl bench results``; a hand-edited one gets an error naming it,
     not an IndexError or a command that would continue another run."""
-    with pytest.raises(ValueError, match=f"run directory '{run_dir}' of row 'ppo-pong' is not "
+    with pytest.raises(results.RunDirError, match=f"run directory '{run_dir}' of row 'ppo-pong' is not "
                                          r"<runs root>/\{full,quick\}/ppo-pong/seed-<n>"):
         results.continue_command("ppo-pong", run_dir)
 
@@ -296,6 +297,19 @@ def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, mo
     assert results.main([row.name, "--progress", "--out", str(out), "--runs-root", str(runs)]) == 0
     assert "seed 0: at 3,072 of 10,000 steps, train return 40.0, 9.0 s of training" in capsys.readouterr().out
     assert "3,072 of 10,000 steps" in (out.parent / results.RESULTS_MD).read_text()
+
+    # a hand-edited run directory in the progress CSV: a one-line error naming it and the file, no traceback
+    progress_csv = out / f"{row.name}-progress.csv"
+    kept = progress_csv.read_text()
+    progress_csv.write_text(kept.replace(f"/full/{row.name}/", f"/{row.name}/"))
+    monkeypatch.setattr(results, "run_state", lambda *args: "")  # nothing re-recorded: the page reads the edit
+    capsys.readouterr()
+    assert results.main([row.name, "--progress", "--out", str(out), "--runs-root", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rapidrl: error: run directory '{(runs / row.name / 'seed-0').as_posix()}' of row "
+                          f"'{row.name}' is not <runs root>/{{full,quick}}/{row.name}/seed-<n>") and \
+        f"the run_dir column of {progress_csv}" in err and "Traceback" not in err
+    progress_csv.write_text(kept)
 
     # finished and recorded: the progress and its note are gone, the finished curve replaces the partial one
     (run_dir / "metrics.csv").write_text("global_step,charts/episodic_return,time/total\n5000,50,10\n10000,80,20\n")

@@ -250,25 +250,40 @@ SOLVE_FIELDS = ["solve_step", "solve_wall_s", "stable_step"]
 PROGRESS_FIELDS = ["seed", "steps", "budget", "train_return", "wall_s", "date_utc", "commit", "run_dir"]
 """A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
 RUNS_ROOT = Path("runs/results")
-"""``--runs-root``'s default: the run directories are ``<runs root>/{full,quick}/<row>/seed-<n>``."""
+"""``--runs-root``'s default: the run directories are ``<runs root>/{full,quick}/<row>/seed-<n>`` (seed_run_dir)."""
+RUN_KINDS = ("full", "quick")
+"""The level of a run directory under the runs root that says which budget it trains: the row's, or --quick's."""
 
 CURVE_FIELDS = ["seed", "step", "episodic_return"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]
 
 
+class RunDirError(ValueError):
+    """A run directory that is not ``<runs root>/{full,quick}/<row>/seed-<n>`` (a hand-edited progress CSV)."""
+
+    def __init__(self, run_dir: str, row_name: str):
+        super().__init__(f"run directory {run_dir!r} of row {row_name!r} is not "
+                         f"<runs root>/{{full,quick}}/{row_name}/seed-<n>")
+        self.row_name = row_name
+
+
+def seed_run_dir(runs_root: Path, row_name: str, seed: int, quick: bool = False) -> Path:
+    """The run directory of one seed of a row: ``<runs root>/{full,quick}/<row>/seed-<n>``."""
+    return runs_root / RUN_KINDS[quick] / row_name / f"seed-{seed}"
+
+
 def continue_command(row_name: str, run_dir: str | Path | None) -> str:
     """The command that continues the unfinished run in ``run_dir`` (``<runs root>/{full,quick}/<row>/seed-<n>``;
     None or "": one recorded before the progress kept its run directory, taken to be a full run under the default
-    root). A run directory of another shape (a hand-edited progress CSV) is a ValueError naming it."""
+    root). A run directory of another shape (a hand-edited progress CSV) is a RunDirError naming it."""
     if not run_dir:
         return f"rapidrl bench results {row_name}"
     seed_dir = Path(run_dir)
     kind_dir = seed_dir.parent.parent
-    if kind_dir.name not in ("full", "quick") or seed_dir.parent.name != row_name \
+    if kind_dir.name not in RUN_KINDS or seed_dir.parent.name != row_name \
             or not seed_dir.name.startswith("seed-"):
-        raise ValueError(f"run directory {seed_dir.as_posix()!r} of row {row_name!r} is not "
-                         f"<runs root>/{{full,quick}}/{row_name}/seed-<n>")
-    return (f"rapidrl bench results {row_name}" + (" --quick" if kind_dir.name == "quick" else "")
+        raise RunDirError(seed_dir.as_posix(), row_name)
+    return (f"rapidrl bench results {row_name}" + (" --quick" if kind_dir.name == RUN_KINDS[True] else "")
             + ("" if kind_dir.parent == RUNS_ROOT else f" --runs-root {kind_dir.parent.as_posix()}"))
 
 
@@ -454,7 +469,8 @@ def run_training_process(argv: list[str]) -> int:
 
 
 def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick: bool = False) -> list[dict]:
-    """Train the seeds of ``row`` not yet recorded in ``out`` (one process at a time) and record them."""
+    """Train the seeds of ``row`` not yet recorded in ``out`` (one process at a time, each in its ``seed_run_dir``
+    under ``runs_root``) and record them."""
     done = {int(r["seed"]) for r in _read_csv(out / f"{row.name}.csv")}
     timesteps = row.quick_timesteps if quick else row.timesteps
     recorded = []
@@ -462,7 +478,7 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
         if seed in done:
             print(f"{row.name} seed {seed}: already recorded in {out / (row.name + '.csv')}", flush=True)
             continue
-        run_dir = runs_root / row.name / f"seed-{seed}"
+        run_dir = seed_run_dir(runs_root, row.name, seed, quick)
         state = run_state(run_dir, row, timesteps, seed)
         t0 = time.perf_counter()
         if state == "finished":
@@ -498,13 +514,14 @@ def run_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick:
     return recorded
 
 
-def progress_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, timesteps: int) -> list[dict]:
-    """Record the progress of ``row``'s seeds whose runs (this row's setting, in ``runs_root``) are not finished,
-    running or stopped; nothing is trained."""
+def progress_row(row: Row, seeds: tuple[int, ...], out: Path, runs_root: Path, quick: bool = False) -> list[dict]:
+    """Record the progress of ``row``'s seeds whose runs (this row's setting, in their ``seed_run_dir`` under
+    ``runs_root``) are not finished, running or stopped; nothing is trained."""
     done = {int(r["seed"]) for r in _read_csv(out / f"{row.name}.csv")}
+    timesteps = row.quick_timesteps if quick else row.timesteps
     recorded = []
     for seed in seeds:
-        run_dir = runs_root / row.name / f"seed-{seed}"
+        run_dir = seed_run_dir(runs_root, row.name, seed, quick)
         state = "" if seed in done else run_state(run_dir, row, timesteps, seed)
         if state == "finished":
             print(f"{row.name} seed {seed}: finished, not recorded yet: run the row to record it", flush=True)
@@ -701,20 +718,24 @@ def main(argv: list[str]) -> int:
 
         seeds = tuple(parse_seeds(args.seeds))
     title = "Quick version (short budgets, one seed): a check of the pipeline, not results." if args.quick else ""
-    runs_root = Path(args.runs_root) / ("quick" if args.quick else "full")
-    for row in rows:
-        chosen = seeds if args.seeds is not None else (row.seeds[:1] if args.quick else row.seeds)
-        if args.progress:
-            progress_row(row, chosen, out, runs_root, row.quick_timesteps if args.quick else row.timesteps)
-            continue
-        try:
-            run_row(row, chosen, out, runs_root, quick=args.quick)
-        except SeedNotFinished as e:
-            if e.code == 130:  # its progress was recorded: the page shows it
-                write_page(out, title)
-            print(f"rapidrl: {'stopped' if e.code == 130 else 'error'}: {e}", file=sys.stderr)
-            return 130 if e.code == 130 else 1
-    page = write_page(out, title)
+    runs_root = Path(args.runs_root)
+    try:
+        for row in rows:
+            chosen = seeds if args.seeds is not None else (row.seeds[:1] if args.quick else row.seeds)
+            if args.progress:
+                progress_row(row, chosen, out, runs_root, quick=args.quick)
+                continue
+            try:
+                run_row(row, chosen, out, runs_root, quick=args.quick)
+            except SeedNotFinished as e:
+                if e.code == 130:  # its progress was recorded: the page shows it
+                    write_page(out, title)
+                print(f"rapidrl: {'stopped' if e.code == 130 else 'error'}: {e}", file=sys.stderr)
+                return 130 if e.code == 130 else 1
+        page = write_page(out, title)
+    except RunDirError as e:  # a hand-edited progress CSV: say which file and line, not a traceback
+        print(f"rapidrl: error: {e} (the run_dir column of {out / (e.row_name + '-progress.csv')})", file=sys.stderr)
+        return 2
     print(f"results page: {page}")
     return 0
 

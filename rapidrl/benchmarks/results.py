@@ -283,7 +283,8 @@ def continue_command(row_name: str, run_dir: str | Path | None) -> str:
     if kind_dir.name not in RUN_KINDS or seed_dir.parent.name != row_name \
             or not seed_dir.name.startswith("seed-"):
         raise RunDirError(seed_dir.as_posix(), row_name)
-    return (f"rapidrl bench results {row_name}" + (" --quick" if kind_dir.name == RUN_KINDS[True] else "")
+    quick = kind_dir.name == RUN_KINDS[True]  # seed_run_dir's RUN_KINDS[quick]
+    return (f"rapidrl bench results {row_name}" + (" --quick" if quick else "")
             + ("" if kind_dir.parent == RUNS_ROOT else f" --runs-root {kind_dir.parent.as_posix()}"))
 
 
@@ -733,7 +734,7 @@ def main(argv: list[str]) -> int:
                 print(f"rapidrl: {'stopped' if e.code == 130 else 'error'}: {e}", file=sys.stderr)
                 return 130 if e.code == 130 else 1
         page = write_page(out, title)
-    except RunDirError as e:  # a hand-edited progress CSV: say which file and line, not a traceback
+    except RunDirError as e:  # a hand-edited progress CSV: name the file, no traceback
         print(f"rapidrl: error: {e} (the run_dir column of {out / (e.row_name + '-progress.csv')})", file=sys.stderr)
         return 2
     print(f"results page: {page}")

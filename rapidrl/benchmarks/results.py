@@ -189,8 +189,14 @@ ROWS: dict[str, Row] = {r.name: r for r in [
         notes=_ATARI_NOTES + " A first run of this seed (bf16, commits 5bea8d1 to 7dca9af) reached 6,549,504 steps "
               "with a training return of 20.55 (crossing 20 at ~3.6M steps; that curve: `git show "
               "110a581:docs/results/ppo-pong-curve.csv`) and was lost with its machine: its run directory was not "
-              "in git. Restarted from step 0 on 2026-11-26 on a CPU without native bf16 (fp32), with the run "
-              "directory kept in git between sessions (runs-in-progress/README.md).",
+              "in git. Restarted from step 0 on 2026-11-26 and trained in fp32 throughout (`precision=auto` on AMD "
+              "EPYCs without native bf16, ~215-257 SPS) over five sessions, resumed from its checkpoint kept in git "
+              "between them (runs-in-progress/README.md; commits de7e4c9 to 73abd3a, the commit column is the "
+              "last part's). The published figures sample actions (CleanRL's is the training return); the same "
+              "seed-0 model, sampled: 19.10 ± 1.97 over 20 games (`rapidrl eval RUN_DIR "
+              "--episodes 20 --stochastic` on the final model, seeded), 2026-11-27. Below "
+              "CleanRL's 20.36 ± 0.20: one seed, where the same code's lost bf16 run of this seed was at 20.55 by "
+              "6.55M steps; seeds 1-2 would tell a seed's luck from a systematic gap.",
         pending=_ATARI_PENDING.format(name="ppo-pong")),
     *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
           (Published(value, "MinAtar paper", _MINATAR),), 20_480, notes=MINATAR_NOTES.get(game, ""))

@@ -16,7 +16,7 @@ train: setup
 	$(PY) -m rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0
 
 test: setup-dev
-	$(PY) -m ruff check rapidrl tests
+	$(PY) -m ruff check rapidrl tests tools
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 bench: setup-bench

@@ -1,5 +1,5 @@
-"""The results pipeline (`rapidrl bench results`): a row trains its seeds from the CLI, appends them to its CSVs,
-draws its curve and the results page; recorded seeds are kept, not re-run; every shipped row resolves."""
+"""The results pipeline (tools/results, `python -m tools.results`): a row trains its seeds from the CLI, appends them
+to its CSVs, draws its curve and the results page; recorded seeds are kept, not re-run; every shipped row resolves."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import csv
 
 import pytest
 
-from rapidrl.benchmarks import results
-from rapidrl.benchmarks.results import ROWS, Published, Row
 from rapidrl.runs.config import resolve
 from rapidrl.runs.layout import read_csv_metrics
+from tools import results
+from tools.results import ROWS, Published, Row
 
 
 def test_every_row_resolves_to_a_valid_run_configuration():
@@ -325,9 +325,38 @@ def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, mo
 
 def test_the_shipped_results_page_is_what_its_csvs_and_rows_give(tmp_path):
     """docs/RESULTS.md is generated: regenerating it from docs/results/*.csv and ROWS changes nothing (after editing
-    a row, run ``python -c "from rapidrl.benchmarks import results as r; r.write_page(r.DOCS / 'results')"``)."""
+    a row, run ``python -c "from tools import results as r; r.write_page(r.DOCS / 'results')"``)."""
     import shutil
 
     shutil.copytree(results.DOCS / "results", tmp_path / "results")
     page = results.write_page(tmp_path / "results").read_text()
     assert page == (results.DOCS / results.RESULTS_MD).read_text()
+
+
+def test_rapidrl_bench_results_points_to_the_repository_tool(capsys):
+    """The results bookkeeping left the package: `rapidrl bench results ...` says where it went, exit 2."""
+    from rapidrl.benchmarks.run import main as bench_main
+
+    assert bench_main(["results", "ppo-hopper", "--progress"]) == 2
+    err = capsys.readouterr().err
+    assert "repository tooling" in err and "`python -m tools.results ppo-hopper --progress`" in err
+
+
+def test_rows_are_read_from_toml_with_shared_texts_and_clear_errors(tmp_path):
+    """rows.toml: ``{key}`` in a row's text is the [texts] entry, ``{name}`` the row's name; a misspelt field, an
+    unknown text, a missing field or a repeated name is an error naming the file and the row."""
+    path = tmp_path / "rows.toml"
+    head = '[texts]\nwhy = "run `{name}` for a week"\nsrc = "a paper"\n'
+    row = ('[[row]]\nname = "r"\nfamily = "F"\nalgo = "ppo"\nenv = "CartPole-v1"\ntimesteps = 1000\nseeds = [0, 1]\n'
+           'pending = "{why}."\npublished = [{ value = 5, spread = 1, source = "S", setting = "{src}, 3 seeds" }]\n')
+    path.write_text(head + row)
+    (loaded,) = results.load_rows(path).values()
+    assert loaded == Row("r", "F", "ppo", "CartPole-v1", 1000, (0, 1), (Published(5, "S", "a paper, 3 seeds", 1),),
+                         pending="run `r` for a week.")
+    for text, message in ((row + "seed = 3\n", r"row 'r': unknown field\(s\) seed"),
+                          (row.replace("{why}", "{wyh}"), r"row 'r': '\{wyh\}\.'\.\.\.: no text 'wyh'"),
+                          (row.replace('timesteps = 1000\n', ''), "row 'r': .*timesteps"),
+                          (row + row, "row 'r': a second row of that name")):
+        path.write_text(head + text)
+        with pytest.raises(ValueError, match=f"{path.name}: {message}"):
+            results.load_rows(path)

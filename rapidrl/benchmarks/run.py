@@ -145,10 +145,11 @@ def write_report(out: Path, argv: list[str], sections: dict[str, str]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (2 on bad arguments or an unknown suite)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "results":  # learning results, not timings: rapidrl.benchmarks.results
-        from rapidrl.benchmarks.results import main as results_main
-
-        return results_main(argv[1:])
+    if argv and argv[0] == "results":  # learning results are repository tooling, not a timing of the package
+        print("rapidrl bench: the learning results (docs/RESULTS.md) are repository tooling, not part of the "
+              "package: from a rapidrl checkout run `python -m tools.results " + " ".join(argv[1:] or ["list"])
+              + "` (tools/results/README.md)", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.suite != "all" and args.suite not in SUITES:

@@ -47,10 +47,15 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from rapidrl.runs.layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_CSV, SUMMARY_FILE, read_csv_metrics
 
@@ -59,6 +64,8 @@ __all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_progress", "r
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RESULTS_MD = "RESULTS.md"
+COMMAND = "rapidrl bench results"
+"""The command line of this tool, as the page and its messages name it."""
 CURVE_POINTS = 200
 
 
@@ -123,102 +130,54 @@ class Row:
 _KEEP_ALL = 100_000
 
 
-_CLEANRL_PPO = "CleanRL ppo_continuous_action.py, v4, 1M steps, 3 seeds"
-_RLZOO_PPO = "rl-zoo3 PPO, v3, 1M steps, 1 run"
-_CLEANRL_SAC = "CleanRL sac_continuous_action.py, v4, 1M steps, 3 seeds"
-_RLZOO_SAC = "rl-zoo3 SAC, v3, 1M steps, 1 run"
-_CLEANRL_ATARI = "CleanRL ppo_atari.py, 10M steps of 4 frames, 3 seeds"
-_RLZOO_ATARI = "rl-zoo3 PPO, 10M steps, 1 run"
-_MINATAR = "MinAtar paper (Young & Tian 2019), DQN at 5M frames, read off its figure"
-_SAC_PENDING = ("not run yet: SAC takes one gradient step per env step, ~145 SPS on the 2-core development "
-                "machine (measured on `sac-halfcheetah`), so ~2 h per seed; run it with `rapidrl bench results "
-                "{name}` (run again after an interruption, it resumes from the last checkpoint).")
-_ATARI_PENDING = ("not run yet: 10M agent steps take ~4.5 h on a 2-core CPU with native bfloat16 (598-650 SPS: "
-                  "`precision=auto` takes bf16 there; `rapidrl bench pixels --precision bf16`) and ~11 h on one "
-                  "without (fp32, ~245 SPS on a 2-core AMD EPYC with AVX2 only, 2026-11-26); with the networks on an "
-                  "H200 (2,601 SPS fp32, docs/scale.md) ~64 min, more than a GPU loan's 15 minutes. Run it with "
-                  "`rapidrl bench results {name}`, stop it at any time with Ctrl-C or `kill` (it checkpoints the step "
-                  "it stops at; a crash loses at most the 250k steps since the last periodic checkpoint) and run it "
-                  "again to continue: it can span sessions. A run that must outlive its machine is kept in git: "
-                  "runs-in-progress/README.md.")
-_ATARI_NOTES = ("sticky actions off (`env.repeat_action_probability=0`), as in the published runs (the "
-                "`NoFrameskip-v4` ids: no sticky actions; -v5's default is 0.25); otherwise the standard preprocessing "
-                "of docs/atari.md (no-op resets, frame skip 4, 84x84 gray, 4 frames, episodic life and clipped rewards "
-                "for training, 108,000-frame games). **eval**: 10 whole games (all lives), deterministic, raw score.")
-MINATAR_NOTES = {
-    "Seaquest": "below the published figure. The trained policy (seed 0, 40 deterministic episodes) never surfaced: "
-                "38 of 40 episodes ended when the oxygen ran out (~200 steps), 0 with a refill, scoring only by "
-                "shooting. Surfacing ends the episode unless a diver is aboard, so surfacing pays only after "
-                "collecting divers: the known Seaquest trap, which PPO with the MinAtar preset did not leave by 5M "
-                "steps (the curve is flat from 1.5M). The env is exact to the minatar package (tests); "
-                "exploration is the open question (longer runs, entropy, other algorithms were not tried).",
-}
-"""Findings on MinAtar rows, shown under the table."""
+ROWS_FILE = Path(__file__).with_name("rows.toml")
+"""The rows as data (how to add one: tools/results/README.md)."""
+_ROW_FIELDS = {f.name for f in fields(Row)}
+_PUBLISHED_FIELDS = {f.name for f in fields(Published)}
 
-ROWS: dict[str, Row] = {r.name: r for r in [
-    Row("ppo-halfcheetah", "MuJoCo v5, 1M steps", "ppo", "HalfCheetah-v5", 1_000_000, (0, 1, 2),
-        (Published(1443, "CleanRL", _CLEANRL_PPO, 46), Published(5819, "rl-zoo3", _RLZOO_PPO))),
-    Row("ppo-hopper", "MuJoCo v5, 1M steps", "ppo", "Hopper-v5", 1_000_000, (0, 1, 2),
-        (Published(2383, "CleanRL", _CLEANRL_PPO, 272), Published(2410, "rl-zoo3", _RLZOO_PPO))),
-    Row("ppo-walker2d", "MuJoCo v5, 1M steps", "ppo", "Walker2d-v5", 1_000_000, (0, 1, 2),
-        (Published(2288, "CleanRL", _CLEANRL_PPO, 572), Published(3479, "rl-zoo3", _RLZOO_PPO))),
-    Row("sac-halfcheetah", "MuJoCo v5, 1M steps", "sac", "HalfCheetah-v5", 1_000_000, (0,),
-        (Published(9635, "CleanRL", _CLEANRL_SAC, 1424), Published(9535, "rl-zoo3", _RLZOO_SAC)), 3_000,
-        pending=_SAC_PENDING.format(name="sac-halfcheetah"),
-        notes="the wall-clock excludes a 728 s pause (SIGSTOP while the test suite ran) and includes ~11 minutes "
-              "beside the test suite before it (109 SPS overall; ~145 SPS alone)."),
-    Row("sac-hopper", "MuJoCo v5, 1M steps", "sac", "Hopper-v5", 1_000_000, (0,),
-        (Published(2310, "CleanRL", _CLEANRL_SAC, 343), Published(2326, "rl-zoo3", _RLZOO_SAC)), 3_000,
-        pending=_SAC_PENDING.format(name="sac-hopper"),
-        notes="the wall-clock excludes 203 s of pauses (SIGSTOP, 9 short test runs) and includes 46 s beside a test "
-              "run; alone the run went at 150-165 SPS."),
-    Row("ppo-breakout", "Atari, 10M steps (40M frames)", "ppo", "ALE/Breakout-v5", 10_000_000, (0,),
-        (Published(414.7, "CleanRL", _CLEANRL_ATARI, 28.1), Published(398, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
-        quick_sets=("env.max_episode_frames=8000",),
-        notes=_ATARI_NOTES + " The published figures sample actions (CleanRL's is the training return; rl-zoo3 "
-              "evaluates Atari stochastically); the greedy policy scores less here: the same seed-0 model, sampled, "
-              "391.4 ± 57.1 over 20 games (`rapidrl eval runs/results/full/ppo-breakout/seed-0 --episodes 20 "
-              "--stochastic`, seeded: repeatable), 2026-11-26. Trained in bf16 (`precision=auto`) over three sessions, "
-              "resumed from checkpoints (commits a57ff7e to 254b637; the commit column is the last).",
-        pending=_ATARI_PENDING.format(name="ppo-breakout")),
-    Row("ppo-pong", "Atari, 10M steps (40M frames)", "ppo", "ALE/Pong-v5", 10_000_000, (0,),
-        (Published(20.36, "CleanRL", _CLEANRL_ATARI, 0.20), Published(20.99, "rl-zoo3", _RLZOO_ATARI)), 4_096,
-        sets=("run.checkpoint_every=250000", "env.repeat_action_probability=0"),
-        quick_sets=("env.max_episode_frames=8000",),
-        notes=_ATARI_NOTES + " A first run of this seed (bf16, commits 5bea8d1 to 7dca9af) reached 6,549,504 steps "
-              "with a training return of 20.55 (crossing 20 at ~3.6M steps; that curve: `git show "
-              "110a581:docs/results/ppo-pong-curve.csv`) and was lost with its machine: its run directory was not "
-              "in git. Restarted from step 0 on 2026-11-26 and trained in fp32 throughout (`precision=auto` on AMD "
-              "EPYCs without native bf16, ~215-257 SPS) over five sessions, resumed from its checkpoint kept in git "
-              "between them (runs-in-progress/README.md; commits de7e4c9 to 73abd3a, the commit column is the "
-              "last part's). The published figures sample actions (CleanRL's is the training return); the same "
-              "seed-0 model, sampled: 19.10 ± 1.97 over 20 games (`rapidrl eval RUN_DIR "
-              "--episodes 20 --stochastic` on the final model, seeded), 2026-11-27. Below "
-              "CleanRL's 20.36 ± 0.20: one seed, where the same code's lost bf16 run of this seed was at 20.55 by "
-              "6.55M steps; seeds 1-2 would tell a seed's luck from a systematic gap.",
-        pending=_ATARI_PENDING.format(name="ppo-pong")),
-    *[Row(f"ppo-minatar-{game.lower()}", "MinAtar, 5M frames", "ppo", f"MinAtar/{game}-v1", 5_000_000, (0,),
-          (Published(value, "MinAtar paper", _MINATAR),), 20_480, notes=MINATAR_NOTES.get(game, ""))
-      for game, value in (("Breakout", 10), ("Asterix", 17), ("Freeway", 50), ("Seaquest", 20),
-                          ("SpaceInvaders", 43))],
-    Row("memory", "Memory (partially observed), 150k steps", "ppo", "CartPoleNoVel-v1", 150_000, (0, 1, 2, 3, 4),
-        (Published(475, "solved", "the solve criterion: evaluation >= 475"),), 20_480,
-        notes="recurrent PPO (`configs/ppo_cartpolenovel.toml`: rl-zoo3's RecurrentPPO setting, the critic's own "
-              "LSTM); steps and wall-clock to solve per seed, and sb3-contrib's RecurrentPPO on Gymnasium's CartPole "
-              "with the velocities masked (`scripts/sb3_contrib_memory.py`, its own venv), are in the table below. "
-              "Both at 1 torch thread, one run at a time, measured 2026-11-25 back to back with other work on the "
-              "machine (load average 2-2.5 on the 2 cores). rapidrl steps the built-in env; on the Gymnasium wrapper "
-              "(tests/test_learning_recurrent.py) its seed 0 solved at 25,600 steps after 11.1 s too.",
-        solve=475.0, eval_every=5_120, peer="memory-peer"),
-    Row("mappo-simple-spread", "Multi-agent, 10M agent-steps", "mappo", "MPE/simple_spread-v3", 10_000_000, (0,),
-        (), 30_000, curve_metric="charts/team_return",
-        notes="team returns (the sum of the 3 agents' rewards over an episode of 25 steps), as the evaluation "
-              "reports them; the **train** column and the curve are the mean team return of the copies that "
-              "finished in an update (`charts/team_return`). A uniform random policy scores -78.8 "
-              "(docs/multiagent.md, 128 episodes). The wall-clock excludes a 1,781 s pause (SIGSTOP while other "
-              "jobs ran)."),
-]}
+
+def load_rows(path: Path = ROWS_FILE) -> dict[str, Row]:
+    """The rows of ``path`` (``rows.toml``) by name, in file order: each ``[[row]]`` table holds ``Row``'s fields
+    (lists for its tuples; ``published`` a list of ``Published``'s fields); in its text fields (``notes``,
+    ``pending``, a published ``setting``) ``{key}`` is the ``[texts]`` entry ``key`` and ``{name}`` the row's name.
+    A misspelt field, a missing one, an unknown text key or a repeated name is a ValueError naming the row."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    rows: dict[str, Row] = {}
+    for k, entry in enumerate(data.get("row", [])):
+        name = entry.get("name", f"#{k}")
+        where = f"{path}: row {name!r}"
+        texts = {key: text.format(name=name) for key, text in data.get("texts", {}).items()}
+
+        def text(value: str, where: str = where, texts: dict = texts, name: str = name) -> str:
+            try:
+                return value.format(name=name, **texts)
+            except (KeyError, IndexError, ValueError) as e:
+                raise ValueError(f"{where}: {value[:40]!r}...: no text {e} (the [texts] table has "
+                                 f"{', '.join(texts) or 'none'})") from None
+
+        if unknown := set(entry) - _ROW_FIELDS:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; a row has "
+                             f"{', '.join(sorted(_ROW_FIELDS))}")
+        published = []
+        for figure in entry.get("published", []):
+            if unknown := set(figure) - _PUBLISHED_FIELDS:
+                raise ValueError(f"{where}: unknown published field(s) {', '.join(sorted(unknown))}")
+            published.append(Published(**{**figure, "setting": text(figure.get("setting", ""))}))
+        values = {**entry, "published": tuple(published),
+                  **{key: tuple(entry[key]) for key in ("seeds", "sets", "quick_sets") if key in entry},
+                  **{key: text(entry[key]) for key in ("notes", "pending") if key in entry}}
+        try:
+            row = Row(**values)
+        except TypeError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if row.name in rows:
+            raise ValueError(f"{where}: a second row of that name")
+        rows[row.name] = row
+    return rows
+
+
+ROWS: dict[str, Row] = load_rows()
 
 
 # -- recording ------------------------------------------------------------------------------------------
@@ -283,14 +242,14 @@ def continue_command(row_name: str, run_dir: str | Path | None) -> str:
     None or "": one recorded before the progress kept its run directory, taken to be a full run under the default
     root). A run directory of another shape (a hand-edited progress CSV) is a RunDirError naming it."""
     if not run_dir:
-        return f"rapidrl bench results {row_name}"
+        return f"{COMMAND} {row_name}"
     seed_dir = Path(run_dir)
     kind_dir = seed_dir.parent.parent
     if kind_dir.name not in RUN_KINDS or seed_dir.parent.name != row_name \
             or not seed_dir.name.startswith("seed-"):
         raise RunDirError(seed_dir.as_posix(), row_name)
     quick = kind_dir.name == RUN_KINDS[True]  # seed_run_dir's RUN_KINDS[quick]
-    return (f"rapidrl bench results {row_name}" + (" --quick" if quick else "")
+    return (f"{COMMAND} {row_name}" + (" --quick" if quick else "")
             + ("" if kind_dir.parent == RUNS_ROOT else f" --runs-root {kind_dir.parent.as_posix()}"))
 
 
@@ -607,7 +566,7 @@ def write_page(out: Path, title_note: str = "") -> Path:
              "Each row trains the shipped preset of its algorithm and task (`rapidrl/configs`) from the command line, "
              "one seed per process, on the 2-core development machine (no GPU), often beside other jobs: "
              "wall-clock is an upper bound of what an idle machine takes. Reproduce a row with "
-             "`rapidrl bench results ROW` (`rapidrl bench results list` names them); `--quick` runs a short "
+             f"`{COMMAND} ROW` (`{COMMAND} list` names them); `--quick` runs a short "
              "version of every row. The numbers below are read from `docs/results/<row>.csv`, which the command "
              "appends to. A seed interrupted mid-run (a closed session, a kill) resumes from its last checkpoint "
              "when the row is run again; its wall-clock adds up the parts. A seed not finished yet is marked "
@@ -697,7 +656,7 @@ def _solve_table(row: Row, out: Path) -> list[str]:
 # -- command line -----------------------------------------------------------------------------------------
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="rapidrl bench results",
+    p = argparse.ArgumentParser(prog=COMMAND,
                                 description="Learning results at the standard budgets (docs/RESULTS.md).")
     p.add_argument("rows", nargs="*", help="row names, or 'list' (default with --quick or --progress: every row)")
     p.add_argument("--seeds", default=None, help="seeds to run, e.g. 0-2 (default: the row's)")

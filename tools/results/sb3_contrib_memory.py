@@ -1,17 +1,19 @@
 """The peer of the results page's ``memory`` row: sb3-contrib's RecurrentPPO at rl-zoo3's CartPoleNoVel-v1 setting
 on Gymnasium's CartPole-v1 with the velocities masked, steps and wall-clock to solve.
 
-    /work/bench-venv/bin/python scripts/sb3_contrib_memory.py --seeds 0,1 --timesteps 100000
+    PEER_VENV/bin/python tools/results/sb3_contrib_memory.py --seeds 0,1 --timesteps 100000
 
-Runs in an environment with sb3-contrib installed (rapidrl is not needed: the task is built here from Gymnasium's
-CartPole-v1 and an observation wrapper that keeps the cart position and the pole angle). The setting is rl-zoo3's
+PEER_VENV is a virtual environment of its own, not rapidrl's (``python3 -m venv PEER_VENV``, then
+``PEER_VENV/bin/pip install torch`` first, at rapidrl's torch version, then ``sb3-contrib gymnasium``). rapidrl is not
+needed: the task is built here from Gymnasium's CartPole-v1 and an observation wrapper that keeps the cart position
+and the pole angle. The setting is rl-zoo3's
 ``hyperparams/ppo_lstm.yml`` entry ``CartPoleNoVel-v1`` (DLR-RM/rl-baselines3-zoo, commit 22e3ff2): ``normalize:
 True`` (rl-zoo3 wraps the env in ``VecNormalize(gamma=0.98)``: observations and rewards), 8 envs x 32 steps,
 batch 256, 20 epochs, gamma 0.98, lambda 0.8, lr and clip range linear from 1e-3 and 0.2, no entropy bonus, and
 ``policy_kwargs=dict(ortho_init=False, activation_fn=nn.ReLU, lstm_hidden_size=64, enable_critic_lstm=True,
 net_arch=dict(pi=[64], vf=[64]))``. One torch thread, as rapidrl's runs.
 
-The protocol is the row's (``rapidrl.benchmarks.results``): every ``--eval-every`` steps, 10 deterministic episodes
+The protocol is the row's (``tools/results``): every ``--eval-every`` steps, 10 deterministic episodes
 (one per eval env, raw rewards, observations normalized with the training statistics frozen), timed apart from
 training; solved at = the first evaluation >= 475, stays solved from = the first evaluation from which every later
 one is >= 475. Each seed's result replaces that seed's rows in ``--out``/memory-peer.csv and memory-peer-evals.csv.
@@ -149,7 +151,7 @@ def main() -> int:
     p.add_argument("--timesteps", type=int, default=100_000)
     p.add_argument("--eval-every", type=int, default=5_120)
     p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "results"))
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "docs" / "results"))
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

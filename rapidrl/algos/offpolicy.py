@@ -306,13 +306,18 @@ class OffPolicyAlgorithm(Algorithm):
     # -- updates ---------------------------------------------------------------------------------
     def _train_step(self) -> None:
         """Sample, update, accumulate statistics on the device; read them every ``log_interval`` updates."""
-        batch = self.buffer.sample(self.config.batch_size, as_torch=True)
+        batch = self._sample_batch()
         stats = self._after_update(batch, self._update_fn(batch))
         self.num_gradient_steps += 1
         self._stat_sum += stats
         self._stat_count += 1
         if self._stat_count >= self.config.log_interval:
             self._log_stats()
+
+    def _sample_batch(self):
+        """The minibatch of the next update (tensors on the device): the replay buffer's (offline algorithms draw
+        from their dataset, ``rapidrl.algos.offline``)."""
+        return self.buffer.sample(self.config.batch_size, as_torch=True)
 
     def _log_stats(self) -> None:
         means = (self._stat_sum / self._stat_count).tolist()

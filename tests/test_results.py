@@ -190,7 +190,7 @@ def test_an_interrupted_seed_resumes_and_a_finished_one_is_recorded_without_trai
 
 
 def test_a_row_passes_sigterm_on_to_its_training_process_and_leaves_ctrl_c_to_it(tmp_path):
-    """`kill` of `rapidrl bench results` reaches the training process, which then stops at a checkpoint (instead of
+    """`kill` of `python -m tools.results` reaches the training process, which then stops at a checkpoint (instead of
     the parent dying and leaving it running); Ctrl-C, which the terminal sends to both, is left to the child."""
     import os
     import signal
@@ -227,26 +227,26 @@ def test_a_stopped_seed_ends_the_command_with_a_line_saying_how_to_continue(tmp_
         assert results.main([row.name, "--out", str(tmp_path / "out"), "--runs-root", str(tmp_path)]) == exit_code
         err = capsys.readouterr().err
         assert err.startswith(f"rapidrl: {word}: ppo-cartpole-stopped seed 0 ") and "run the row again" in err
-        assert f"`rapidrl bench results {row.name} --runs-root {tmp_path.as_posix()}`" in err
+        assert f"`python -m tools.results {row.name} --runs-root {tmp_path.as_posix()}`" in err
 
 
 def test_the_command_that_continues_a_run_names_its_runs_root_unless_it_is_the_default():
     assert results.continue_command("ppo-pong", "runs/results/full/ppo-pong/seed-0") == \
-        "rapidrl bench results ppo-pong"
+        "python -m tools.results ppo-pong"
     assert results.continue_command("ppo-pong", "runs-in-progress/full/ppo-pong/seed-0") == \
-        "rapidrl bench results ppo-pong --runs-root runs-in-progress"
+        "python -m tools.results ppo-pong --runs-root runs-in-progress"
     assert results.continue_command("ppo-pong", "runs/results/quick/ppo-pong/seed-0") == \
-        "rapidrl bench results ppo-pong --quick"  # a quick run continues only with --quick (its own budget)
+        "python -m tools.results ppo-pong --quick"  # a quick run continues only with --quick (its own budget)
     assert results.continue_command("ppo-pong", None) == results.continue_command("ppo-pong", "") == \
-        "rapidrl bench results ppo-pong"  # progress recorded before the run directory was kept
+        "python -m tools.results ppo-pong"  # progress recorded before the run directory was kept
     assert results.continue_command("ppo-pong", "full/ppo-pong/seed-0") == \
-        "rapidrl bench results ppo-pong --runs-root ."
+        "python -m tools.results ppo-pong --runs-root ."
 
 
 @pytest.mark.parametrize("run_dir", ["seed-0", "ppo-pong/seed-0", "runs/results/ppo-pong/seed-0",
                                      "runs/results/full/ppo-breakout/seed-0", "runs/results/full/ppo-pong/run-0"])
 def test_a_run_directory_of_another_shape_is_a_clear_error(run_dir):
-    """The progress CSV's run_dir comes from ``rapidrl bench results``; a hand-edited one gets an error naming it,
+    """The progress CSV's run_dir comes from ``python -m tools.results``; a hand-edited one gets an error naming it,
     not an IndexError or a command that would continue another run."""
     with pytest.raises(results.RunDirError, match=f"run directory '{run_dir}' of row 'ppo-pong' is not "
                                          r"<runs root>/\{full,quick\}/ppo-pong/seed-<n>"):
@@ -284,7 +284,7 @@ def test_an_unfinished_seed_shows_its_progress_until_it_is_recorded(tmp_path, mo
     assert "| 0 (in progress) |" in page and "it needs a week here" not in page
     assert "seed 0: **in progress**: 2,048 of 10,000 steps after 6 s of training, training return 31.2" in page
     # the run is not under the default root: the page says how to reach it
-    assert f"`rapidrl bench results {row.name} --runs-root {runs.as_posix()}` continues it" in page
+    assert f"`python -m tools.results {row.name} --runs-root {runs.as_posix()}` continues it" in page
     assert f"![{row.name}](results/{row.name}.png)" in page and (out / f"{row.name}.png").is_file()
 
     # --progress trains nothing and reads the run as it stands (here: resumable, further on)

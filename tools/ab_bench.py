@@ -1,6 +1,6 @@
 """Before/after: one benchmark suite on two checkouts of rapidrl, alternating fresh processes, in one run.
 
-    python scripts/ab_bench.py --a ../wt-base --b . --suite envs --filter cartpole_step --rounds 3
+    python tools/ab_bench.py --a ../wt-base --b . --suite envs --filter cartpole_step --rounds 3
 
 Each round runs ``python -m rapidrl.benchmarks.run SUITE`` once with checkout A first on ``PYTHONPATH``, then
 once with B (the order alternates between rounds), so machine noise hits both alike. Every run measures the

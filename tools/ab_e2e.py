@@ -3,7 +3,7 @@ DQN CartPole and SAC Pendulum (bench_offpolicy.job_train), rapidrl from checkout
 rlox, each run in its own fresh process (``rapidrl.benchmarks.isolated``'s child protocol) at 1 and all torch
 threads, contenders interleaved; the table gives each contender's best median SPS and the ratios.
 
-    python scripts/ab_e2e.py --a ../wt-pre28 --b . [--seeds 0,1] [--python ../bench-venv/bin/python]
+    python tools/ab_e2e.py --a ../wt-pre28 --b . [--seeds 0,1] [--python ../bench-venv/bin/python]
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ JOBS = {
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--a", required=True)
-    p.add_argument("--b", required=True)
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--threads", default="1,2")
-    p.add_argument("--jobs", default=",".join(JOBS))
-    p.add_argument("--python", default=sys.executable)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", required=True, help="checkout A (before)")
+    p.add_argument("--b", required=True, help="checkout B (after); rlox runs from it too")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    p.add_argument("--threads", default="1,2", help="torch thread counts; each contender's best counts (default 1,2)")
+    p.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated runs among: {', '.join(JOBS)}")
+    p.add_argument("--python", default=sys.executable, help="the interpreter (one with rlox installed)")
     args = p.parse_args()
     contenders = {"A rapidrl": (Path(args.a), "rapidrl"), "B rapidrl": (Path(args.b), "rapidrl"),
                   "rlox": (Path(args.b), "rlox")}

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The prepared check of rapidrl's CUDA paths on a lent GPU machine (see ../shared/tools/GPU.md): install the
-# carried wheels, run the CUDA tests and the device-path tests, then the GPU benchmark (CartPole on the GPU,
-# eager and CUDA graph; PPO/DQN Atari and SAC HalfCheetah with the networks on the GPU against SB3) and the DQN
-# profile. Every part has its own time limit and writes its log under $OUT, so one part failing still reports
-# the rest. PARTS picks the parts (default: all), WORKLOADS the heavy workloads (default ppo,dqn,sac).
+# The prepared check of rapidrl's CUDA paths on a GPU machine: install the carried wheels, run the CUDA tests and
+# the device-path tests, then the GPU benchmark (CartPole on the GPU, eager and CUDA graph; PPO/DQN Atari and SAC
+# HalfCheetah with the networks on the GPU against SB3) and the DQN profile (tools/gpu_profile_dqn.py). Every part
+# has its own time limit and writes its log under $OUT, so one part failing still reports the rest. PARTS picks the
+# parts (default: all), WORKLOADS the heavy workloads (default ppo,dqn,sac).
+#
+# The machine it was written for: a fresh Linux machine with one CUDA GPU, python3 3.12 with a CUDA build of torch
+# already installed, this checkout copied onto it, and no network (so the other dependencies travel as wheels,
+# downloaded beforehand on a machine that has one). Run it from the repository root; $OUT collects the logs.
 #
 # Here, once:  pip download --no-deps --python-version 3.12 --only-binary=:all: -d .gpu-wheels \
 #                gymnasium farama-notifications tomli-w ale-py mujoco mujoco-core glfw pyopengl stable_baselines3
-# There:       bash scripts/gpu_check.sh      (carry .gpu-wheels)
+# There:       bash tools/gpu_check.sh        (carry .gpu-wheels)
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 PARTS=${PARTS:-tests,cartpole,graph,heavy,profile}
@@ -41,7 +45,7 @@ if has heavy; then
   echo "heavy exit $?" >> "$OUT/gpu_heavy.txt"
 fi
 if has profile; then
-  timeout "${PROFILE_S:-110}" python3 scripts/gpu_profile_dqn.py > "$OUT/dqn_profile.txt" 2>&1
+  timeout "${PROFILE_S:-110}" python3 tools/gpu_profile_dqn.py > "$OUT/dqn_profile.txt" 2>&1
   echo "profile exit $?" >> "$OUT/dqn_profile.txt"
 fi
 grep -h -E "passed|failed|exit|SPS|==" "$OUT"/*.txt | tail -n 40

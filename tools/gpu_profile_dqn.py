@@ -5,7 +5,7 @@ alone, then a fresh run of ``STARTS + STEPS``), then the same learning run under
 cumulative and by own time. Variants: rapidrl (its default CNN input: channels-last on the CPU, NCHW on CUDA, so
 on a GPU the same as the next), rapidrl with NCHW input forced, rapidrl with cudnn.benchmark, SB3.
 
-    python scripts/gpu_profile_dqn.py [--variants rapidrl,rapidrl/nchw,sb3] [--steps 2000]
+    python tools/gpu_profile_dqn.py [--variants rapidrl,rapidrl/nchw,sb3] [--steps 2000]
 """
 
 from __future__ import annotations

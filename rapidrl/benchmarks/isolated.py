@@ -39,7 +39,7 @@ def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: floa
     """Run ``module:function(**kwargs)`` in a fresh Python process with torch at ``torch_threads`` threads.
 
     python: the interpreter (default: this one). checkout: a rapidrl source tree to import instead of the installed
-    one (before/after comparisons: ``scripts/ab_e2e.py``); the child runs there with it first on PYTHONPATH.
+    one (before/after comparisons: ``tools/ab_e2e.py``); the child runs there with it first on PYTHONPATH.
 
     Returns the function's dict (plus ``"torch_threads"``). Raises RuntimeError with the child's stderr tail if
     the child fails or prints no result.

@@ -1,10 +1,13 @@
-"""Learning results at the standard budgets, beside the published ones: ``rapidrl bench results``.
+"""Learning results at the standard budgets, beside the published ones: ``python -m tools.results`` (repository
+tooling, run from the repository root; not part of the rapidrl package).
 
-    rapidrl bench results list                     # the rows, their budgets and published figures
-    rapidrl bench results ppo-hopper               # run a row's missing seeds, then update docs/RESULTS.md
-    rapidrl bench results ppo-hopper --seeds 0-2   # these seeds (already recorded ones are kept, not re-run)
-    rapidrl bench results --quick                  # every row, short budget, one seed, into bench_results/
-    rapidrl bench results ppo-breakout --progress  # train nothing: record how far its unfinished run has got
+    python -m tools.results list                     # the rows, their budgets and published figures
+    python -m tools.results ppo-hopper               # run a row's missing seeds, then update docs/RESULTS.md
+    python -m tools.results ppo-hopper --seeds 0-2   # these seeds (already recorded ones are kept, not re-run)
+    python -m tools.results --quick                  # every row, short budget, one seed, into bench_results/
+    python -m tools.results ppo-breakout --progress  # train nothing: record how far its unfinished run has got
+
+The rows are data: ``tools/results/rows.toml`` (how to add one: tools/results/README.md).
 
 A row is a task, an algorithm, a budget and seeds; it trains with the shipped preset for its algorithm and env
 (``rapidrl/configs``), each seed as its own ``rapidrl train ... --headless`` process, one at a time (so the
@@ -32,7 +35,7 @@ whose evaluation reaches ``solve``), ``solve_wall_s`` (the training wall-clock u
 ``time/total`` at that step, evaluations excluded since they run afterwards) and ``stable_step`` (the first
 checkpoint from which every later evaluation reaches ``solve``; empty when the last does not);
 ``<row>-evals.csv`` holds every evaluation. A peer library's runs of the same task, written by a script of its own
-(``Row.peer``, e.g. ``scripts/sb3_contrib_memory.py``), are shown beside them.
+(``Row.peer``, e.g. ``tools/results/sb3_contrib_memory.py``), are shown beside them.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ __all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_progress", "r
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 RESULTS_MD = "RESULTS.md"
-COMMAND = "rapidrl bench results"
+COMMAND = "python -m tools.results"
 """The command line of this tool, as the page and its messages name it."""
 CURVE_POINTS = 200
 

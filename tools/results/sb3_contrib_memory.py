@@ -40,7 +40,7 @@ TASK = "Gymnasium CartPole-v1, velocities masked"
 SETTING = ("sb3-contrib RecurrentPPO at rl-zoo3's CartPoleNoVel-v1 setting (hyperparams/ppo_lstm.yml: VecNormalize of "
            "observations and rewards, LSTM 64 for the actor and its own for the critic, pi/vf [64] ReLU, "
            "ortho_init False, 8 envs x 32 steps, batch 256, 20 epochs, gamma 0.98, lambda 0.8, lr 1e-3 and clip 0.2 "
-           "linear), 1 torch thread, on " + TASK + " (scripts/sb3_contrib_memory.py)")
+           "linear), 1 torch thread, on " + TASK + " (tools/results/sb3_contrib_memory.py)")
 RESULT_FIELDS = ["library", "task", "seed", "timesteps", "solve_step", "solve_wall_s", "stable_step", "eval_mean",
                  "eval_episodes", "wall_s", "date_utc", "setting"]
 EVAL_FIELDS = ["seed", "step", "eval_mean", "wall_s"]

@@ -132,6 +132,18 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 0.5 * (q - target).square().mean(1).sum()
 
 
+def td3_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
+    """r + discount * min_i Q'_i(s', a'~): next_q [n, B], the rest [B] (TD3's and TD3+BC's critic target)."""
+    return rewards + discounts * next_q.min(0).values
+
+
+def smoothed_target_actions(target_actions: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor,
+                            center: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
+    """clip(mu'(s') + clip(sigma * scale * noise, -clip * scale, clip * scale)) into the action bounds."""
+    eps = torch.clamp(noise * (sigma * scale), -clip * scale, clip * scale)
+    return torch.clamp(target_actions + eps, center - scale, center + scale)
+
+
 def check_box_actions(name: str, space: gym.Space) -> None:
     """TypeError unless ``space`` is a 1-D Box (the actions of SAC and TD3)."""
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:

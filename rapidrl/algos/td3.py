@@ -23,6 +23,8 @@ from rapidrl.algos.offpolicy import (
     critic_loss,
     maybe_compile,
     polyak_update,
+    smoothed_target_actions,
+    td3_target,
 )
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import frozen_copy
@@ -52,18 +54,6 @@ class TD3Config(OffPolicyConfig):
         super().validate()
         check_positive(self, "n_critics", "policy_delay")
         check_positive(self, "target_policy_noise", "target_noise_clip", "exploration_noise", allow_zero=True)
-
-
-def td3_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
-    """r + discount * min_i Q'_i(s', a'~): next_q [n, B], the rest [B]."""
-    return rewards + discounts * next_q.min(0).values
-
-
-def smoothed_target_actions(target_actions: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor,
-                            center: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
-    """clip(mu'(s') + clip(sigma * scale * noise, -clip * scale, clip * scale)) into the action bounds."""
-    eps = torch.clamp(noise * (sigma * scale), -clip * scale, clip * scale)
-    return torch.clamp(target_actions + eps, center - scale, center + scale)
 
 
 @register

@@ -36,6 +36,19 @@ def test_tutorial_runs_and_its_env_is_taxi(tmp_path):
     assert ns.model.num_timesteps == 2 * 16 * 64 and -2000 <= ns.mean <= 20
 
 
+def test_the_benchmarked_taxi_is_the_tutorials():
+    """``rapidrl.benchmarks.taxi_tutorial`` (what ``rapidrl bench custom`` measures, from an installed package too) is
+    the doc's definition verbatim: every Python block but those that check, align and train."""
+    import rapidrl.benchmarks
+
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    definition = [b for b in blocks if not any(use in b for use in ("rr.envs.check", "rr.envs.align", "rr.PPO"))]
+    assert len(definition) == 2
+    source = (Path(rapidrl.benchmarks.__file__).parent / "taxi_tutorial.py").read_text()  # not imported: no compiling
+    copy = source.split("# -- docs/custom-envs.md, verbatim --\n", 1)[1]
+    assert copy == "\n\n".join(definition), "copy docs/custom-envs.md's definition blocks into taxi_tutorial.py"
+
+
 def test_benchmark_suite_builds_its_cases():
     """``python -m rapidrl.benchmarks.run custom``: one case per size, both contenders step (nothing is timed here)."""
     from rapidrl.benchmarks import bench_custom_env

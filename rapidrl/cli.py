@@ -47,6 +47,7 @@ from rapidrl.runs.layout import (
     write_summary,
 )
 from rapidrl.train.config import ConfigError, config_to_dict
+from rapidrl.train.paths import describe
 
 
 class CLIError(Exception):
@@ -279,7 +280,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
             loggers.append(TextLogger(run.timesteps))
     model.loggers.extend(loggers)
     if main:  # which implementation runs, and why (rapidrl.train.paths): on screen, in config.toml and summary.json
-        print("paths: " + "; ".join(f"{p.setting}={p.value} ({p.reason})" for p in model.paths.values()))
+        print("paths: " + describe(model.paths))
         write_paths(run_dir, model.paths)
     every = run.checkpoint_every or max(1, run.timesteps // 10)
     checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, every=every, keep=run.checkpoint_keep)

@@ -31,7 +31,7 @@ from rapidrl.envs import VecEnvBase
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss
-from rapidrl.train.paths import PathChoice, choose
+from rapidrl.train.paths import PathChoice, choose, describe
 from rapidrl.train.precision import autocast, heavy_networks, native_bf16, resolve_precision
 from rapidrl.train.progress import EvaluationProgress, TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
@@ -137,8 +137,7 @@ class Algorithm:
         self.paths: dict[str, PathChoice] = {}
         """The implementation of each path setting that runs, and why (``rapidrl.train.paths``; filled by _build)."""
         self._build()
-        _log.info("%s paths: %s", self.name, "; ".join(f"{p.setting}={p.value} ({p.reason})"
-                                                      for p in self.paths.values()))
+        _log.info("%s paths: %s", self.name, describe(self.paths))
         if self.dist is not None:
             self.dist.setup(self)
 

@@ -78,5 +78,6 @@ def fixed(setting: str, value: str, reason: str) -> PathChoice:
 
 
 def describe(paths: dict[str, PathChoice]) -> str:
-    """One line per path: ``gradient_backend: compiled (auto: the first that applies)``."""
-    return "\n".join(f"{p.setting}: {p.value} ({p.reason})" for p in paths.values())
+    """The paths on one line, as the log and ``rapidrl train`` show them:
+    ``collection=fused (auto: the first that applies); gradient_backend=compiled (...)``."""
+    return "; ".join(f"{p.setting}={p.value} ({p.reason})" for p in paths.values())

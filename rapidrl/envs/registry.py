@@ -147,6 +147,8 @@ FAMILIES: list[Family] = [
            gymnasium_setup=_lazy("rapidrl.envs.engines.atari:_register")),
     Family("MuJoCo", _mujoco_ids, _make_mujoco, ("mujoco",), matches=lambda env_id: env_id in _mujoco_ids(),
            gymnasium=True),
+    Family("goal-conditioned", lambda: ("PointReach-v0", "BitFlipping-v0"), _lazy("rapidrl.envs.goal:make_goal_vec"),
+           ("numba",), gymnasium=True, gymnasium_setup=_lazy("rapidrl.envs.goal:register_envs"), builtin=True),
     Family("registered", lambda: tuple(_USER), _make_numba, ("numba",), builtin=True),
 ]
 """Every family, in the order ids are matched."""

@@ -38,6 +38,8 @@ import torch
 
 from rapidrl._unsafe.torch_private import polyak
 from rapidrl.buffers import ReplayBuffer
+from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
+from rapidrl.envs.goal.spec import goal_spec
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 from rapidrl.train.paths import fixed
@@ -79,6 +81,13 @@ class OffPolicyConfig(RuntimeConfig):
     replay_dir: str | None = None
     """Directory of the memory-mapped replay files (``replay_storage="mmap"``); None: a new temporary directory,
     removed when the model is garbage-collected or the process exits."""
+    her: bool = False
+    """Hindsight experience replay (``rapidrl.buffers.her``): on a goal-conditioned env (Dict observations with
+    observation/achieved_goal/desired_goal and a vectorised compute_reward), relabel sampled goals."""
+    her_goal_selection: str = "future"
+    """HER's choice of hindsight goals within a transition's episode: "future", "final" or "episode"."""
+    her_n_sampled_goal: int = 4
+    """HER: relabelled transitions per transition kept as collected (relabelled fraction n / (n + 1))."""
 
     def validate(self) -> None:
         super().validate()
@@ -94,6 +103,12 @@ class OffPolicyConfig(RuntimeConfig):
                 f"buffer_size={self.buffer_size} must be a multiple of num_envs={self.num_envs} when n_step > 1")
         require(self.batch_size <= self.buffer_size,
                 f"batch_size={self.batch_size} is larger than buffer_size={self.buffer_size}")
+        require(self.her_goal_selection in GOAL_SELECTIONS,
+                f"her_goal_selection must be one of {GOAL_SELECTIONS}, got {self.her_goal_selection!r}")
+        check_positive(self, "her_n_sampled_goal", allow_zero=True)
+        require(not self.her or self.n_step == 1, "her=True relabels one-step transitions: set n_step=1")
+        require(not self.her or self.buffer_size % self.num_envs == 0,
+                f"her=True needs buffer_size={self.buffer_size} to be a multiple of num_envs={self.num_envs}")
 
 
 def maybe_compile(fn: Callable, enabled: bool) -> Callable:
@@ -223,14 +238,20 @@ class OffPolicyAlgorithm(Algorithm):
 
     def _buffer_spec(self) -> tuple[type, tuple, dict[str, Any]]:
         """(buffer class, positional args, keyword args) of the replay buffer (DQN picks among three classes)."""
+        c = self.config
         action_shape = () if self.discrete else self.action_space.shape
-        return ReplayBuffer, (self.config.buffer_size, self.observation_space.shape, action_shape), \
-            self._buffer_kwargs()
+        if c.her:  # hindsight relabelling on the env's goals (a one-line error for an env without them)
+            return HerReplayBuffer, (c.buffer_size, self.observation_space.shape, action_shape), \
+                dict(goal=goal_spec(self.env), goal_selection=c.her_goal_selection,
+                     n_sampled_goal=c.her_n_sampled_goal, **self._buffer_kwargs())
+        return ReplayBuffer, (c.buffer_size, self.observation_space.shape, action_shape), self._buffer_kwargs()
 
     def _make_buffer(self):
         """The replay buffer of ``_buffer_spec``, after checking that it fits in memory (or on disk, for mmap)."""
         c = self.config
         cls, args, kwargs = self._buffer_spec()
+        if c.her and cls is not HerReplayBuffer:
+            raise ConfigError(f"her=True relabels uniform replay; {cls.__name__} cannot (set prioritized=False)")
         path = None
         if c.replay_storage == "mmap":
             if c.replay_dir is None:

@@ -31,31 +31,23 @@ from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_laye
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
-from rapidrl.train.config import check_positive, require
+from rapidrl.train.config import check_positive
+from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
 
 
 @dataclass
-class SACConfig(OffPolicyConfig):
+class SACConfig(OffPolicyConfig, EntropyConfig):
     torch_threads: int | None = 0
     """torch.set_num_threads at construction; 0 (every core) since the 256x256 critics' matmuls gain from threads."""
     learning_rate: float = 1e-3
     """Adam learning rate of actor, critics and temperature."""
     n_critics: int = 2
     """Critics in the ensemble (targets take the minimum over all of them)."""
-    ent_coef: float | str = "auto"
-    """Entropy temperature alpha: a fixed number, or "auto" to tune it towards ``target_entropy``."""
-    ent_coef_init: float = 1.0
-    """Initial alpha when tuned."""
-    target_entropy: float | str = "auto"
-    """Entropy target of the tuning; "auto" is -(action dimensions)."""
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "n_critics", "ent_coef_init")
-        require(self.ent_coef == "auto" or (isinstance(self.ent_coef, (int, float)) and self.ent_coef >= 0),
-                f"ent_coef must be 'auto' or a number >= 0, got {self.ent_coef!r}")
-        require(self.target_entropy == "auto" or isinstance(self.target_entropy, (int, float)),
-                f"target_entropy must be 'auto' or a number, got {self.target_entropy!r}")
+        self.validate_entropy()
+        check_positive(self, "n_critics")
 
 
 def soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
@@ -67,11 +59,6 @@ def soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Te
 def actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B]."""
     return (alpha * log_prob - q_pi.min(0).values).mean()
-
-
-def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
-    """-log alpha * E[log pi + target entropy]: raises alpha while the entropy is below target."""
-    return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
 
 
 @register
@@ -96,13 +83,9 @@ class SAC(OffPolicyAlgorithm):
         self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
         self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.tune_alpha = c.ent_coef == "auto"
-        init = c.ent_coef_init if self.tune_alpha else float(c.ent_coef)
-        # a fixed alpha = 0 is log_alpha = -inf (exp gives exactly 0)
-        self.log_alpha = torch.log(torch.tensor([init], device=self.device)).requires_grad_(self.tune_alpha)
+        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
         params = [*self.actor.parameters(), *self.critic.parameters()]
         self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, c.learning_rate)
-        self.target_entropy = float(-act_dim if c.target_entropy == "auto" else c.target_entropy)
         self._critic_params = list(self.critic.parameters())
         self._target_params = list(self.critic_target.parameters())
 

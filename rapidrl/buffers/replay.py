@@ -99,6 +99,9 @@ class ReplayBuffer:
             memory for an asynchronous copy to a CUDA device.
     """
 
+    _relabel = None
+    """Called as ``f(batch arrays)`` after each gather, before delivery, by every sampler (HER's relabelling)."""
+
     def __init__(self, capacity: int, obs_shape: tuple, action_shape: tuple = (), *, obs_dtype=np.float32,
                  action_dtype=np.float32, seed: int | None = None, n_step: int = 1, gamma: float = 0.99,
                  num_envs: int = 1, storage: str = "memory", path: str | os.PathLike | None = None,

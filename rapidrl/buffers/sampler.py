@@ -195,6 +195,8 @@ class ReplaySampler:
                     buf._check_can_sample(self.batch_size)  # raises the empty / too-few message
         if per:
             buf._count_sample()
+        if buf._relabel is not None:  # HER (rapidrl.buffers.her): goals relabelled in the host arrays, then delivered
+            buf._relabel(slot.arrays)
         return slot.deliver(as_torch, buf.device, buf.pin_memory)
 
     def __repr__(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rapidrl.nn.batch_renorm import BatchRenorm
 from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.policies import LOG_2PI, mlp, orthogonal_init
 
@@ -64,14 +65,21 @@ class CriticEnsemble(nn.Module):
     Layer l has ``weights[l]`` [n, in, out] and ``biases[l]`` [n, 1, out]; member i equals the MLP whose
     ``nn.Linear`` layers have ``weight = weights[l][i].T`` and ``bias = biases[l][i, 0]``, ReLU between
     layers. Each member is initialised like ``rapidrl.nn.mlp`` (orthogonal, gain sqrt 2, output gain 1).
+
+    out_dim: outputs per critic (1: values [n, B]; more: [n, B, out_dim], TQC's quantiles).
+    batch_renorm: keyword arguments of a ``rapidrl.nn.batch_renorm.BatchRenorm`` before every layer, with
+    statistics per member (CrossQ's critics; ``norms[l]`` before layer l), or None (no normalisation).
     """
 
-    def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: Sequence[int]):
+    def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: Sequence[int], out_dim: int = 1,
+                 batch_renorm: dict | None = None):
         super().__init__()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        self.n = n
-        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.n, self.out_dim = n, int(out_dim)
+        sizes = [obs_dim + act_dim, *hidden, self.out_dim]
+        self.norms = None if batch_renorm is None else nn.ModuleList(
+            BatchRenorm((n, d), **batch_renorm) for d in sizes[:-1])
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for layer, (d_in, d_out) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -82,7 +90,8 @@ class CriticEnsemble(nn.Module):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor, members: int | None = None,
                 detach_params: bool = False) -> torch.Tensor:
-        """Q values [k, B] of the first ``members`` critics (default all n).
+        """Q values [k, B] (``out_dim`` > 1: [k, B, out_dim]) of the first ``members`` critics (default all n;
+        all n with ``batch_renorm``).
 
         detach_params: treat the weights as constants, so a backward pass computes gradients for the inputs
         (an actor loss) without the weight gradients it would otherwise accumulate.
@@ -92,12 +101,15 @@ class CriticEnsemble(nn.Module):
         h = x.unsqueeze(0).expand(k, *x.shape)  # [k, B, O + A], no copy
         last = len(self.weights) - 1
         for layer, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if self.norms is not None:
+                h = self.norms[layer](h, detach_params)  # [n, B, in]
             if detach_params:
                 w, b = w.detach(), b.detach()
             h = torch.baddbmm(b[:k], h, w[:k])  # [k, B, out]
             if layer < last:
                 h = torch.relu(h)
-        return full_precision(h.squeeze(-1))  # [k, B], float32 (bf16 autocast: the layers in bf16)
+        # [k, B] (or [k, B, out_dim]), float32 (bf16 autocast: the layers in bf16)
+        return full_precision(h.squeeze(-1) if self.out_dim == 1 else h)
 
 
 class SquashedGaussianActor(nn.Module):

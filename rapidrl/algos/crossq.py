@@ -1,0 +1,195 @@
+"""CrossQ (Bhatt et al., ICLR 2024): SAC without target networks, with batch-renormalised critics and actor.
+
+Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the update
+driver come from the shared off-policy core (``rapidrl.algos.offpolicy``); the temperature from
+``rapidrl.train.entropy``; Batch Renormalization from ``rapidrl.nn.batch_renorm``.
+
+The critics see (s, a) and (s', a'), a' ~ pi(s'), in one joint forward pass of 2B rows in training mode, so their
+Batch Renormalization layers normalise both with the statistics of the mixture (``joint_critic_forward``). Its
+first B rows are Q(s, a), its last B the bootstrap values Q(s', a'), taken as constants: no target network. The
+actor and the temperature are updated every ``policy_delay`` critic updates, the actor on the critics in evaluation
+mode (running statistics). Batch Renormalization behaves as batch normalisation for its first
+``renorm_warmup_steps`` training calls (``rapidrl.nn.batch_renorm``). The order of the steps, the settings and the
+optimiser (Adam with beta1 = 0.5) are sb3-contrib's ``CrossQ``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, critic_loss, maybe_compile
+from rapidrl.algos.registry import register
+from rapidrl.nn.batch_renorm import batch_renorm_mode, interleave_batch_renorm
+from rapidrl.nn.deploy import SquashedMean
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
+from rapidrl.train.config import check_hidden, check_positive, check_unit_interval
+from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+
+
+@dataclass
+class CrossQConfig(OffPolicyConfig, EntropyConfig):
+    """sb3-contrib's CrossQ defaults (sb3_contrib/crossq/crossq.py, policies.py). ``tau`` is not used (no target
+    networks)."""
+
+    torch_threads: int | None = 0
+    """torch.set_num_threads at construction; 0 (every core): the 1024-wide critics gain from threads."""
+    learning_rate: float = 1e-3
+    """Adam learning rate of actor, critics and temperature."""
+    adam_beta1: float = 0.5
+    """Adam's beta1 for actor and critics (CrossQ's 0.5; the temperature's Adam keeps 0.9)."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer sizes of the actor."""
+    critic_hidden: tuple[int, ...] = (1024, 1024)
+    """Hidden layer sizes of each critic (sb3-contrib's default; the paper and rl-zoo3's MuJoCo settings: 2048)."""
+    n_critics: int = 2
+    """Critics in the ensemble (targets take the minimum over all of them)."""
+    policy_delay: int = 3
+    """Critic updates per actor and temperature update."""
+    batch_norm_momentum: float = 0.01
+    """Rate of the Batch Renormalization running statistics."""
+    batch_norm_eps: float = 1e-3
+    """Added to the variances of Batch Renormalization."""
+    renorm_warmup_steps: int = 100_000
+    """Training calls of each Batch Renormalization layer that normalise with the batch statistics only."""
+
+    def validate(self) -> None:
+        super().validate()
+        self.validate_entropy()
+        check_hidden(self.critic_hidden)
+        check_positive(self, "n_critics", "policy_delay", "batch_norm_eps")
+        check_positive(self, "renorm_warmup_steps", allow_zero=True)
+        check_unit_interval(self, "adam_beta1", "batch_norm_momentum")
+
+
+def joint_critic_forward(critic: CriticEnsemble, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor,
+                         next_actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q(s, a) [n, B], Q(s', a') [n, B] detached) from one forward pass over the 2B rows [s, a; s', a'] with the
+    critics' Batch Renormalization in training mode: both halves are normalised by the statistics of the mixture,
+    and the running statistics are updated once."""
+    b = obs.shape[0]
+    with batch_renorm_mode(critic, True):
+        q_all = critic(torch.cat([obs, next_obs]), torch.cat([actions, next_actions]))  # [n, 2B]
+    return q_all[:, :b], q_all[:, b:].detach()
+
+
+def crossq_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
+                  alpha: torch.Tensor) -> torch.Tensor:
+    """r + discount * (min_i Q_i(s', a') - alpha log pi(a'|s')), from the online critics' joint pass: next_q [n, B],
+    the rest [B]."""
+    return rewards + discounts * (next_q.min(0).values - alpha * next_log_prob)
+
+
+def actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B]."""
+    return (alpha * log_prob - q_pi.min(0).values).mean()
+
+
+@register
+class CrossQ(OffPolicyAlgorithm):
+    """CrossQ for Box action spaces. ``CrossQ(env, **hyperparameters)``; see CrossQConfig."""
+
+    name = "crossq"
+    config_class = CrossQConfig
+    stat_names = ("critic_loss", "q_values", "actor_loss", "ent_coef_loss", "ent_coef", "entropy")
+
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_box_actions("CrossQ", self.action_space)
+
+    def _build_networks(self) -> None:
+        space, c = self.action_space, self.config
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        act_dim = int(space.shape[0])
+        norm = dict(momentum=c.batch_norm_momentum, eps=c.batch_norm_eps, warmup_steps=c.renorm_warmup_steps)
+        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden)
+        self.actor.trunk = interleave_batch_renorm(self.actor.trunk, after_last=True, **norm)
+        self.actor.to(self.device)
+        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.critic_hidden, batch_renorm=norm
+                                     ).to(self.device)
+        for net in (self.actor, self.critic):  # evaluation mode except inside a training pass (batch_renorm_mode)
+            net.eval()
+        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+        betas = (c.adam_beta1, 0.999)
+        self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate, betas=betas)
+        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate, betas=betas)
+        self.alpha_optimizer = adam([self.log_alpha], c.learning_rate) if self.tune_alpha else None
+        self._actor_update_fn = maybe_compile(self._actor_update, c.compile)
+        self._last_actor_stats = torch.zeros(4, device=self.device)
+
+    # -- update ----------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        """Critic step; returns [critic loss, mean Q]."""
+        alpha = self.log_alpha.detach().exp()  # [1]
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            with torch.no_grad():
+                next_actions, next_log_prob = self.actor(batch.next_obs)  # running statistics
+            q, next_q = joint_critic_forward(self.critic, batch.obs, batch.actions, batch.next_obs, next_actions)
+        target = crossq_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)
+        loss_q = critic_loss(q, target)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss_q.backward()
+        optimizer_step(self.critic_optimizer)
+        return torch.stack([loss_q.detach(), q.detach().mean()])
+
+    def _actor_update(self, obs: torch.Tensor) -> torch.Tensor:
+        """Temperature and actor steps on a ~ pi(s) (the actor's normalisation in training mode, the critics' in
+        evaluation mode); returns [actor loss, temperature loss, alpha, entropy]."""
+        alpha = self.log_alpha.detach().exp()
+        with self._autocast(), batch_renorm_mode(self.actor, True):
+            actions_pi, log_prob = self.actor(obs)  # [B, A], [B]
+        if self.tune_alpha:
+            loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            loss_alpha.backward()
+            optimizer_step(self.alpha_optimizer)
+        else:
+            loss_alpha = torch.zeros((), device=self.device)
+        with self._autocast():
+            q_pi = self.critic(obs, actions_pi, detach_params=True)  # [n, B], gradients reach the actor only
+        loss_pi = actor_loss(q_pi, log_prob, alpha)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        optimizer_step(self.actor_optimizer)
+        return torch.stack([loss_pi.detach(), loss_alpha.detach(), alpha[0], -log_prob.detach().mean()])
+
+    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
+        # num_gradient_steps counts the critic steps before this one (sb3-contrib: _n_updates % policy_delay == 0)
+        if (self.num_gradient_steps + 1) % self.config.policy_delay == 0:
+            self._last_actor_stats = self._actor_update_fn(batch.obs)
+        return torch.cat([out, self._last_actor_stats])  # the latest actor step's statistics
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+            return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return SquashedMean(self.actor)
+
+    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
+        return self._act(obs, deterministic=False)
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        return self._act(obs, deterministic)
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _state(self) -> dict:
+        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                 "log_alpha": self.log_alpha.detach().clone(), "actor_optimizer": self.actor_optimizer.state_dict(),
+                 "critic_optimizer": self.critic_optimizer.state_dict()}
+        if self.alpha_optimizer is not None:
+            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def _load_state(self, state: dict) -> None:
+        for name in ("actor", "critic", "actor_optimizer", "critic_optimizer"):
+            getattr(self, name).load_state_dict(state[name])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])

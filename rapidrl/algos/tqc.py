@@ -1,0 +1,173 @@
+"""TQC (Kuznetsov et al. 2020): SAC with distributional critics whose pooled top quantiles are dropped from the target.
+
+Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the update
+driver come from the shared off-policy core (``rapidrl.algos.offpolicy``); the temperature from
+``rapidrl.train.entropy``.
+
+Each of ``n_critics`` critics predicts ``n_quantiles`` quantiles Z_i(s, a) at fractions tau_j = (j + 0.5) / Q (one
+``CriticEnsemble`` with Q outputs per member). The target pools the n * Q target quantiles of (s', a'), a' ~ pi(s'),
+sorts them and keeps the smallest n * (Q - ``top_quantiles_to_drop_per_net``): that truncation is what controls
+overestimation, instead of SAC's minimum over critics. Every current quantile regresses on every kept target with
+the quantile Huber loss (kappa = 1). The actor maximises the mean of all quantiles minus alpha log pi.
+
+One update is one backward pass and one Adam step for actor, critics and temperature (the losses touch disjoint
+parameters; the actor's loss goes through the critics of before this step, with their weights held constant), then
+a Polyak target update, as ``rapidrl.algos.sac``. sb3-contrib's TQC takes three optimizer steps in turn, its actor
+seeing the critics after theirs; the settings and the losses are sb3-contrib's.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, polyak_update
+from rapidrl.algos.registry import register
+from rapidrl.nn.deploy import SquashedMean
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
+from rapidrl.train.config import check_positive, require
+from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+
+
+@dataclass
+class TQCConfig(OffPolicyConfig, EntropyConfig):
+    """sb3-contrib's TQC defaults (sb3_contrib/tqc/tqc.py, policies.py)."""
+
+    torch_threads: int | None = 0
+    """torch.set_num_threads at construction; 0 (every core): five 256x256 critics gain from threads."""
+    learning_rate: float = 3e-4
+    """Adam learning rate of actor, critics and temperature."""
+    n_critics: int = 5
+    """Distributional critics."""
+    n_quantiles: int = 25
+    """Quantiles each critic predicts."""
+    top_quantiles_to_drop_per_net: int = 2
+    """Target quantiles dropped per critic: the largest n_critics * this of the pooled n_critics * n_quantiles."""
+
+    def validate(self) -> None:
+        super().validate()
+        self.validate_entropy()
+        check_positive(self, "n_critics", "n_quantiles")
+        check_positive(self, "top_quantiles_to_drop_per_net", allow_zero=True)
+        require(self.top_quantiles_to_drop_per_net < self.n_quantiles,
+                f"top_quantiles_to_drop_per_net={self.top_quantiles_to_drop_per_net} must be below "
+                f"n_quantiles={self.n_quantiles} (some target quantiles must remain)")
+
+
+def truncated_target(rewards: torch.Tensor, discounts: torch.Tensor, next_quantiles: torch.Tensor,
+                     next_log_prob: torch.Tensor, alpha: torch.Tensor, drop_per_net: int) -> torch.Tensor:
+    """r + discount * (z - alpha log pi(a'|s')) for the kept target quantiles z: the n * Q quantiles of
+    ``next_quantiles`` [n, B, Q] pooled per row and sorted, the largest n * ``drop_per_net`` dropped.
+    rewards, discounts, next_log_prob [B]; returns [B, n * (Q - drop_per_net)], ascending."""
+    n, b, q = next_quantiles.shape
+    pooled = next_quantiles.permute(1, 0, 2).reshape(b, n * q).sort(dim=1).values  # [B, nQ]
+    kept = pooled[:, : n * (q - drop_per_net)]  # [B, M]
+    return rewards[:, None] + discounts[:, None] * (kept - alpha * next_log_prob[:, None])
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """mean over (i, b, j, k) of |tau_j - 1{delta < 0}| * huber(delta), delta = target[b, k] - quantiles[i, b, j],
+    tau_j = (j + 0.5) / Q, huber(x) = x^2 / 2 for |x| <= 1, else |x| - 1/2 (kappa = 1; sb3-contrib's
+    ``quantile_huber_loss(sum_over_quantiles=False)``). quantiles [n, B, Q], target [B, M] (constants)."""
+    q = quantiles.shape[-1]
+    tau = (torch.arange(q, device=quantiles.device, dtype=quantiles.dtype) + 0.5) / q  # [Q]
+    delta = target[None, :, None, :] - quantiles[..., None]  # [n, B, Q, M]
+    abs_delta = delta.abs()
+    huber = torch.where(abs_delta > 1.0, abs_delta - 0.5, 0.5 * delta.square())
+    weight = (tau[:, None] - (delta.detach() < 0).to(delta.dtype)).abs()  # [n, B, Q, M]
+    return (weight * huber).mean()
+
+
+def actor_loss(quantiles_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """E[alpha log pi(a|s) - mean_{i,j} Z_ij(s, a)], a ~ pi(s): quantiles_pi [n, B, Q], log_prob [B]."""
+    return (alpha * log_prob - quantiles_pi.mean(dim=(0, 2))).mean()
+
+
+@register
+class TQC(OffPolicyAlgorithm):
+    """Truncated Quantile Critics for Box action spaces. ``TQC(env, **hyperparameters)``; see TQCConfig."""
+
+    name = "tqc"
+    config_class = TQCConfig
+    stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
+
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_box_actions("TQC", self.action_space)
+
+    def _build_networks(self) -> None:
+        space, c = self.action_space, self.config
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        act_dim = int(space.shape[0])
+        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
+        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden, out_dim=c.n_quantiles
+                                     ).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+        params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, c.learning_rate)
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.critic_target.parameters())
+
+    # -- update ----------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        """One update (the "torch" backend: autograd on the losses above); returns ``stat_names``' statistics."""
+        c = self.config
+        b = batch.obs.shape[0]
+        alpha = self.log_alpha.detach().exp()  # [1]
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
+            with torch.no_grad():
+                next_quantiles = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B, Q]
+            quantiles = self.critic(batch.obs, batch.actions)  # [n, B, Q]
+            quantiles_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor
+        with torch.no_grad():
+            target = truncated_target(batch.rewards, batch.discounts, next_quantiles, log_prob[b:], alpha,
+                                      c.top_quantiles_to_drop_per_net)  # [B, M]
+        loss_q = quantile_huber_loss(quantiles, target)
+        loss_pi = actor_loss(quantiles_pi, log_prob[:b], alpha)
+        loss = loss_q + loss_pi
+        if self.tune_alpha:
+            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
+            loss = loss + loss_alpha
+        else:
+            loss_alpha = torch.zeros((), device=self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer_step(self.optimizer)
+        polyak_update(self._target_params, self._critic_params, c.tau)
+        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
+                            quantiles.detach().mean(), -log_prob[:b].detach().mean()])
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+            return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return SquashedMean(self.actor)
+
+    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
+        return self._act(obs, deterministic=False)
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        return self._act(obs, deterministic)
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,109 @@
+"""Batch Renormalization (Ioffe 2017, arXiv:1702.03275), the normalisation of CrossQ's critics and actor.
+
+For a minibatch x [.., B, F] (statistics over the B rows, one per feature and per leading index), with running
+mean mu and running variance var kept by the layer:
+
+    mu_B = mean(x), var_B = mean((x - mu_B)^2)              (over the rows; the paper's biased variance)
+    sigma_B = sqrt(var_B + eps), sigma = sqrt(var + eps)
+    r = stop_gradient(clip(sigma_B / sigma, 1 / r_max, r_max))
+    d = stop_gradient(clip((mu_B - mu) / sigma, -d_max, d_max))
+    y = gamma * ((x - mu_B) / sigma_B * r + d) + beta       (training)
+    y = gamma * (x - mu) / sigma + beta                     (evaluation)
+    mu <- mu + momentum (mu_B - mu), var <- var + momentum (var_B - var)   (training only)
+
+During the first ``warmup_steps`` training calls r = 1 and d = 0: plain batch normalisation, as in CrossQ
+(Bhatt et al. 2024) and sb3-contrib's ``BatchRenorm``, which relax r_max/d_max at once after the warm-up instead of
+the paper's linear schedule. Two differences from sb3-contrib, both the paper's: the batch variance is the biased
+one, and eps enters sigma_B once (sb3-contrib divides by sqrt(var_B / r^2 + eps)). The running variance (not the
+running sigma of the paper's Algorithm 1) is averaged, as CrossQ and sb3-contrib do.
+
+The layer computes y as one per-feature affine map of x (``y = x * a + b``), which is what it costs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["BatchRenorm", "batch_renorm_mode", "interleave_batch_renorm"]
+
+
+class BatchRenorm(nn.Module):
+    """Batch Renormalization over the rows (dim -2) of x [.., B, F]; see the module docstring.
+
+    shape: the statistics' shape without the row axis: ``(F,)`` for x [B, F], ``(n, F)`` for a stacked ensemble's
+    x [n, B, F] (one statistic per member and feature). Buffers: ``running_mean``, ``running_var`` (as ``shape``
+    with a row axis of 1 for ensembles), ``steps`` (training calls so far); parameters ``weight`` (gamma) and
+    ``bias`` (beta).
+    """
+
+    def __init__(self, shape: int | Sequence[int], *, momentum: float = 0.01, eps: float = 1e-3,
+                 warmup_steps: int = 100_000, r_max: float = 3.0, d_max: float = 5.0):
+        super().__init__()
+        shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+        stat = shape if len(shape) == 1 else (*shape[:-1], 1, shape[-1])  # [F] or [n, 1, F]
+        self.register_buffer("running_mean", torch.zeros(stat))
+        self.register_buffer("running_var", torch.ones(stat))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.weight = nn.Parameter(torch.ones(stat))
+        self.bias = nn.Parameter(torch.zeros(stat))
+        self.momentum, self.eps, self.warmup_steps = float(momentum), float(eps), int(warmup_steps)
+        self.r_max, self.d_max = float(r_max), float(d_max)
+
+    def forward(self, x: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """y [.., B, F] for x [.., B, F]; detach_params: gamma and beta as constants (an actor loss through it)."""
+        weight, bias = (self.weight.detach(), self.bias.detach()) if detach_params else (self.weight, self.bias)
+        if not self.training:
+            scale = weight * torch.rsqrt(self.running_var + self.eps)
+            return x * scale + (bias - self.running_mean * scale)
+        var_b, mu_b = torch.var_mean(x.float(), dim=-2, keepdim=x.dim() > 2, correction=0)  # [.., F]
+        inv_b = torch.rsqrt(var_b + self.eps)  # 1 / sigma_B
+        with torch.no_grad():  # r and d are constants of the gradient; r = 1, d = 0 during the warm-up
+            renorm = self.steps >= self.warmup_steps  # a tensor: no host sync
+            inv = torch.rsqrt(self.running_var + self.eps)  # 1 / sigma
+            r = torch.where(renorm, (inv * (var_b + self.eps).sqrt()).clamp_(1.0 / self.r_max, self.r_max), 1.0)
+            d = torch.where(renorm, ((mu_b - self.running_mean) * inv).clamp_(-self.d_max, self.d_max), 0.0)
+            self.running_mean.lerp_(mu_b, self.momentum)
+            self.running_var.lerp_(var_b, self.momentum)
+            self.steps += 1
+        a = inv_b * r  # y = (x - mu_B) / sigma_B * r + d = x a + (d - mu_B a), then the affine map
+        shift = d - mu_b * a
+        return x * (weight * a) + (weight * shift + bias)
+
+    def extra_repr(self) -> str:
+        return (f"{tuple(self.running_mean.shape)}, momentum={self.momentum}, eps={self.eps}, "
+                f"warmup_steps={self.warmup_steps}, r_max={self.r_max}, d_max={self.d_max}")
+
+
+def interleave_batch_renorm(layers: nn.Sequential, *, after_last: bool, **kwargs) -> nn.Sequential:
+    """``layers`` (an MLP's ``Linear``/activation sequence) with a ``BatchRenorm`` before every ``Linear`` and, with
+    ``after_last``, one after the last layer (CrossQ's actor trunk; sb3-contrib's ``create_mlp(pre_linear_modules=
+    [BatchRenorm1d])``). The layers are the same objects; kwargs go to ``BatchRenorm``."""
+    out: list[nn.Module] = []
+    width = None
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            out.append(BatchRenorm(layer.in_features, **kwargs))
+            width = layer.out_features
+        out.append(layer)
+    if after_last and width is not None:
+        out.append(BatchRenorm(width, **kwargs))
+    return nn.Sequential(*out)
+
+
+@contextlib.contextmanager
+def batch_renorm_mode(module: nn.Module, training: bool) -> Iterator[None]:
+    """Set the mode of every ``BatchRenorm`` inside ``module`` (training: batch statistics, updating the running
+    ones; else the running statistics), and restore each layer's previous mode afterwards."""
+    layers = [m for m in module.modules() if isinstance(m, BatchRenorm)]
+    before = [m.training for m in layers]
+    for m in layers:
+        m.training = training
+    try:
+        yield
+    finally:
+        for m, was in zip(layers, before):
+            m.training = was

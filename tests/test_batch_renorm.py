@@ -1,0 +1,107 @@
+"""Batch Renormalization (rapidrl.nn.batch_renorm) against a plain reference of the paper's equations (Ioffe 2017,
+Algorithm 1, with CrossQ's running variance), in training after and during the warm-up and in evaluation, for one
+layer and for an ensemble's per-member statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from rapidrl.nn.batch_renorm import BatchRenorm, batch_renorm_mode, interleave_batch_renorm
+
+EPS, MOMENTUM, R_MAX, D_MAX = 1e-3, 0.01, 3.0, 5.0
+
+
+def reference(x, mean, var, gamma, beta, renorm: bool):
+    """The paper's training forward, written out: y and the updated running (mean, var). x [B, F]."""
+    mu_b = x.mean(0)
+    var_b = ((x - mu_b) ** 2).mean(0)
+    sigma_b = torch.sqrt(var_b + EPS)
+    sigma = torch.sqrt(var + EPS)
+    if renorm:
+        r = torch.clamp(sigma_b.detach() / sigma, 1 / R_MAX, R_MAX)
+        d = torch.clamp((mu_b.detach() - mean) / sigma, -D_MAX, D_MAX)
+    else:
+        r, d = torch.ones_like(mean), torch.zeros_like(mean)
+    y = gamma * ((x - mu_b) / sigma_b * r + d) + beta
+    return y, mean + MOMENTUM * (mu_b.detach() - mean), var + MOMENTUM * (var_b.detach() - var)
+
+
+@pytest.mark.parametrize("renorm", [True, False])
+def test_training_forward_and_gradients_equal_the_papers_equations(renorm):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(64, 5, generator=g) * 3 + 2).requires_grad_(True)
+    layer = BatchRenorm(5, momentum=MOMENTUM, eps=EPS, warmup_steps=0 if renorm else 10)
+    with torch.no_grad():  # running statistics far from the batch's, so r and d are clipped for some features
+        layer.running_mean.copy_(torch.tensor([0.0, 2.0, 40.0, -3.0, 2.0]))
+        layer.running_var.copy_(torch.tensor([1.0, 9.0, 1.0, 400.0, 0.01]))
+        layer.weight.copy_(torch.tensor([1.0, 0.5, 2.0, -1.0, 1.5]))
+        layer.bias.copy_(torch.tensor([0.0, 1.0, -1.0, 0.5, 0.0]))
+    mean, var = layer.running_mean.clone(), layer.running_var.clone()
+    gamma = layer.weight.detach().clone().requires_grad_(True)
+    beta = layer.bias.detach().clone().requires_grad_(True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y = layer(x)
+    y_ref, mean_ref, var_ref = reference(x_ref, mean, var, gamma, beta, renorm)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.running_mean, mean_ref)
+    torch.testing.assert_close(layer.running_var, var_ref)
+    assert int(layer.steps) == 1
+    w = torch.randn(64, 5, generator=g)
+    (y * w).sum().backward()
+    (y_ref * w).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(layer.weight.grad, gamma.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(layer.bias.grad, beta.grad, rtol=1e-4, atol=1e-5)
+    if renorm:  # the clipped r and d change the output: not plain batch normalisation
+        plain, _, _ = reference(x_ref.detach(), mean, var, gamma.detach(), beta.detach(), renorm=False)
+        assert not torch.allclose(y, plain, atol=1e-3)
+
+
+def test_warm_up_is_batch_normalisation_then_renormalisation_starts():
+    layer = BatchRenorm(3, warmup_steps=2)
+    x = torch.randn(32, 3) * 4 + 1
+    bn = nn.functional.batch_norm(x, None, None, training=True, eps=EPS)  # batch statistics, biased variance
+    for _ in range(2):
+        torch.testing.assert_close(layer(x), bn, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # the batch's variance (r = 1) and a mean far above it: d clips at -d_max = -5
+        layer.running_var.copy_(x.var(0, correction=0))
+        layer.running_mean.copy_(x.mean(0) + 100.0)
+    assert torch.allclose(layer(x) - bn, torch.full_like(bn, -5.0), atol=1e-4)
+
+
+def test_evaluation_uses_the_running_statistics_and_changes_nothing():
+    layer = BatchRenorm(2).eval()
+    with torch.no_grad():
+        layer.running_mean.copy_(torch.tensor([1.0, -2.0]))
+        layer.running_var.copy_(torch.tensor([4.0, 0.25]))
+    x = torch.tensor([[3.0, -2.0], [1.0, 0.0]])
+    want = (x - layer.running_mean) / torch.sqrt(layer.running_var + EPS)
+    torch.testing.assert_close(layer(x), want)
+    assert int(layer.steps) == 0 and layer.running_mean.tolist() == [1.0, -2.0]
+
+
+def test_ensemble_statistics_are_per_member():
+    """shape (n, F) on x [n, B, F] equals n separate layers on x[i]."""
+    ens = BatchRenorm((3, 4), warmup_steps=1)
+    singles = [BatchRenorm(4, warmup_steps=1) for _ in range(3)]
+    x = torch.randn(3, 16, 4) * torch.tensor([1.0, 5.0, 0.1]).reshape(3, 1, 1)
+    for _ in range(3):  # through the warm-up into renormalisation
+        out = ens(x)
+        for i, s in enumerate(singles):
+            torch.testing.assert_close(out[i], s(x[i]), rtol=1e-5, atol=1e-5)
+    assert ens.running_mean.shape == (3, 1, 4)
+
+
+def test_interleave_and_mode_switch():
+    mlp = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU())
+    net = interleave_batch_renorm(mlp, after_last=True, warmup_steps=5)
+    kinds = [type(m).__name__ for m in net]
+    assert kinds == ["BatchRenorm", "Linear", "ReLU", "BatchRenorm", "Linear", "ReLU", "BatchRenorm"]
+    assert net[0].warmup_steps == 5 and net[1] is mlp[0]
+    net.eval()
+    with batch_renorm_mode(net, True):
+        assert all(m.training for m in net if isinstance(m, BatchRenorm))
+        net(torch.randn(4, 3))
+    assert not any(m.training for m in net) and int(net[0].steps) == 1

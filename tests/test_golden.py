@@ -69,6 +69,17 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "sac_torch": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              gradient_backend="torch"), 160),
     "td3": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+    "ddpg": ("DDPG", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+    "tqc": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
+                                       n_critics=2, n_quantiles=5), 160),
+    "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
+                                             critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
+    # hindsight relabelling (a Box and a Discrete goal task)
+    "sac_her": ("SAC", "PointReach-v0", dict(her=True, learning_starts=64, batch_size=32, hidden=(32, 32),
+                                             buffer_size=2000), 160),
+    "dqn_her": ("DQN", "BitFlipping-v0", dict(her=True, her_goal_selection="episode", learning_starts=64,
+                                              batch_size=32, train_freq=16, gradient_steps=8, hidden=(32, 32),
+                                              buffer_size=2000), 512),
 }
 
 

@@ -112,6 +112,10 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, dueling=True, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.SAC("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
     (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.DDPG("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.TQC("Pendulum-v1", gradient_backend=b, n_critics=2, n_quantiles=5, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.CrossQ("Pendulum-v1", gradient_backend=b, critic_hidden=(16, 16), **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.SAC("PointReach-v0", gradient_backend=b, her=True, **LOGGED_OFF), {"compiled", "torch"}),
 ])
 def test_every_algorithms_backends_run_or_are_refused(make, backends):
     """Each backend an algorithm offers trains (its losses are logged: 64 steps give every algorithm at least one

@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray,llm,export,tune,track,minatar,atari,mujoco,marl
+	scripts/setup.sh dev,ray,llm,export,tune,track,minatar,atari,mujoco,marl,offline
 
 setup-bench:
 	scripts/setup.sh dev,bench,minatar,atari,mujoco

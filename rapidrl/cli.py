@@ -1,6 +1,7 @@
 """The ``rapidrl`` command: train, eval, monitor, list, plot, tune, export, precompile, bench.
 
     rapidrl train ppo CartPole-v1 --timesteps 100000 --seed 0
+    rapidrl train ppo mypkg.envs:MyEnv-v0      # imports mypkg.envs (it registers MyEnv-v0), as gymnasium.make does
     rapidrl train --config my.toml --set algo.learning_rate=1e-3
     rapidrl train --resume runs/ppo-CartPole-v1-20261121-120000
     rapidrl eval runs/<run> --episodes 10 --video play.gif
@@ -9,6 +10,7 @@
     rapidrl plot runs/a runs/b --out curves.png
     rapidrl tune ppo CartPole-v1 --trials 50 --jobs 2 --storage sqlite:///t.db
     rapidrl export runs/<run> --format onnx
+    rapidrl collect runs/<run> --steps 100000 --noise 0.1 --dataset-id rapidrl/hopper/medium-v0
     rapidrl precompile
 
 Bad keys, values and missing files end with one line ``rapidrl: error: ...`` and exit code 2.
@@ -65,6 +67,37 @@ def _cli_layer(args) -> dict:
     return {"run": run}
 
 
+def _resolve(args, layers):
+    """The run's config from ``layers``; an env that an ``--import`` module registered is recorded as
+    ``module:EnvId``, so that resuming, evaluating or loading the run in a new process imports the module again."""
+    config = resolve(layers)
+    qualified = args.imported.get(config.run.env)
+    return config if qualified is None else resolve([*layers, ("--import", {"run": {"env": qualified}})])
+
+
+def _import_modules(modules: list[str]) -> dict[str, str]:
+    """Import the ``--import`` modules (they register envs); env id -> ``module:EnvId`` for the ids they added."""
+    if not modules:
+        return {}
+    import importlib
+
+    import gymnasium as gym
+
+    from rapidrl.envs import registry
+
+    added = {}
+    for module in modules:
+        before = {*gym.registry, *registry.registered_envs()}
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            raise CLIError(f"--import {module}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}") from None
+        for env_id in {*gym.registry, *registry.registered_envs()} - before:
+            qualified = registry.qualified_id(env_id)
+            added[env_id] = qualified if ":" in qualified else f"{module}:{env_id}"
+    return added
+
+
 def _set_layer(assignments: list[str]) -> dict:
     layer: dict = {}
     for a in assignments:
@@ -87,7 +120,7 @@ def cmd_train(args) -> int:
     else:
         layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
         layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
-        config = resolve(layers)
+        config = _resolve(args, layers)
         _check_buildable(config)
         run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir)
         config.write(run_dir / CONFIG_FILE)
@@ -117,8 +150,10 @@ def _train_seeds(args) -> int:
         raise CLIError(f"--jobs must be >= 1, got {args.jobs}")
     layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
     layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
-    config = resolve(layers)  # fails here, once, rather than in every seed's process
+    config = _resolve(args, layers)  # fails here, once, rather than in every seed's process
     argv = [a for a in (args.algo, args.env) if a]
+    for module in args.imports:
+        argv += ["--import", module]
     argv += ["--config", args.config] if args.config else []
     for assignment in args.set:
         argv += ["--set", assignment]
@@ -155,7 +190,7 @@ def _train_distributed(args) -> int:
         raise CLIError("--distributed needs --run-dir DIR so that every rank agrees on the run directory")
     layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
     layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
-    config = resolve(layers)
+    config = _resolve(args, layers)
     try:
         model = config.algo_class(config.run.env, config.algo_config, env_kwargs=config.env_kwargs, distributed=True)
     except (ValueError, TypeError, NotImplementedError) as e:
@@ -393,6 +428,84 @@ def cmd_eval(args) -> int:
     return 0
 
 
+# -- collect --------------------------------------------------------------------------------------------
+
+def cmd_collect(args) -> int:
+    """Write a Minari dataset from a trained policy (or, --from-replay, from the run's replay buffer)."""
+    import numpy as np
+
+    from rapidrl.buffers.dataset import collect_episodes, policy_return, replay_episodes, write_dataset
+    from rapidrl.envs import make_vec
+    from rapidrl.runs.config import env_slug
+    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
+
+    if args.steps is not None and args.steps <= 0:
+        raise CLIError(f"--steps must be > 0, got {args.steps}")
+    if args.noise < 0 or not 0 <= args.epsilon <= 1 or args.ref_episodes <= 0 or args.num_envs <= 0:
+        raise CLIError("--noise must be >= 0, --epsilon in [0, 1], --ref-episodes and --num-envs > 0")
+    if args.from_replay == (args.steps is not None):
+        raise CLIError("give --steps N (collect with the policy) or --from-replay (the run's replay buffer)")
+    target = Path(args.run)
+    model, path, seed = _load_for_eval(target)
+    seed = args.seed if args.seed is not None else seed
+    env_id, kwargs = model.env_id, dict(model.env_kwargs)
+    discrete = hasattr(model.action_space, "n")
+    if (discrete and args.noise) or (not discrete and args.epsilon):
+        raise CLIError(f"{'--noise is for Box' if discrete else '--epsilon is for Discrete'} actions; "
+                       f"{env_id} has {model.action_space}")
+    rng = np.random.default_rng(seed)
+    space = model.action_space
+
+    def act(obs):
+        actions = model.predict(obs, deterministic=not args.stochastic)
+        if args.noise:
+            half = (space.high - space.low) / 2
+            actions = np.clip(actions + rng.normal(0.0, args.noise, actions.shape) * half, space.low, space.high)
+        if args.epsilon:
+            explore = rng.random(len(actions)) < args.epsilon
+            actions = np.where(explore, rng.integers(space.n, size=len(actions)), actions)
+        return actions.astype(space.dtype, copy=False)
+
+    if args.from_replay:
+        source = path if path.suffix == ".pt" and buffer_dir(path).is_dir() else None
+        if source is None and target.is_dir():
+            source = latest_checkpoint(target / CHECKPOINT_DIR, with_buffer=True)
+        if source is None or not buffer_dir(source).is_dir():
+            raise CLIError(f"no saved replay buffer for {target} (a checkpoint's .buffer directory; off-policy runs "
+                           "save one with each checkpoint)")
+        print(f"replay buffer: {buffer_dir(source)}")
+        _, episodes = replay_episodes(buffer_dir(source))
+        kind, origin = "replay", {"kind": "replay", "buffer": str(buffer_dir(source))}
+    else:
+        env = make_vec(env_id, args.num_envs, seed=seed, flatten_observations=True, **kwargs)
+        episodes = collect_episodes(env, act, args.steps, seed=seed)
+        kind = "policy"
+        origin = {"kind": "policy", "model": str(path), "steps": args.steps, "stochastic": args.stochastic,
+                  "noise": args.noise, "epsilon": args.epsilon, "seed": seed}
+    dataset_id = args.dataset_id or f"rapidrl/{env_slug(env_id)}/{model.name}-{kind}-{model.num_timesteps}-v0"
+    ref_env = make_vec(env_id, args.ref_episodes, seed=seed + 1, flatten_observations=True, **kwargs)
+    ref_min = args.ref_min
+    if ref_min is None:
+        ref_min = float(policy_return(ref_env, lambda o: np.stack([space.sample() for _ in range(len(o))]),
+                                      seed + 1).mean())
+    ref_max = args.ref_max
+    if ref_max is None:
+        expert = _load_for_eval(Path(args.expert))[0] if args.expert else model
+        ref_max = float(policy_return(ref_env, lambda o: expert.predict(o, deterministic=True), seed + 1).mean())
+        print(f"ref_max_score {ref_max:.2f}: the deterministic return of "
+              f"{args.expert or 'the collecting policy'} over {args.ref_episodes} episodes")
+    data = write_dataset(dataset_id, episodes, model.observation_space, model.action_space, env_id=env_id,
+                         env_kwargs=kwargs, ref_min_score=ref_min, ref_max_score=ref_max,
+                         algorithm_name=model.name, source=origin, root=args.root)
+    from rapidrl.buffers.dataset import read_header
+
+    header = read_header(data)
+    mean = header.metadata["rapidrl"]["mean_return"]
+    print(f"wrote {dataset_id}: {header.total_episodes:,} episodes, {header.total_steps:,} steps, mean episode return "
+          f"{mean:.2f} (reference scores {ref_min:.2f} random, {ref_max:.2f} expert) to {data}")
+    return 0
+
+
 # -- monitor, list, plot, bench -------------------------------------------------------------------------
 
 def cmd_monitor(args) -> int:
@@ -424,7 +537,8 @@ def cmd_list(args) -> int:
     if "envs" in what:
         from rapidrl.envs import list_envs
 
-        print("envs by family (any Gymnasium id works too):")
+        print("envs by family (any Gymnasium id works too; yours: 'module:EnvId', --import MODULE or an installed "
+              "package's rapidrl.envs entry point):")
         for family, ids in list_envs().items():
             print(f"  {family}:")
             for env_id in ids:
@@ -562,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one learner per process under torchrun (needs --run-dir); rank 0 logs and saves")
     t.add_argument("--run-dir", metavar="DIR", help="use DIR as the run directory (default: a new one in --runs-root)")
     t.add_argument("--runs-root", default="runs", metavar="DIR", help="where new run directories go (default: runs)")
+    t.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first: it registers your envs (or give ENV as MODULE:EnvId)")
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a trained run (or a model .pt file)",
@@ -574,6 +690,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample actions as in training (DQN: epsilon-greedy) instead of the policy's mode, as the "
                         "published Atari figures do; seeded, so repeatable")
     e.add_argument("--video", metavar="OUT.gif|OUT.mp4", help="also record one episode (mp4 needs imageio-ffmpeg)")
+    e.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (a run records the module of an env it registered and imports it itself)")
     e.set_defaults(func=cmd_eval)
 
     m = sub.add_parser("monitor", help="watch runs live (a separate process: attach and detach at will)",
@@ -589,6 +707,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     li = sub.add_parser("list", help="list algorithms, built-in environments or presets")
     li.add_argument("what", nargs="?", choices=["algos", "envs", "presets"], help="what to list (default: all)")
+    li.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                    help="import MODULE first (its registered envs are listed)")
     li.set_defaults(func=cmd_list)
 
     pl = sub.add_parser("plot", help="plot learning curves of runs, or of an experiment's seeds (mean, band, IQM)")
@@ -623,6 +743,33 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     tu.set_defaults(func=cmd_tune)
 
+    co = sub.add_parser("collect", help="write an offline dataset (Minari format) from a trained run",
+                        description="Write a Minari dataset: episodes of a run's policy (--steps), or the run's "
+                                    "replay buffer (--from-replay),\nwith reference scores for normalisation "
+                                    "(docs/offline.md).",
+                        epilog="examples:\n  rapidrl collect runs/sac-Hopper-v5-1 --steps 100000 --stochastic "
+                               "--dataset-id rapidrl/hopper/medium-v0\n"
+                               "  rapidrl collect runs/sac-Hopper-v5-1/checkpoints/step_000000100000.pt --from-replay",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    co.add_argument("run", metavar="RUN_DIR", help="run directory (model.pt, else its newest checkpoint) or a .pt file")
+    co.add_argument("--steps", type=int, metavar="N", help="transitions to collect with the policy")
+    co.add_argument("--from-replay", action="store_true", help="write the run's saved replay buffer instead")
+    co.add_argument("--stochastic", action="store_true", help="sample actions as in training (default: the mode)")
+    co.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
+                    help="Box actions: add Gaussian noise of this std (a fraction of the half-range), clipped")
+    co.add_argument("--epsilon", type=float, default=0.0, metavar="EPS", help="Discrete actions: epsilon-greedy")
+    co.add_argument("--dataset-id", metavar="ID",
+                    help="namespace/name-vN (default rapidrl/<env>/<algo>-<kind>-<step>-v0)")
+    co.add_argument("--num-envs", type=int, default=8, help="envs stepped together (default 8)")
+    co.add_argument("--seed", type=int, help="seed of the envs and the noise (default: the run's)")
+    co.add_argument("--ref-min", type=float, metavar="R", help="random return (default: measured, uniform actions)")
+    co.add_argument("--ref-max", type=float, metavar="R", help="expert return (default: --expert's or this policy's)")
+    co.add_argument("--expert", metavar="RUN_DIR", help="the expert whose deterministic return is ref_max_score")
+    co.add_argument("--ref-episodes", type=int, default=10, help="episodes per reference score (default 10)")
+    co.add_argument("--root", metavar="DIR", help="datasets directory (default $MINARI_DATASETS_PATH or "
+                    "~/.minari/datasets)")
+    co.set_defaults(func=cmd_collect)
+
     pc = sub.add_parser("precompile", help="compile the Numba kernels ahead of the first run (cached on disk)")
     pc.add_argument("--all", action="store_true", help="every built-in env, not only the main job's kernels")
     pc.set_defaults(func=cmd_precompile)
@@ -630,6 +777,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="run the benchmark suite against installed peers (args go to rapidrl.benchmarks)",
                    add_help=False)
     return p
+
+
+def _dataset_error() -> type:
+    """``rapidrl.buffers.dataset.DatasetError`` (bad offline data: one line, like a bad setting)."""
+    from rapidrl.buffers.dataset import DatasetError
+
+    return DatasetError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -643,10 +797,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
+        args.imported = _import_modules(getattr(args, "imports", []))
         if getattr(args, "refresh", 1.0) <= 0:
             raise CLIError("--refresh must be > 0")
         return args.func(args)
-    except (CLIError, ConfigError, FileNotFoundError) as e:
+    except (CLIError, ConfigError, FileNotFoundError, _dataset_error()) as e:
         msg = str(e) if not isinstance(e, FileNotFoundError) or not e.filename else f"{e.strerror}: {e.filename}"
         print(f"rapidrl: error: {msg}", file=sys.stderr)
         return 2

@@ -228,3 +228,17 @@ def test_sac_with_her_reaches_point_goals():
                    batch_size=128, hidden=(64, 64), gamma=0.95)
     history = best_eval(model, 2_000, 1_000)
     assert max(history) >= -6.0, history
+
+
+def test_docs_examples_run():
+    """Every python block of docs/her.md runs, in order, in one namespace."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "docs" / "her.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) == 3
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/her.md", "exec"), ns)
+    assert ns["model"].buffer.her_ratio == 0.8 and ns["dqn"].buffer.goal.desired_goal == slice(10, 20)

@@ -194,3 +194,18 @@ def test_reaches_minus_200_on_pendulum(cls, steps, extra):
 def test_registered_and_exported_by_name():
     assert {"tqc", "crossq", "ddpg"} <= set(rr.algos.ALGORITHMS)
     assert rr.TQC is TQC and rr.CrossQ is CrossQ and rr.DDPG is DDPG
+
+
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """Every python block of docs/tqc-crossq-ddpg.md runs, in order, in one namespace (in a scratch directory)."""
+    import re
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    src = (Path(__file__).resolve().parents[1] / "docs" / "tqc-crossq-ddpg.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
+    assert len(blocks) == 3
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/tqc-crossq-ddpg.md", "exec"), ns)
+    assert ns["crossq"].critic.norms[0].running_mean.shape == (2, 1, 4) and (tmp_path / "ddpg.pt").is_file()

@@ -1,0 +1,264 @@
+"""Continuous control beyond SAC: TQC, CrossQ and DDPG against sb3-contrib / SB3, and HER against SB3's HER.
+
+End to end, each library in its own fresh process (``rapidrl.benchmarks.isolated``) at 1 torch thread and at all
+cores, libraries interleaved, each one's best thread count compared:
+
+- ``tqc``: Walker2d-v5, sb3-contrib's TQC defaults (5 critics x 25 quantiles, 256x256, batch 256);
+- ``crossq``: Walker2d-v5, sb3-contrib's CrossQ defaults (critics 1024x1024 with Batch Renormalization, actor
+  256x256, policy_delay 3, batch 256);
+- ``ddpg``: HalfCheetah-v5, SB3's DDPG at CleanRL's settings (256x256, batch 256, lr 3e-4, noise 0.1) with
+  SB3's actor update every step (``policy_frequency=1`` for rapidrl: the same settings);
+- ``her``: SAC + HER ("future", 4 sampled goals) on PointReach-v0 (the built-in goal task's Gymnasium twin for SB3,
+  Dict observations, ``MultiInputPolicy``), rl-zoo3's FetchReach settings (gamma 0.95, lr 1e-3, 64x64, batch 256).
+
+A run takes ``warmup`` env steps (random actions until ``learning_starts``, then updates; compilation and caches
+included), timed apart, then ``steps`` more: SPS = steps / their wall time (one update per env step throughout).
+The HER job trains in chunks, evaluates the success rate (the final step within the goal) of 50 episodes of the
+Gymnasium twin after each, and reports the first env step and training wall time at which it reaches 0.95.
+
+SB3 and sb3-contrib run in their own interpreter: ``RAPIDRL_SB3_PYTHON`` (default: this one), e.g. a venv with
+``pip install torch==2.13.0 sb3-contrib stable-baselines3 numba`` (numba: to import the built-in goal task's module);
+rapidrl's checkout is put on its path.
+
+    python -m rapidrl.benchmarks.bench_continuous [--quick]           (rapidrl bench continuous)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+RUNS = {  # algo -> (env id, quick (warmup, steps), full (warmup, steps))
+    "tqc": ("Walker2d-v5", (1_200, 1_000), (2_000, 3_000)),
+    "crossq": ("Walker2d-v5", (1_200, 1_000), (2_000, 3_000)),
+    "ddpg": ("HalfCheetah-v5", (1_200, 1_000), (2_000, 3_000)),
+}
+LEARNING_STARTS = 1_000
+HER_RUN = {"quick": (4_000, 1_000), "full": (12_000, 1_000)}  # (max steps, evaluation every)
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def sb3_python() -> str:
+    return os.environ.get("RAPIDRL_SB3_PYTHON", sys.executable)
+
+
+# -- the libraries, same settings -------------------------------------------------------------------------
+def build(lib: str, algo: str, seed: int):
+    """A model of ``lib`` ("rapidrl" or "sb3") for ``algo`` with the settings of the module docstring."""
+    if algo == "her":
+        return _build_her(lib, seed)
+    env_id = RUNS[algo][0]
+    common = dict(learning_rate={"tqc": 3e-4, "crossq": 1e-3, "ddpg": 3e-4}[algo], batch_size=256,
+                  buffer_size=100_000, learning_starts=LEARNING_STARTS, gamma=0.99)
+    if lib == "rapidrl":
+        import rapidrl as rr
+
+        extra = {"tqc": dict(n_critics=5, n_quantiles=25, top_quantiles_to_drop_per_net=2, tau=0.005,
+                             hidden=(256, 256)),
+                 "crossq": dict(policy_delay=3, hidden=(256, 256), critic_hidden=(1024, 1024)),
+                 "ddpg": dict(policy_frequency=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256))}[algo]
+        cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
+        return cls(env_id, seed=seed, torch_threads=None, **common, **extra)
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    if algo == "tqc":
+        from sb3_contrib import TQC
+
+        return TQC("MlpPolicy", env, seed=seed, device="cpu", tau=0.005, top_quantiles_to_drop_per_net=2,
+                   policy_kwargs=dict(net_arch=[256, 256], n_critics=5, n_quantiles=25), **common)
+    if algo == "crossq":
+        from sb3_contrib import CrossQ
+
+        return CrossQ("MlpPolicy", env, seed=seed, device="cpu", policy_delay=3,
+                      policy_kwargs=dict(net_arch=dict(pi=[256, 256], qf=[1024, 1024])), **common)
+    from stable_baselines3 import DDPG
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    half = (env.action_space.high - env.action_space.low) / 2
+    return DDPG("MlpPolicy", env, seed=seed, device="cpu", tau=0.005, policy_kwargs=dict(net_arch=[256, 256]),
+                action_noise=NormalActionNoise(np.zeros_like(half), 0.1 * half), **common)
+
+
+def _build_her(lib: str, seed: int):
+    settings = dict(learning_rate=1e-3, batch_size=256, buffer_size=100_000, learning_starts=LEARNING_STARTS,
+                    gamma=0.95)
+    if lib == "rapidrl":
+        import rapidrl as rr
+
+        return rr.SAC("PointReach-v0", seed=seed, torch_threads=None, her=True, her_goal_selection="future",
+                      her_n_sampled_goal=4, hidden=(64, 64), **settings)
+    import gymnasium as gym
+    from stable_baselines3 import SAC, HerReplayBuffer
+
+    from rapidrl.envs.goal.point_reach import MAX_EPISODE_STEPS, PointReachEnv
+
+    env = gym.wrappers.TimeLimit(PointReachEnv(), MAX_EPISODE_STEPS)
+    return SAC("MultiInputPolicy", env, seed=seed, device="cpu", replay_buffer_class=HerReplayBuffer,
+               replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
+               policy_kwargs=dict(net_arch=[64, 64]), **settings)
+
+
+def learn(lib: str, model, steps: int) -> None:
+    if lib == "rapidrl":
+        model.learn(steps, progress_bar=False)
+    else:
+        model.learn(steps, reset_num_timesteps=False)
+
+
+def job_sps(lib: str, algo: str, warmup: int, steps: int, seed: int) -> dict:
+    """One library's run in a fresh process: warm-up, then ``steps`` timed env steps."""
+    model = build(lib, algo, seed)
+    t0 = time.perf_counter()
+    learn(lib, model, warmup)
+    warm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    learn(lib, model, steps)
+    wall = time.perf_counter() - t0
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warm}
+
+
+def success_rate(lib: str, model, episodes: int = 50, seed: int = 10_000) -> float:
+    """Fraction of ``episodes`` of the PointReach-v0 Gymnasium twin whose final step is within the goal, acting with
+    each library's deterministic ``predict`` on the same episodes."""
+    from rapidrl.envs.goal.point_reach import MAX_EPISODE_STEPS, PointReachEnv
+    from rapidrl.envs.spaces import encode_observation
+
+    env = PointReachEnv()
+    wins = 0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        reward = -1.0
+        for _ in range(MAX_EPISODE_STEPS):
+            x = encode_observation(env.observation_space, obs, np.float32) if lib == "rapidrl" else obs
+            action = model.predict(x, deterministic=True)
+            action = action[0] if isinstance(action, tuple) else action
+            obs, reward, *_ = env.step(action)
+        wins += reward == 0.0
+    return wins / episodes
+
+
+def job_her(lib: str, max_steps: int, every: int, seed: int) -> dict:
+    """SAC + HER until the success rate reaches 0.95 (or ``max_steps``): first step, training wall time, SPS."""
+    model = build(lib, "her", seed)
+    trained, wall, history = 0, 0.0, []
+    reached = None
+    while trained < max_steps:
+        t0 = time.perf_counter()
+        learn(lib, model, every)
+        wall += time.perf_counter() - t0
+        trained += every
+        rate = success_rate(lib, model)
+        history.append((trained, rate))
+        if rate >= 0.95 and reached is None:
+            reached = (trained, wall)
+            break
+    return {"sps": trained / wall, "wall_s": wall, "reached_step": reached and reached[0],
+            "reached_wall_s": reached and reached[1], "history": history}
+
+
+# -- the suite --------------------------------------------------------------------------------------------
+def _update_call(algo: str, precision: str):
+    """One gradient update of rapidrl's ``algo`` (its buffer filled by random steps) at ``precision``."""
+    import rapidrl as rr
+
+    env_id = RUNS[algo][0]
+    cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
+    extra = {"crossq": dict(critic_hidden=(1024, 1024), policy_delay=1), "tqc": {}, "ddpg": {}}[algo]
+    model = cls(env_id, seed=0, torch_threads=None, precision=precision, batch_size=256, learning_starts=1_000,
+                buffer_size=10_000, **extra)
+    model.learn(1_000, progress_bar=False)  # random actions only: fills the buffer
+    return model._train_step
+
+
+def cases(ctx) -> Iterator:
+    """One update (batch 256) of CrossQ (critics 1024x1024, the actor's step every update) and of TQC (5 x 25
+    quantiles), float32 against bfloat16 autocast, at 1 torch thread: where bf16 pays (``precision``)."""
+    import torch
+
+    from rapidrl.benchmarks.harness import Case
+    from rapidrl.train.precision import cpu_native_bf16
+
+    torch.set_num_threads(1)
+    for algo in ("crossq", "tqc"):
+        contenders = {"rapidrl": _update_call(algo, "fp32")}
+        if cpu_native_bf16():  # emulated bf16 is ~11x slower (rapidrl.train.precision): not a contender
+            contenders["rapidrl/bf16"] = _update_call(algo, "bf16")
+        yield Case(f"{algo}/update/b256", contenders, params={"algo": algo}, items_per_call=1, item_unit="updates")
+
+
+def _sb3_available() -> str | None:
+    """None when the SB3 interpreter has sb3-contrib, else why not."""
+    probe = subprocess.run([sb3_python(), "-c", "import sb3_contrib, stable_baselines3"], capture_output=True)
+    return None if probe.returncode == 0 else f"{sb3_python()} lacks sb3-contrib (set RAPIDRL_SB3_PYTHON)"
+
+
+def _run(lib: str, target: str, kwargs: dict, threads: int) -> dict:
+    from rapidrl.benchmarks.isolated import run_isolated
+
+    python = None if lib == "rapidrl" else sb3_python()
+    return run_isolated(f"{__name__}:{target}", {"lib": lib, **kwargs}, torch_threads=threads, python=python,
+                        checkout=None if lib == "rapidrl" else CHECKOUT, timeout=7200)
+
+
+def extras(ctx) -> tuple[str, list[dict]]:
+    """End-to-end SPS (and HER's steps and wall time to 95% success) per library at its best thread count."""
+    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, thread_counts
+
+    missing = _sb3_available()
+    libs = ["rapidrl"] + ([] if missing else ["sb3"])
+    only = os.environ.get("RAPIDRL_BENCH_CONTINUOUS", "tqc,crossq,ddpg,her").split(",")
+    rows = []
+    for algo, (env_id, quick, full) in RUNS.items():
+        if algo not in only:
+            continue
+        warm, steps = quick if ctx.quick else full
+        kw = dict(algo=algo, warmup=warm, steps=steps)
+        jobs = {lib: (lambda seed, t, lib=lib, kw=kw: _run(lib, "job_sps", {**kw, "seed": seed}, t)) for lib in libs}
+        results = interleaved(jobs, [0], thread_counts())
+        _, base = best_by_threads(results["rapidrl"])
+        for lib, by_threads in results.items():
+            best_t, best = best_by_threads(by_threads)
+            for t, (r,) in sorted(by_threads.items()):
+                rows.append({"run": f"{algo} {env_id} {steps} steps after {warm}", "library": lib,
+                             "torch threads": f"{t}{' (best)' if t == best_t else ''}", "SPS": round(r["sps"], 1),
+                             "warm-up s": round(r["warmup_s"], 1), "note": "",
+                             "rapidrl speed-up": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+    if "her" in only:
+        max_steps, every = HER_RUN["quick" if ctx.quick else "full"]
+        jobs = {lib: (lambda seed, t, lib=lib: _run(lib, "job_her", dict(max_steps=max_steps, every=every,
+                                                                          seed=seed), t)) for lib in libs}
+        results = interleaved(jobs, [0], thread_counts())
+        _, base = best_by_threads(results["rapidrl"])
+        for lib, by_threads in results.items():
+            best_t, best = best_by_threads(by_threads)
+            for t, (r,) in sorted(by_threads.items()):
+                rows.append({"run": f"SAC+HER PointReach-v0 to 95% success (max {max_steps})", "library": lib,
+                             "torch threads": f"{t}{' (best)' if t == best_t else ''}", "SPS": round(r["sps"], 1),
+                             "warm-up s": None,
+                             "note": f"95% at step {r['reached_step']}, {r['reached_wall_s']} s of training; "
+                                     f"success by step: {r['history']}",
+                             "rapidrl speed-up": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+    if missing:
+        rows.append({"run": "sb3 / sb3-contrib", "library": "skipped", "torch threads": "", "SPS": None,
+                     "warm-up s": None, "note": missing, "rapidrl speed-up": ""})
+    return "TQC, CrossQ, DDPG and HER end to end (each library in its own process, at its best torch threads)", rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rapidrl.benchmarks.bench_continuous [options]``: ``rapidrl bench continuous [options]``."""
+    from rapidrl.benchmarks.run import SUITES
+    from rapidrl.benchmarks.run import main as run_main
+
+    SUITES.setdefault("continuous", __name__)
+    return run_main(["continuous", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 RUNS = {  # algo -> (env id, quick (warmup, steps), full (warmup, steps))
-    "tqc": ("Walker2d-v5", (1_200, 1_000), (2_000, 3_000)),
-    "crossq": ("Walker2d-v5", (1_200, 1_000), (2_000, 3_000)),
-    "ddpg": ("HalfCheetah-v5", (1_200, 1_000), (2_000, 3_000)),
+    "tqc": ("Walker2d-v5", (1_200, 1_000), (1_500, 2_000)),
+    "crossq": ("Walker2d-v5", (1_200, 1_000), (1_500, 2_000)),
+    "ddpg": ("HalfCheetah-v5", (1_200, 1_000), (1_500, 2_000)),
 }
 LEARNING_STARTS = 1_000
 HER_RUN = {"quick": (4_000, 1_000), "full": (12_000, 1_000)}  # (max steps, evaluation every)

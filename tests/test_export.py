@@ -20,6 +20,11 @@ MODELS = {
     "dqn": lambda: rr.DQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4),
     "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
+    "ddpg": lambda: rr.DDPG("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
+    "tqc": lambda: rr.TQC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32), n_critics=2,
+                          n_quantiles=5),
+    "crossq": lambda: rr.CrossQ("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32),
+                                critic_hidden=(32, 32)),  # BatchRenorm in evaluation mode: the running statistics
     "mappo": lambda: rr.MAPPO("MPE/simple_spread-v3", num_envs=6, num_steps=16, minibatch_size=48, seed=0),
 }
 

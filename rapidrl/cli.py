@@ -70,13 +70,17 @@ def _cli_layer(args) -> dict:
 def _resolve(args, layers):
     """The run's config from ``layers``; an env that an ``--import`` module registered is recorded as
     ``module:EnvId``, so that resuming, evaluating or loading the run in a new process imports the module again."""
+    from rapidrl.envs import registry
+
     config = resolve(layers)
-    qualified = args.imported.get(config.run.env)
-    return config if qualified is None else resolve([*layers, ("--import", {"run": {"env": qualified}})])
+    env = config.run.env
+    qualified = registry.qualified_id(env) if env in registry.registered_envs() else args.imported.get(env, env)
+    return config if qualified == env else resolve([*layers, ("--import", {"run": {"env": qualified}})])
 
 
 def _import_modules(modules: list[str]) -> dict[str, str]:
-    """Import the ``--import`` modules (they register envs); env id -> ``module:EnvId`` for the ids they added."""
+    """Import the ``--import`` modules (they register envs); env id -> ``module:EnvId`` for the ids they added
+    (rapidrl's registry knows the module of an env it registered, already imported or not: ``_resolve``)."""
     if not modules:
         return {}
     import importlib

@@ -166,7 +166,7 @@ def test_results_do_not_depend_on_threads_or_kernel_variant(env_id):
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"])
 @pytest.mark.parametrize("mode", ["same_step", "next_step"])
 def test_python_loop_matches_compiled(env_id, mode):
-    """The core's step of one env run as Python (``_step_env.py_func``, looking the env's functions up at run time)
+    """The core's step of one env run as Python (``step_env.py_func``, looking the env's functions up at run time)
     gives the compiled results."""
     results = []
     for compiled in (True, False):
@@ -180,7 +180,7 @@ def test_python_loop_matches_compiled(env_id, mode):
             else:
                 a = kernels.unpack(env.kernel_key, env.arena)
                 for i in range(5):
-                    kernels._step_env.py_func(env.kernel_key, i, 1, a.state, actions, *a[1:])
+                    kernels.step_env.py_func(env.kernel_key, i, 1, a.state, actions, *a[1:])
             a = env.arrays
             out.append(np.concatenate([a.obs.ravel(), a.rewards, a.final_obs.ravel() * a.done.repeat(a.obs.shape[1]),
                                        a.terminated, a.truncated, a.done_return * a.done, a.state.ravel()]))

@@ -16,7 +16,11 @@ The contract (docs/envs.md):
   equal to the sum and count of the rewards ``step`` returned since that row's last episode (rows marked inactive
   by ``info["active"]`` do not count); with ``strict_episodes`` every episode end carries them;
 - bad input: actions of the wrong shape or out of range raise an exception (checked on rapidrl's envs by default:
-  Gymnasium's own vector envs do not promise it).
+  Gymnasium's own vector envs do not promise it);
+- indices in range: an env written as Numba functions (``NumbaVecEnv``) first runs the same actions in the
+  bounds-checked mode (``NumbaVecEnv.bounds_checked``), so an index out of range in its functions raises an
+  ``IndexError`` naming the function, the array and the index (unchecked, such a write corrupts the arena and shows
+  up later as a wrong statistic or lost determinism).
 
 ``check`` steps the env and raises ``EnvContractError`` at the first violation, naming the step, the row and what
 differs; it returns a ``CheckReport`` of what it saw (episode ends must occur, else autoreset and statistics were
@@ -53,11 +57,13 @@ class CheckReport:
     determinism: bool
     statistics: bool
     bad_input: bool
+    bounds_checked: bool = False
 
     def __str__(self) -> str:
         parts = [f"{self.env}: {self.num_envs} envs, {self.autoreset_mode}, {self.steps} steps, {self.episodes} "
                  f"episode ends ({self.terminated} terminated, {self.truncated} truncated)"]
-        checked = [name for name in ("determinism", "statistics", "bad_input") if getattr(self, name)]
+        checked = [name for name in ("determinism", "statistics", "bad_input", "bounds_checked")
+                   if getattr(self, name)]
         return parts[0] + (f"; checked {', '.join(checked)}" if checked else "")
 
 
@@ -208,7 +214,7 @@ def _check_bad_input(envs, seed: int) -> None:
 
 def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, actions=None, determinism: bool = True,
           statistics: bool = True, strict_episodes: bool = True, bad_input: bool | None = None,
-          require_episode_end: bool = True) -> CheckReport:
+          require_episode_end: bool = True, bounds_check: bool = True) -> CheckReport:
     """Check ``envs`` against the vector-env contract (see the module docstring); raise ``EnvContractError``.
 
     Args:
@@ -222,6 +228,8 @@ def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, action
             the statistics' episodes, e.g. Atari with episodic life).
         bad_input: check that bad actions raise (default: for rapidrl's envs).
         require_episode_end: fail if no episode ended (the autoreset and statistics checks would be empty).
+        bounds_check: an env written as Numba functions first runs the actions in the bounds-checked mode (an
+            ``IndexError`` names a bad index); its kernels compile once per env.
     """
     if not isinstance(envs, gym.vector.VectorEnv):
         _fail(f"envs must be a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
@@ -240,6 +248,15 @@ def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, action
         sampler = batch_space(envs.single_action_space, n)
         sampler.seed(seed)
         actions = [sampler.sample() for _ in range(steps)]
+    from rapidrl.envs.core.numba_env import NumbaVecEnv
+
+    bounds_checked = bounds_check and isinstance(envs, NumbaVecEnv)
+    if bounds_checked and not envs.debug:
+        twin = envs.bounds_checked()
+        try:
+            _rollout(twin, actions, seed, False, strict_episodes, False)
+        finally:
+            twin.close()
     first, counts = _rollout(envs, actions, seed, True, strict_episodes, statistics)
     if require_episode_end and counts["episodes"] == 0:
         _fail(f"no episode ended in {len(actions)} steps: autoreset and statistics were not exercised (pass more "
@@ -258,4 +275,4 @@ def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, action
         _check_bad_input(envs, seed)
     return CheckReport(getattr(envs, "env_id", type(envs).__name__), n, mode.name, len(actions),
                        counts["episodes"], counts["terminated"], counts["truncated"], determinism, statistics,
-                       bool(bad_input))
+                       bool(bad_input), bounds_checked)

@@ -6,7 +6,8 @@
   standard preprocessing), MuJoCo (all simulations per call);
 - any other Gymnasium id, or a family's id with ``vectorization`` "sync", "subprocess" or "ray" (where the family's
   ids are Gymnasium ids too) -> the Gymnasium adapters;
-- a ``NumbaEnv`` (an env written as Numba functions, not registered) -> its ``NumbaVecEnv``.
+- a ``NumbaEnv`` (an env written as Numba functions, not registered) -> its ``NumbaVecEnv``;
+- ``"module:EnvId"`` -> ``module`` imported first (it registers ``EnvId``), as ``gymnasium.make`` does.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ def _is_gymnasium_id(env_id: str) -> bool:
 
 
 def make_vec(env_id, num_envs: int, *, seed: int | None = None, device="cpu", vectorization: str | None = None,
-             autoreset_mode="same_step", copy: bool = False, flatten_observations: bool = False, **env_kwargs):
+             autoreset_mode="same_step", copy: bool = False, flatten_observations: bool = False, debug: bool = False,
+             **env_kwargs):
     """Create ``num_envs`` copies of ``env_id`` as one vector env (``gymnasium.vector.VectorEnv`` API).
 
     Args:
-        env_id: an id of a family (``rapidrl.envs.list_envs()``), any registered Gymnasium id, or a ``NumbaEnv``.
+        env_id: an id of a family (``rapidrl.envs.list_envs()``, a registered or installed env included), any
+            registered Gymnasium id, ``"module:EnvId"`` (imports ``module`` first), or a ``NumbaEnv``.
         num_envs: number of envs N (positive int; multi-agent ids: env copies).
         seed: seeds the envs (env i's stream derives from (seed, i)); ``None`` = fresh entropy.
         device: where a ``TorchVecEnv`` keeps its tensors ("cpu", "cuda", "cuda:1", ...).
@@ -58,6 +61,8 @@ def make_vec(env_id, num_envs: int, *, seed: int | None = None, device="cpu", ve
         flatten_observations: Gymnasium envs whose observations are Discrete, MultiDiscrete, MultiBinary, Tuple
             or Dict give one vector instead (one-hot parts; float32, or uint8 when images are present and every
             part fits a byte; ``rapidrl.envs.spaces``). The algorithms set it; Box observations are unchanged.
+        debug: envs written as Numba functions run in the bounds-checked mode (``NumbaEnv.debug``): an index out of
+            range in their functions raises an ``IndexError`` naming the function, the array and the index.
         **env_kwargs: env constants (e.g. ``g=9.81`` for Pendulum-v1, ``max_episode_steps=...``), forwarded
             to ``gymnasium.make`` for wrapped envs.
     """
@@ -65,14 +70,47 @@ def make_vec(env_id, num_envs: int, *, seed: int | None = None, device="cpu", ve
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
     if vectorization is not None and vectorization not in VECTORIZATIONS:
         raise ValueError(f"vectorization must be None or one of {VECTORIZATIONS}, got {vectorization!r}")
+    if not isinstance(debug, bool):
+        raise TypeError(f"debug must be True or False, got {debug!r}")
     device_type = _device_type(device)
     common = dict(seed=seed, autoreset_mode=autoreset_mode, copy=copy)
     if isinstance(env_id, NumbaEnv):
         if vectorization not in (None, "numba") or device_type != "cpu":
             raise ValueError("a NumbaEnv runs on the CPU with vectorization='numba'")
-        return NumbaVecEnv(env_id, num_envs, **common, **env_kwargs)
+        return NumbaVecEnv(env_id, num_envs, debug=debug, **common, **env_kwargs)
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a str or a rapidrl.envs.NumbaEnv, got {type(env_id).__name__}")
+    given, env_id = env_id, registry.import_env_module(env_id)
+    if debug:  # only envs written as Numba functions take it
+        not_numba = ValueError(f"debug=True (the bounds-checked mode) is for envs written as Numba functions; "
+                               f"{given!r} is not one")
+        try:
+            envs = _make(env_id, num_envs, vectorization, device, device_type, False, common,
+                         dict(env_kwargs, debug=True), gymnasium=False)
+        except TypeError as e:
+            if "debug" not in str(e):
+                raise
+            raise not_numba from None
+        if not isinstance(envs, NumbaVecEnv):
+            envs.close()
+            raise not_numba
+        return envs
+    try:
+        envs = _make(env_id, num_envs, vectorization, device, device_type, flatten_observations, common, env_kwargs)
+    except ValueError as e:
+        if given == env_id or not str(e).startswith("unknown env id"):
+            raise
+        raise ValueError(f"env id {given!r}: module {given.partition(':')[0]!r} was imported but registered no env "
+                         f"{env_id!r} (with rapidrl.envs.register or gymnasium.register)") from None
+    if given != env_id and not isinstance(envs, NumbaVecEnv):
+        envs.env_id = given  # what a model trained on it records: the module is imported again on load
+    return envs
+
+
+def _make(env_id: str, num_envs: int, vectorization, device, device_type: str, flatten_observations: bool,
+          common: dict, env_kwargs: dict, gymnasium: bool = True):
+    """``make_vec`` for an id (``module:`` already imported); ``gymnasium``: False raises TypeError naming ``debug``
+    instead of making a Gymnasium adapter."""
     family = registry.family_of(env_id)
     if family is not None:
         choice = vectorization
@@ -100,6 +138,8 @@ def make_vec(env_id, num_envs: int, *, seed: int | None = None, device="cpu", ve
         import gymnasium as gym
 
         raise ValueError(registry.unknown_env_message(env_id, list(gym.registry)))
+    if not gymnasium:
+        raise TypeError("debug: not for a Gymnasium adapter")
     if device_type != "cpu":
         raise ValueError(f"vectorization={vectorization or 'sync'!r} runs on the CPU; device={device!r} needs "
                          "vectorization='torch' (classic control only)")

@@ -274,11 +274,18 @@ def resolve(layers: list[tuple[str, dict]]) -> RunConfig:
 
 
 def check_env_id(env_id: str) -> None:
-    """ConfigError unless ``env_id`` is a built-in env or a registered Gymnasium id."""
+    """ConfigError unless ``env_id`` is a built-in, registered or installed env or a registered Gymnasium id
+    (``module:EnvId``: after importing ``module``)."""
     import gymnasium as gym
 
     from rapidrl.envs import list_builtin_envs
     from rapidrl.envs.multiagent.mpe import MPE_ENVS
+    from rapidrl.envs.registry import import_env_module
+
+    try:
+        env_id = import_env_module(env_id)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
     builtin = list_builtin_envs()
     if env_id in builtin or env_id in gym.registry or env_id in MPE_ENVS:
@@ -349,7 +356,7 @@ def new_run_dir(runs_root: str | os.PathLike, algo: str, env_id: str, run_dir: s
         return path
     root = Path(runs_root)
     root.mkdir(parents=True, exist_ok=True)
-    base = f"{algo}-{env_id.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = f"{algo}-{env_id.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
     for n in range(1, 10_000):
         path = root / (base if n == 1 else f"{base}-{n}")
         try:

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import math
 import os
+import pickle
 import tempfile
 from collections import OrderedDict, deque
 from pathlib import Path
@@ -28,6 +29,7 @@ import torch
 from rapidrl._device import resolve_device
 from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs import VecEnvBase
+from rapidrl.envs.registry import qualified_id
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
 from rapidrl.train.finite import non_finite_loss
@@ -50,6 +52,14 @@ def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwa
     from rapidrl.envs import make_vec
 
     return make_vec(env_id, num_envs, seed=seed, device=device, flatten_observations=True, **env_kwargs)
+
+
+def check_finite_observations(obs: np.ndarray, what: str) -> None:
+    """ValueError naming the first non-finite entry of float observations ``obs`` ([B, *obs_shape])."""
+    if obs.dtype.kind == "f" and not np.isfinite(obs).all():
+        index = tuple(int(k) for k in np.argwhere(~np.isfinite(obs))[0])
+        raise ValueError(f"{what}: observation {index[0]} is not finite (obs[{', '.join(map(str, index))}] = "
+                         f"{obs[index]}); the policy needs finite observations")
 
 
 def check_n_episodes(n_episodes) -> None:
@@ -370,6 +380,7 @@ class Algorithm:
             obs = obs[None]
         if obs.shape[1:] != shape:
             raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        check_finite_observations(obs, "predict")
         actions = self._policy_actions(obs, deterministic)
         return actions[0] if single else actions
 
@@ -440,7 +451,9 @@ class Algorithm:
         with EvaluationProgress(n_episodes, f"eval {self.env_id or ''}".strip(), enabled=progress) as bar:
             steps = 0
             while not finished.all():
-                actions = act(np.asarray(obs), starts)
+                obs = np.asarray(obs)
+                check_finite_observations(obs, f"evaluate (step {steps} of {self.env_id or 'the eval env'})")
+                actions = act(obs, starts)
                 obs, rewards, term, trunc, _ = env.step(actions)
                 returns += np.where(finished, 0.0, rewards)
                 starts = term | trunc
@@ -474,7 +487,7 @@ class Algorithm:
             "format": "rapidrl",
             "version": FORMAT_VERSION,
             "algo": self.name,
-            "env_id": self.env_id,
+            "env_id": None if self.env_id is None else qualified_id(self.env_id),  # load imports its module
             "env_kwargs": dict(self.env_kwargs),
             "config": config_to_dict(self.config),
             "observation_space": space_to_dict(self.observation_space),
@@ -621,7 +634,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for corrupt/foreign files
-        raise ValueError(f"{path} is not a readable rapidrl model file ({type(e).__name__}: {e})"[:500]) from None
+        # PyTorch's advice for objects other than tensors (weights_only=False) would run the file's code: not repeated
+        if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):
+            raise ValueError(f"{path} is not a rapidrl model file: it holds objects other than tensors and plain "
+                             "Python values, which are not loaded (loading them would run the file's code)") from None
+        detail = "" if "weights_only" in str(e) else f": {(str(e).splitlines() or [''])[0][:200]}"
+        raise ValueError(f"{path} is not a readable rapidrl model file ({type(e).__name__}{detail})") from None
     if not isinstance(payload, dict) or payload.get("format") != "rapidrl":
         raise ValueError(f"{path} is not a rapidrl model file")
     if payload.get("version") != FORMAT_VERSION:

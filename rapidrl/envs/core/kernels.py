@@ -89,6 +89,11 @@ def register(key: str, functions: EnvFunctions) -> None:
     _FUNCTIONS[key] = functions
 
 
+def functions(key: str) -> EnvFunctions:
+    """The functions registered under ``key`` (KeyError if none are)."""
+    return _FUNCTIONS[key]
+
+
 def _functions(key) -> EnvFunctions:
     if not isinstance(key, types.StringLiteral):
         raise TypingError(f"an env kernel key must be a compile-time constant string, got {key}")
@@ -182,12 +187,12 @@ def _env_observe(key, state, i, obs):
     return lambda key, state, i, obs: f(state, i, obs)
 
 
-def _agents(key, rows, envs):
+def agents_per_env(key, rows, envs):
     """Rows per env: 1 for a single-agent env (a compile-time constant), else rows // envs."""
     return rows // envs if key is not None and _FUNCTIONS[key].multiagent else 1
 
 
-@overload(_agents, inline="always", prefer_literal=True)
+@overload(agents_per_env, inline="always", prefer_literal=True)
 def _agents_impl(key, rows, envs):
     if isinstance(key, types.NoneType) or not _functions(key).multiagent:
         return lambda key, rows, envs: 1
@@ -256,7 +261,7 @@ def _unpack(key, arena):
 # -- the loops -------------------------------------------------------------------------------------------------
 
 @numba.njit(cache=True, inline="always")
-def _step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+def step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
               obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done):
     """Env i: a NEXT_STEP reset, or its dynamics and bookkeeping (and a SAME_STEP reset)."""
     first = i * agents
@@ -291,9 +296,9 @@ def step_envs(key, state, actions, params, elapsed, rng_key, rng_counter, next_s
 
     Arguments: the arrays of ``unpack(key, arena)`` in order, ``actions`` after ``state``.
     """
-    agents = _agents(key, rewards.shape[0], elapsed.shape[0])
+    agents = agents_per_env(key, rewards.shape[0], elapsed.shape[0])
     for i in range(elapsed.shape[0]):
-        _step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+        step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done)
 
 
@@ -301,9 +306,9 @@ def step_envs(key, state, actions, params, elapsed, rng_key, rng_counter, next_s
 def step_envs_parallel(key, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs,
                        rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done):
     """``step_envs`` with the envs split over threads (identical results: envs are independent)."""
-    agents = _agents(key, rewards.shape[0], elapsed.shape[0])
+    agents = agents_per_env(key, rewards.shape[0], elapsed.shape[0])
     for i in prange(elapsed.shape[0]):
-        _step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+        step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done)
 
 
@@ -339,7 +344,7 @@ def _checked_step_impl(key, arena, actions, threads):
 def reset_envs(key, state, params, elapsed, rng_key, rng_counter, needs_reset, obs, ep_return, ep_length, mask,
                redraw):
     """Envs where ``mask`` (bool [E]): a new initial state if ``redraw``, their observation, fresh counters."""
-    agents = _agents(key, ep_return.shape[0], elapsed.shape[0])
+    agents = agents_per_env(key, ep_return.shape[0], elapsed.shape[0])
     for i in range(elapsed.shape[0]):
         if mask[i]:
             if redraw:

@@ -36,6 +36,7 @@ a REPL) compile without the disk cache.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -54,6 +55,8 @@ from rapidrl.envs.core import kernels
 from rapidrl.envs.core.actions import as_numpy_actions, check_actions
 from rapidrl.envs.core.arena import H_NEXT_STEP, HEADER_BYTES, ArenaLayout
 from rapidrl.envs.core.base import VecEnvBase, check_num_envs
+from rapidrl.envs.core.contract import check_functions
+from rapidrl.envs.core.debug import bounds_checked_twin, call_checked
 from rapidrl.kernels import parallel, rng
 from rapidrl.kernels.validation import check_int
 
@@ -82,6 +85,12 @@ class NumbaEnv:
         reward_threshold: the return at which the task counts as solved (informative).
         cache_dependencies: other modules (or source paths) the compiled functions call into: their source is
             hashed into the kernel key, so an edit there recompiles too.
+        debug: the bounds-checked mode: the functions run compiled with Numba's ``boundscheck``, and an index out
+            of range raises an ``IndexError`` naming the function, the array and the index (``rapidrl.envs.core.
+            debug``; ``make_vec(..., debug=True)`` and ``rapidrl.envs.check`` use it). Slower; for finding bugs.
+
+    The functions are held to their contracts when the env is defined (``rapidrl.envs.core.contract``): a wrong
+    number of arguments or return type is a TypeError naming the function and what it must take or return.
     """
 
     id: str
@@ -101,6 +110,7 @@ class NumbaEnv:
     render_fps: int = 30
     reward_threshold: float | None = None
     cache_dependencies: tuple = ()
+    debug: bool = False
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not self.id:
@@ -121,17 +131,16 @@ class NumbaEnv:
                              f"got {self.state_shape!r}")
         object.__setattr__(self, "state_shape", shape)
         object.__setattr__(self, "state_dtype", np.dtype(self.state_dtype))
-        for name in ("reset", "step", "observe"):
-            fn = getattr(self, name)
-            if not hasattr(fn, "py_func"):
-                raise TypeError(f"{self.id}: {name} must be a numba.njit function, got {fn!r}")
         check_int("agents", self.agents, low=1)
+        if not isinstance(self.debug, bool):
+            raise TypeError(f"{self.id}: debug must be True or False, got {self.debug!r}")
         if self.max_episode_steps is not None:
             check_int("max_episode_steps", self.max_episode_steps, low=1, high=2**31 - 1)
         names = list(self.params)
         unknown = set(self.reset_params) - set(names)
         if unknown:
             raise ValueError(f"{self.id}: reset_params {sorted(unknown)} are not among params {names}")
+        check_functions(self)
 
     # -- what the tests and collectors read --------------------------------------------------------
     @property
@@ -207,16 +216,24 @@ class NumbaEnv:
         if digest is None:  # no readable source: a key unique to these function objects, never cached
             digest = "nocache-" + "-".join(str(id(f)) for f in fns)
         key = f"{names}@{layout}@{digest}"
+        if self.debug:  # the bounds-checked twins, under a key of their own (their machine code differs)
+            fns = tuple(bounds_checked_twin(f) for f in fns)
+            key += "@boundscheck"
         kernels.register(key, kernels.EnvFunctions(
-            self.reset, self.step, self.observe, self.agents > 1, self.state_dtype.type, len(self.state_shape),
+            *fns, self.agents > 1, self.state_dtype.type, len(self.state_shape),
             np.dtype(self.observation_space.dtype).type, 1 + len(self.observation_space.shape), self.action_kind))
         return key
+
+    @functools.cached_property
+    def bounds_checked(self) -> NumbaEnv:
+        """This env in the bounds-checked mode (``debug=True``; itself if it is)."""
+        return self if self.debug else dataclasses.replace(self, debug=True)
 
     @functools.cached_property
     def kernels(self) -> kernels.EnvKernels:
         """The compiled entry points (``rapidrl.envs.core.kernels.EnvKernels``), compiled on first call."""
         key = self.kernel_key
-        return _compiled(key, not key.rsplit("@", 1)[1].startswith("nocache-"))
+        return _compiled(key, "@nocache-" not in key)
 
     def layout(self, num_envs: int) -> ArenaLayout:
         """The arena of ``num_envs`` copies."""
@@ -284,7 +301,8 @@ class NumbaVecEnv(VecEnvBase):
     e.g. ``g`` for Pendulum-v1); ``max_episode_steps`` overrides the time limit. ``seed`` seeds the per-env random
     streams now (``None``: fresh entropy); ``reset(seed=...)`` reseeds. ``threads``: step the envs on Numba's
     threads (True), in one thread (False), or threads above ``rapidrl.kernels.parallel.ENV_STEP_PARALLEL_MIN``
-    envs (None); results are identical either way.
+    envs (None); results are identical either way. ``debug``: the bounds-checked mode (``NumbaEnv.debug``): an
+    index out of range in the env's functions raises an ``IndexError`` naming the function, the array and the index.
 
     Public accessors: ``arena`` (the uint8 buffer of every per-env array, ``rapidrl.envs.core.arena``), ``arrays``
     (its NumPy views), ``kernel_key`` (the name compiled callers such as the fused rollout collector use) and
@@ -293,10 +311,14 @@ class NumbaVecEnv(VecEnvBase):
 
     def __init__(self, env: NumbaEnv, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step",
                  copy: bool = False, render_mode: str | None = None, max_episode_steps: int | None = None,
-                 threads: bool | None = None, **params):
+                 threads: bool | None = None, debug: bool = False, **params):
         if not isinstance(env, NumbaEnv):
             raise TypeError(f"env must be a rapidrl.envs.NumbaEnv, got {type(env).__name__} (for an id, use "
                             "rapidrl.make_vec)")
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug must be True or False, got {debug!r}")
+        if debug:
+            env = env.bounds_checked
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if threads not in (None, True, False):
@@ -334,9 +356,34 @@ class NumbaVecEnv(VecEnvBase):
     def agents(self) -> int:
         return self.definition.agents
 
+    @property
+    def debug(self) -> bool:
+        """Whether this env runs in the bounds-checked mode (``NumbaEnv.debug``)."""
+        return self.definition.debug
+
+    def bounds_checked(self) -> NumbaVecEnv:
+        """A new env of the same definition, size, autoreset mode, threads and params (not the same state) in the
+        bounds-checked mode (``rapidrl.envs.check`` runs it)."""
+        twin = NumbaVecEnv(self.definition, self.copies, autoreset_mode=self.autoreset_mode, threads=self.threads,
+                           debug=True)
+        twin._params[:] = self._params
+        twin.max_episode_steps = self.max_episode_steps
+        return twin
+
     def _step_kernel(self):
-        k = self.definition.kernels
-        return k.step_threads if self.threads else k.step
+        d = self.definition
+        kernel = d.kernels.step_threads if self.threads else d.kernels.step
+        if d.debug:
+            return functools.partial(call_checked, d.id, d.kernel_key, kernel)
+        return kernel
+
+    def _reset_envs(self, mask: np.ndarray, redraw: bool) -> None:
+        """The reset kernel on the envs where ``mask`` (bounds-checked in debug mode)."""
+        d = self.definition
+        if d.debug:
+            call_checked(d.id, d.kernel_key, d.kernels.reset, self.arena, mask, redraw)
+        else:
+            d.kernels.reset(self.arena, mask, redraw)
 
     # -- the VectorEnv API -------------------------------------------------------------------------
     def _seed(self, seed: int | None) -> None:
@@ -354,7 +401,7 @@ class NumbaVecEnv(VecEnvBase):
             self._apply_options(options)
         if seed is not None:
             self._seed(seed)
-        self.definition.kernels.reset(self.arena, self._all, True)
+        self._reset_envs(self._all, True)
         self._kernel = self._step_kernel()
         return self._reset_result()
 
@@ -447,7 +494,7 @@ class NumbaVecEnv(VecEnvBase):
         env_view[i] = np.asarray(values, dtype=self._state.dtype).reshape(env_view.shape[1:])
         mask = np.zeros(self.copies, dtype=np.bool_)
         mask[i] = True
-        self.definition.kernels.reset(self.arena, mask, False)
+        self._reset_envs(mask, False)
         self._ready = True
         self._kernel = self._step_kernel()
         rows = slice(i * self.agents, (i + 1) * self.agents)

@@ -209,3 +209,10 @@ def test_debug_is_for_envs_written_as_numba_functions():
     with pytest.raises(ValueError, match=r"^debug=True \(the bounds-checked mode\) is for envs written as Numba "
                                          r"functions; 'MemoryCue-v0' is not one$"):
         rr.make_vec("MemoryCue-v0", 2, debug=True)
+
+
+def test_training_on_a_bounds_checked_env_collects_through_the_env():
+    """The fused rollout could not say where an index is out of range: a bounds-checked env is stepped by
+    ``NumbaVecEnv.step`` (collection "auto" picks "step")."""
+    model = rr.PPO(walk().make_vec(4, seed=0, debug=True), num_envs=4, num_steps=8, minibatch_size=16, seed=0)
+    assert model.paths["collection"].value == "step" and "debug=True" in model.paths["collection"].reason

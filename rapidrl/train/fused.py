@@ -207,6 +207,8 @@ def fused_unavailable(env, policy, device) -> str | None:
 
     if not isinstance(env, NumbaVecEnv):
         return f"needs an env written as Numba functions (rapidrl.envs.NumbaVecEnv), got {type(env).__name__}"
+    if env.debug:  # a bounds error inside the fused rollout could not say where it is; NumbaVecEnv.step does
+        return "needs an env without debug=True (the bounds-checked mode steps through the env, naming a bad index)"
     obs = env.single_observation_space
     if env.agents != 1 or len(obs.shape) != 1 or obs.dtype != np.float32:
         return "needs a single-agent env with flat float32 observations"

@@ -1,7 +1,7 @@
 # The two commands of the README: `make train` (main job) and `make test`.
 PY := .venv/bin/python
 
-.PHONY: setup setup-dev setup-bench train test lint bench
+.PHONY: setup setup-dev setup-bench train test lint bench wheel
 
 setup:
 	scripts/setup.sh
@@ -21,3 +21,10 @@ test: setup-dev
 
 bench: setup-bench
 	$(PY) -m rapidrl bench all
+
+# A wheel that carries the main job's kernels compiled for portable x86-64 levels (rapidrl/_kernel_cache): its first
+# run after pip install compiles none of them (rapidrl.precompile, rapidrl.kernels.cache).
+wheel: setup
+	rm -rf rapidrl/_kernel_cache dist
+	$(PY) -m rapidrl.precompile --portable rapidrl/_kernel_cache
+	$(PY) -m pip wheel . --no-deps -w dist

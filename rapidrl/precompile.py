@@ -4,7 +4,14 @@ Numba compiles a kernel on its first call and caches the machine code on disk (`
 source, or a user cache directory when site-packages is read-only; ``NUMBA_CACHE_DIR`` overrides both).
 Without this step the first ``rapidrl train`` of a fresh install spends most of its time compiling
 (measured here: 46 s cold against 15 s warm for ``make train``). ``scripts/setup.sh`` runs it, so the first
-``make train`` finds every kernel it needs cached; after a wheel install, run it once yourself.
+``make train`` finds every kernel it needs cached.
+
+A wheel carries them: ``python -m rapidrl.precompile --portable rapidrl/_kernel_cache`` (``make wheel`` runs it
+before building) compiles the same workload once per portable x86-64 level (``LEVELS``: Numba told the CPU is that
+level, with no features of this machine's), each in a fresh process with an empty cache, and gathers the cache files
+by package directory with a manifest. The wheel ships them; on the first import of ``rapidrl.kernels`` after
+``pip install``, ``rapidrl.kernels.cache.install_shipped_cache`` installs the best level the CPU runs (same Numba,
+Python and CPU family only). Other machines compile on first use, as without it.
 
 What it compiles is what the runs call: it runs the same code on tiny sizes (a few PPO iterations on each
 built-in env with the fused collector, an evaluation, each env's serial and threaded step), so the compiled
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 
 def _ppo(env_id: str) -> None:
@@ -50,10 +58,79 @@ def _steps(everything: bool) -> list[tuple[str, object]]:
     return steps
 
 
+LEVELS = ("x86-64-v4", "x86-64-v3", "x86-64")
+"""The x86-64 levels a portable cache is built for, best first (AVX-512; AVX2 and FMA; the x86-64 baseline)."""
+
+
+def build_portable_cache(out: Path, levels=LEVELS, everything: bool = False, command: list[str] | None = None
+                         ) -> dict:
+    """Compile the precompile workload for each of ``levels`` in a fresh process (its own empty Numba cache,
+    ``NUMBA_CPU_NAME`` the level, ``NUMBA_CPU_FEATURES`` empty) and gather the cache files into
+    ``out/<level>/<package directory>/`` with ``out/manifest.json`` (what ``install_shipped_cache`` reads).
+    ``out`` is replaced. ``command``: another workload (a Python command line; tests). Returns the manifest."""
+    import hashlib
+    import json
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    import numba
+
+    from rapidrl._unsafe.numba_cache import X86_64_LEVELS, cache_subdir_name, host_magic_tuple
+    from rapidrl.kernels.cache import PACKAGE, python_tag
+
+    unknown = [lv for lv in levels if lv not in X86_64_LEVELS]
+    if unknown or not levels:
+        raise ValueError(f"levels must be among {list(X86_64_LEVELS)}, got {list(levels)}")
+    directories = {}  # Numba's cache subdirectory name -> (package directory, one of its source files)
+    for py in sorted(PACKAGE.rglob("*.py")):
+        directories.setdefault(cache_subdir_name(py), (py.parent.relative_to(PACKAGE).as_posix(), py.name))
+    out = Path(out)
+    shutil.rmtree(out, ignore_errors=True)
+    files: dict = {}
+    digest = hashlib.sha256()
+    with tempfile.TemporaryDirectory(prefix="rapidrl-portable-") as tmp:
+        for level in levels:
+            cache = Path(tmp) / level
+            env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "NUMBA_CPU_NAME": level, "NUMBA_CPU_FEATURES": "",
+                   "RAPIDRL_NO_SHIPPED_CACHE": "1", "PYTHONPATH": os.pathsep.join(
+                       [str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+            t0 = time.perf_counter()
+            workload = command or [sys.executable, "-m", "rapidrl.precompile", *(["--all"] if everything else [])]
+            subprocess.run(workload, env=env, check=True)
+            print(f"precompile --portable: {level}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+            files[level] = {}
+            for sub in sorted(p for p in cache.iterdir() if p.is_dir()):
+                if sub.name not in directories:  # a source outside rapidrl (none today): not shipped
+                    continue
+                directory, source = directories[sub.name]
+                names = sorted(f.name for f in sub.iterdir() if f.suffix in (".nbi", ".nbc", ".sha256"))
+                (out / level / directory).mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    shutil.copyfile(sub / name, out / level / directory / name)
+                    digest.update(f"{level}/{directory}/{name}".encode())
+                    digest.update((sub / name).read_bytes())
+                files[level][directory] = {"source": source, "files": names}
+    manifest = {"format": 1, "numba": numba.__version__, "python": python_tag(), "triple": host_magic_tuple()[0],
+                "levels": list(levels), "build": digest.hexdigest()[:16], "files": files}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rapidrl.precompile", description=__doc__.splitlines()[0])
     p.add_argument("--all", action="store_true", help="every built-in env, not only the main job's kernels")
+    p.add_argument("--portable", metavar="DIR", help="build the cache a wheel ships into DIR (rapidrl/_kernel_cache), "
+                   f"for the x86-64 levels {', '.join(LEVELS)}")
     args = p.parse_args(argv)
+    if args.portable:
+        t0 = time.perf_counter()
+        manifest = build_portable_cache(Path(args.portable), everything=args.all)
+        size = sum(f.stat().st_size for f in Path(args.portable).rglob("*") if f.is_file())
+        print(f"precompile --portable: {len(manifest['levels'])} levels, {size / 2**20:.1f} MiB in {args.portable} "
+              f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+        return 0
     t_all = time.perf_counter()
     for name, run in _steps(args.all):
         t0 = time.perf_counter()

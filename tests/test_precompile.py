@@ -44,3 +44,61 @@ def test_main_job_compiles_nothing_after_precompile(tmp_path):
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split("COMPILED")[-1].strip() == "['rapidrl.probe']"  # the probe only: nothing of the job
+
+
+# A small workload for the portable cache: one kernel module's functions (GAE), its result printed.
+_GAE = textwrap.dedent("""
+    import numpy as np
+    from rapidrl import kernels
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=(8, 4)).astype(np.float32), rng.normal(size=(8, 4)).astype(np.float32)
+    term, trunc = rng.random((8, 4)) < 0.2, np.zeros((8, 4), bool)
+    adv, _ = kernels.gae(r, v, np.zeros(4, np.float32), term, trunc, gamma=0.99, lam=0.95)
+    print("ADV", adv.tobytes().hex())
+""")
+
+_INSTALL_THEN_RUN = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from numba.core import event
+    compiled = []
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            pass
+        def on_end(self, ev):
+            compiled.append(ev.data["dispatcher"].py_func.__module__)
+    event.register("numba:compile", Listener())
+    from rapidrl.kernels.cache import install_shipped_cache
+    print("LEVEL", install_shipped_cache(Path(sys.argv[1])), install_shipped_cache(Path(sys.argv[1])))
+""") + _GAE + 'print("COMPILED", sorted(m for m in compiled if m.startswith("rapidrl")))\n'
+
+
+@pytest.mark.slow
+def test_a_portable_cache_is_installed_once_and_compiles_nothing_it_holds(tmp_path):
+    """``build_portable_cache`` compiles a workload for an x86-64 level in a process of its own; in a process with an
+    empty Numba cache, ``install_shipped_cache`` installs it (keyed for this CPU) and the workload compiles nothing
+    and computes the same bits as a natively compiled run."""
+    from rapidrl._unsafe.numba_cache import host_magic_tuple, level_supported
+    from rapidrl.precompile import build_portable_cache
+
+    level = "x86-64-v2"
+    if not level_supported(level, host_magic_tuple()[2]):
+        pytest.skip(f"this CPU does not run {level} code")
+    shipped = tmp_path / "shipped"
+    manifest = build_portable_cache(shipped, levels=(level,), command=[sys.executable, "-c", _GAE])
+    assert manifest["levels"] == [level] and any(name.endswith(".nbc") for entry in manifest["files"][level].values()
+                                                 for name in entry["files"])
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("RAPIDRL_NO_SHIPPED_CACHE", None)
+    run = subprocess.run([sys.executable, "-c", _INSTALL_THEN_RUN, str(shipped)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"LEVEL {level} None" in run.stdout  # installed once; the second call finds it done
+    assert run.stdout.split("COMPILED")[-1].strip() == "[]"
+    native = subprocess.run([sys.executable, "-c", _INSTALL_THEN_RUN, str(tmp_path / "nothing shipped")],
+                            env={**env, "NUMBA_CACHE_DIR": str(tmp_path / "native")}, capture_output=True, text=True,
+                            timeout=600)
+    assert native.returncode == 0, native.stderr[-3000:]
+    assert "LEVEL None None" in native.stdout
+    assert native.stdout.split("COMPILED")[-1].strip() == "['rapidrl.kernels.advantages']"  # the listener counts
+    assert native.stdout.split("ADV")[1].split("COMPILED")[0] == run.stdout.split("ADV")[1].split("COMPILED")[0]

@@ -16,8 +16,11 @@ from rapidrl.kernels.advantages import (
     n_step_returns,
     vtrace,
 )
+from rapidrl.kernels.cache import install_shipped_cache
 from rapidrl.kernels.llm_ops import group_advantages, rloo_advantages, sequence_kl, token_kl
 from rapidrl.kernels.sumtree import SumMinTree
+
+install_shipped_cache()  # once: a wheel's kernels into Numba's cache, before any kernel runs (none runs at import)
 
 __all__ = [
     "GAEPlan",

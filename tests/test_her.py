@@ -242,3 +242,19 @@ def test_docs_examples_run():
     for block in blocks:
         exec(compile(block, "docs/her.md", "exec"), ns)
     assert ns["model"].buffer.her_ratio == 0.8 and ns["dqn"].buffer.goal.desired_goal == slice(10, 20)
+
+
+def test_a_run_resumed_from_a_checkpoint_relabels_as_the_uninterrupted_one(tmp_path):
+    import torch
+
+    kw = dict(SMALL, seed=3)
+    full = rr.SAC("PointReach-v0", **kw)
+    full.learn(300, progress_bar=False)
+    half = rr.SAC("PointReach-v0", **kw)
+    half.learn(300, progress_bar=False, callback=lambda m: m.num_timesteps < 150)
+    half.save(tmp_path / "c.pt", training_state=True, include_buffer=True)
+    resumed = rr.SAC.load(tmp_path / "c.pt", include_buffer=True)
+    resumed.learn(300, progress_bar=False, resume=True)
+    assert resumed.buffer._her_draws == full.buffer._her_draws > 0
+    for a, b in zip(resumed.actor.state_dict().values(), full.actor.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

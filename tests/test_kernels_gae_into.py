@@ -1,5 +1,7 @@
-"""GAEPlan: bitwise equal to ``gae`` (and close to the reference) on rollouts with terminations and
-truncations, every bad argument of a call rejected with a clear error, slow-path inputs still computed."""
+"""``gae_into``, the GAE call of the training loop (``RolloutBuffer.compute_advantages``): bitwise equal to ``gae``
+(and close to the reference) on rollouts with terminations and truncations, writing only the outputs it is given,
+inputs off the common fast path (uint8 flags, read-only arrays) still computed, and every bad argument rejected with
+a clear error that names it."""
 
 from __future__ import annotations
 
@@ -7,10 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_kernels_advantages import kernel_mode, rollout, tol
+from test_kernels_advantages import rollout, tol
 
-from rapidrl.kernels import GAEPlan, gae, parallel
-from rapidrl.kernels import advantages as adv_mod
+from rapidrl.kernels import gae, gae_into
 from rapidrl.kernels import reference as ref
 
 DTYPES = [np.float32, np.float64]
@@ -21,90 +22,67 @@ def _args(d):
     return [d[k] for k in ARGS]
 
 
+def _into(d, out, gamma=0.99, lam=0.95):
+    return gae_into(*_args(d), gamma=gamma, lam=lam, out_advantages=out[0], out_returns=out[1],
+                    final_values=d["final_values"])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @settings(max_examples=25, deadline=None)
 @given(T=st.integers(1, 12), N=st.integers(1, 9), seed=st.integers(0, 2**31 - 1),
        p_term=st.sampled_from([0.0, 0.2]), p_trunc=st.sampled_from([0.0, 0.2]),
        gamma=st.sampled_from([0.0, 0.9, 0.99, 1.0]), lam=st.sampled_from([0.0, 0.95, 1.0]))
-def test_plan_is_bitwise_gae_and_matches_reference(dtype, T, N, seed, p_term, p_trunc, gamma, lam):
+def test_gae_into_is_bitwise_gae_and_matches_reference(dtype, T, N, seed, p_term, p_trunc, gamma, lam):
     d = rollout(seed, T, N, dtype, p_term, p_trunc)
-    plan = GAEPlan(T, N, gamma=gamma, lam=lam, dtype=dtype)
-    a, r = plan(*_args(d), final_values=d["final_values"])
+    out = (np.full((T, N), np.nan, dtype), np.full((T, N), np.nan, dtype))
+    a, r = _into(d, out, gamma, lam)
+    assert a is out[0] and r is out[1]
     ea, er = gae(*_args(d), gamma=gamma, lam=lam, final_values=d["final_values"])
-    assert a is plan.advantages and r is plan.returns and a.dtype == dtype
     np.testing.assert_array_equal(a, ea)
     np.testing.assert_array_equal(r, er)
     ra, rr_ = ref.gae(**d, gamma=gamma, lam=lam)
     np.testing.assert_allclose(a, ra, **tol(dtype))
     np.testing.assert_allclose(r, rr_, **tol(dtype))
-    # caller-owned outputs, and a second call on new data overwrites the plan's outputs
-    out = (np.empty((T, N), dtype), np.empty((T, N), dtype))
-    oa, orr = plan(*_args(d), final_values=d["final_values"], out=out)
-    assert oa is out[0] and orr is out[1]
-    np.testing.assert_array_equal(oa, ea)
+    # a second call on new data overwrites every element
     d2 = rollout(seed + 1, T, N, dtype, p_term, p_trunc)
-    a2, _ = plan(*_args(d2), final_values=d2["final_values"])
-    np.testing.assert_array_equal(a2, gae(*_args(d2), gamma=gamma, lam=lam, final_values=d2["final_values"])[0])
+    a2, r2 = _into(d2, out, gamma, lam)
+    ea2, er2 = gae(*_args(d2), gamma=gamma, lam=lam, final_values=d2["final_values"])
+    np.testing.assert_array_equal(a2, ea2)
+    np.testing.assert_array_equal(r2, er2)
 
 
-def test_plan_without_final_values_when_nothing_is_truncated():
+def test_without_final_values_when_nothing_is_truncated():
     d = rollout(3, 16, 5, np.float32, p_term=0.2, p_trunc=0.0)
-    plan = GAEPlan(16, 5, gamma=0.99, lam=0.95)
-    a, r = plan(*_args(d))
+    out = (np.empty((16, 5), np.float32), np.empty((16, 5), np.float32))
+    a, r = gae_into(*_args(d), gamma=0.99, lam=0.95, out_advantages=out[0], out_returns=out[1])
     ea, er = gae(*_args(d), gamma=0.99, lam=0.95)
     np.testing.assert_array_equal(a, ea)
     np.testing.assert_array_equal(r, er)
 
 
-def test_plan_core_runs_as_python():
-    """The checked core through its pure-Python function (and _gae_block's) equals the compiled plan."""
-    d = rollout(5, 7, 4, np.float64)
-    plan = GAEPlan(7, 4, gamma=0.9, lam=0.8, dtype=np.float64)
-    a, r = plan(*_args(d), final_values=d["final_values"])
-    pa, pr = np.empty_like(a), np.empty_like(r)
-    with kernel_mode("python"):
-        count = adv_mod._gae_plan_core(*_args(d), d["final_values"], pa, pr, plan.gamma, plan.lam, True)
-        assert adv_mod._gae_plan_core(d["rewards"][:3], *_args(d)[1:], d["final_values"], pa, pr, plan.gamma,
-                                      plan.lam, True) == -1
-        assert adv_mod._gae_plan_core(*_args(d), d["final_values"], pa, pa, plan.gamma, plan.lam, True) == -1
-    assert count == int((d["truncated"] & ~d["terminated"]).sum())
-    np.testing.assert_array_equal(pa, a)
-    np.testing.assert_array_equal(pr, r)
-
-
 def test_inputs_off_the_fast_path_are_still_computed():
-    """uint8 flags, read-only inputs: the compiled signatures refuse them; the checked path computes."""
+    """uint8 flags and read-only inputs take the detailed checks, then compute the same result."""
     d = rollout(1, 9, 6, np.float32)
-    plan = GAEPlan(9, 6, gamma=0.99, lam=0.9)
-    ea, er = gae(*_args(d), gamma=0.99, lam=0.9, final_values=d["final_values"])
+    ea, er = gae(*_args(d), gamma=0.99, lam=0.95, final_values=d["final_values"])
     ro = {k: v.copy() for k, v in d.items()}
     for v in ro.values():
         v.flags.writeable = False
     ro["terminated"] = ro["terminated"].view(np.uint8)
-    a, r = plan(*_args(ro), final_values=ro["final_values"])
+    a, r = _into(ro, (np.empty((9, 6), np.float32), np.empty((9, 6), np.float32)))
     np.testing.assert_array_equal(a, ea)
     np.testing.assert_array_equal(r, er)
 
 
-def test_parallel_sized_plan_equals_gae(monkeypatch):
-    monkeypatch.setattr(parallel, "GAE_PARALLEL_MIN", 16)
-    d = rollout(2, 6, 256, np.float32)
-    plan = GAEPlan(6, 256, gamma=0.99, lam=0.95)
-    assert not plan._serial
-    a, r = plan(*_args(d), final_values=d["final_values"])
-    ea, er = gae(*_args(d), gamma=0.99, lam=0.95, final_values=d["final_values"])
-    np.testing.assert_array_equal(a, ea)
-    np.testing.assert_array_equal(r, er)
-
-
-def _bad_calls(d, plan):
-    """(description, kwargs overriding the good call, exception, message fragment)."""
-    T, N = plan.num_steps, plan.num_envs
+def _bad_calls(d, out):
+    """(description, overrides of the good call's arguments, exception, message fragment)."""
+    T, N = d["rewards"].shape
     f = d["final_values"]
+    read_only = np.empty_like(f)
+    read_only.flags.writeable = False
     return [
-        ("float64 rewards", {"rewards": d["rewards"].astype(np.float64)}, TypeError, "rewards has dtype"),
+        ("float64 rewards", {"rewards": d["rewards"].astype(np.float64)}, TypeError, "values has dtype"),
         ("values wrong dtype", {"values": d["values"].astype(np.float64)}, TypeError, "values has dtype"),
-        ("rewards wrong shape", {"rewards": np.zeros((T + 1, N), np.float32)}, ValueError, "rewards must have shape"),
+        ("rewards wrong shape", {"rewards": np.zeros((T + 1, N), np.float32)}, ValueError, "values must have shape"),
         ("values wrong shape", {"values": np.zeros((T, N + 1), np.float32)}, ValueError, "values must have shape"),
         ("last_values wrong shape", {"last_values": np.zeros(N + 1, np.float32)}, ValueError, "last_values"),
         ("strided rewards", {"rewards": np.zeros((T, 2 * N), np.float32)[:, ::2]}, ValueError, "C-contiguous"),
@@ -112,37 +90,23 @@ def _bad_calls(d, plan):
         ("list", {"values": d["values"].tolist()}, TypeError, "values must be a numpy.ndarray"),
         ("final_values wrong shape", {"final_values": f[:, :1].copy()}, ValueError, "final_values must have shape"),
         ("no final_values", {"final_values": None}, ValueError, "final_values is None"),
-        ("out aliasing an input", {"out": (d["values"], np.empty_like(f))}, ValueError, "must not overlap"),
-        ("last_values inside an output", {"last_values": plan.returns[0]}, ValueError, "must not overlap"),
-        ("same array twice as output", {"out": (f.copy(),) * 2}, ValueError, "must not overlap"),
-        ("out wrong shape", {"out": (np.empty((T, N + 1), np.float32), np.empty_like(f))}, ValueError,
-         "out advantages must have shape"),
-        ("out not a pair", {"out": np.empty_like(f)}, TypeError, "out must be a tuple"),
+        ("output aliasing an input", {"out": (d["values"], out[1])}, ValueError, "out_advantages must not overlap"),
+        ("last_values inside an output", {"last_values": out[1][0]}, ValueError, "out_returns must not overlap"),
+        ("same array twice as output", {"out": (out[0], out[0])}, ValueError, "out_returns must not overlap"),
+        ("output wrong shape", {"out": (np.empty((T, N + 1), np.float32), out[1])}, ValueError,
+         "out_advantages must have shape"),
+        ("read-only output", {"out": (out[0], read_only)}, ValueError, "out_returns must be writable"),
     ]
 
 
 def test_bad_calls_raise_and_name_the_argument():
     T, N = 8, 5
     d = rollout(4, T, N, np.float32, p_term=0.2, p_trunc=0.3)
-    plan = GAEPlan(T, N, gamma=0.99, lam=0.95)
-    for what, override, exc, match in _bad_calls(d, plan):
+    out = (np.empty((T, N), np.float32), np.empty((T, N), np.float32))
+    for what, override, exc, match in _bad_calls(d, out):
         kwargs = dict(d, **override)
-        out = kwargs.pop("out", None)
-        fv = kwargs.pop("final_values")
+        oa, orr = kwargs.pop("out", out)
         with pytest.raises(exc, match=match):
-            plan(*[kwargs[k] for k in ARGS], final_values=fv, out=out)
+            gae_into(*[kwargs[k] for k in ARGS], gamma=0.99, lam=0.95, out_advantages=oa, out_returns=orr,
+                     final_values=kwargs["final_values"])
             pytest.fail(f"no error for {what}")
-
-
-def test_bad_plan_construction():
-    with pytest.raises(ValueError, match="num_steps"):
-        GAEPlan(0, 4, gamma=0.9, lam=0.9)
-    with pytest.raises(TypeError, match="num_envs"):
-        GAEPlan(4, 2.0, gamma=0.9, lam=0.9)
-    with pytest.raises(ValueError, match="gamma"):
-        GAEPlan(4, 4, gamma=1.5, lam=0.9)
-    with pytest.raises(ValueError, match="lam"):
-        GAEPlan(4, 4, gamma=0.9, lam=float("nan"))
-    with pytest.raises(TypeError, match="dtype"):
-        GAEPlan(4, 4, gamma=0.9, lam=0.9, dtype=np.int32)
-    assert "num_steps=4" in repr(GAEPlan(4, 4, gamma=0.9, lam=0.9))

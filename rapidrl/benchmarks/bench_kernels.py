@@ -188,21 +188,19 @@ def _gae_case(ctx: Context, T: int, N: int, dtype) -> Case:
     checks: dict[str, Callable[[], Any]] = {}
     if k is not None and hasattr(k, "gae"):
         plain = lambda: k.gae(r, v, lv, term, trunc, gamma=GAMMA, lam=LAM)  # noqa: E731
-        if hasattr(k, "GAEPlan"):
-            # the fast path an RL loop uses: a plan built once (untimed), its outputs reused
-            plan = k.GAEPlan(T, N, gamma=GAMMA, lam=LAM, dtype=dt)
-            case.contenders["rapidrl"] = lambda: plan(r, v, lv, term, trunc)
+        if hasattr(k, "gae_into"):
+            # the call an RL loop makes (RolloutBuffer.compute_advantages): outputs allocated once (untimed)
+            oa, orr = np.empty_like(r), np.empty_like(r)
+            into = lambda: k.gae_into(  # noqa: E731
+                r, v, lv, term, trunc, gamma=GAMMA, lam=LAM, out_advantages=oa, out_returns=orr
+            )
+            case.contenders["rapidrl"] = into
             case.contenders["rapidrl/plain"] = plain
-            checks["rapidrl"] = lambda: plan(r, v, lv, term, trunc)[0].copy()
-            case.notes.append("rapidrl: GAEPlan built once, called per rollout; rapidrl/plain: kernels.gae")
+            checks["rapidrl"] = lambda: into()[0].copy()
+            case.notes.append("rapidrl: kernels.gae_into on outputs allocated once; rapidrl/plain: kernels.gae")
         else:
             case.contenders["rapidrl"] = plain
             checks["rapidrl"] = lambda: plain()[0]
-        if hasattr(k, "gae_into"):
-            oa, orr = np.empty_like(r), np.empty_like(r)
-            case.contenders["rapidrl/into"] = lambda: k.gae_into(
-                r, v, lv, term, trunc, gamma=GAMMA, lam=LAM, out_advantages=oa, out_returns=orr
-            )
     tf, trf = term.astype(dt), trunc.astype(dt)
     case.contenders["numpy"] = lambda: gae_numpy(r, v, lv, tf, trf, GAMMA, LAM)
     checks["numpy"] = lambda: gae_numpy(r, v, lv, tf, trf, GAMMA, LAM)[0]

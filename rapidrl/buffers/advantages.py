@@ -13,12 +13,10 @@ from __future__ import annotations
 import torch
 
 from rapidrl.kernels import vtrace
+from rapidrl.kernels.advantages import ADVANTAGE_EPS
 from rapidrl.kernels.validation import check_scalar
 
 __all__ = ["ADVANTAGE_EPS", "advantage_moments", "gae_torch", "normalize_advantages", "vtrace_targets"]
-
-ADVANTAGE_EPS = 1e-8
-"""Added to the (population) standard deviation, so a constant or 1-sample minibatch gives 0, not NaN."""
 
 
 def advantage_moments(advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

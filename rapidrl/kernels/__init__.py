@@ -7,7 +7,6 @@ is cached on disk). Layout is time-major ``[T, N]``; see ``advantages`` for the 
 from __future__ import annotations
 
 from rapidrl.kernels.advantages import (
-    GAEPlan,
     discounted_returns,
     gae,
     gae_into,
@@ -23,7 +22,6 @@ from rapidrl.kernels.sumtree import SumMinTree
 install_shipped_cache()  # once: a wheel's kernels into Numba's cache, before any kernel runs (none runs at import)
 
 __all__ = [
-    "GAEPlan",
     "SumMinTree",
     "discounted_returns",
     "gae",

@@ -38,7 +38,6 @@ from rapidrl.kernels.validation import (
 )
 
 __all__ = [
-    "GAEPlan",
     "discounted_returns",
     "gae",
     "gae_into",
@@ -47,6 +46,10 @@ __all__ = [
     "n_step_returns",
     "vtrace",
 ]
+
+ADVANTAGE_EPS = 1e-8
+"""Added to the (population) standard deviation when advantages are normalised, so a constant or 1-sample
+minibatch gives 0, not NaN (``rapidrl.buffers.normalize_advantages``, the compiled PPO epoch)."""
 
 _NDARRAY = np.ndarray
 _BOOL = np.dtype(np.bool_)
@@ -59,44 +62,38 @@ _MIN_CHUNK = 64
 
 
 @numba.njit(cache=True, inline="always")
-def _gae_row(r, v, nv_row, term, trunc, fv, gamma, gl, adv_next, carry, adv, ret, i0, i1):
-    """One time row of GAE for envs [i0, i1): writes adv/ret, returns #truncated-not-terminated."""
-    zero = gamma - gamma  # 0 in the array dtype
-    count = 0
-    for i in range(i0, i1):
-        nv = nv_row[i]
-        if trunc[i]:
-            nv = fv[i]
-        if term[i]:
-            nv = zero
-        ended = term[i] or trunc[i]
-        count += trunc[i] and not term[i]
-        delta = r[i] + gamma * nv - v[i]
-        a = delta + gl * adv_next[i] if (carry and not ended) else delta
-        adv[i] = a
-        ret[i] = a + v[i]
-    return count
+def _next_value(i, next_values, final_values, terminated, truncated, zero):
+    """The episode-end rule of every estimator (module docstring) for env i at one step, from that step's rows [N]
+    (``next_values``: values[t + 1], or the bootstrap at t = T - 1). Returns (nv, the episode ended, it was
+    truncated and not terminated); ``zero`` is 0 in the arrays' dtype."""
+    if terminated[i]:
+        return zero, True, False
+    if truncated[i]:
+        return final_values[i], True, True
+    return next_values[i], False, False
 
 
 @numba.njit(cache=True, nogil=True)
-def _gae_block(rewards, values, last_values, terminated, truncated, final_values, gamma, lam,
-               adv, ret, i0, i1):
-    """GAE for envs [i0, i1) of [T, N] arrays; see ``gae``. Returns #truncated-not-terminated steps."""
+def _gae_core(rewards, values, last_values, terminated, truncated, final_values, gamma, lam, adv, ret, i0, i1):
+    """GAE for envs [i0, i1) of [T, N] arrays (see ``gae``). Returns #truncated-not-terminated steps."""
     T = rewards.shape[0]
     gl = gamma * lam
-    count = _gae_row(rewards[T - 1], values[T - 1], last_values, terminated[T - 1], truncated[T - 1],
-                     final_values[T - 1], gamma, gl, adv[T - 1], False, adv[T - 1], ret[T - 1], i0, i1)
-    for t in range(T - 2, -1, -1):
-        count += _gae_row(rewards[t], values[t], values[t + 1], terminated[t], truncated[t],
-                          final_values[t], gamma, gl, adv[t + 1], True, adv[t], ret[t], i0, i1)
+    zero = gamma - gamma
+    count = 0
+    for t in range(T - 1, -1, -1):
+        carry = t < T - 1
+        next_values = values[t + 1] if carry else last_values
+        adv_next = adv[t + 1] if carry else adv[t]  # read only while the trace carries
+        r, v, fv, term, trunc, adv_t, ret_t = (rewards[t], values[t], final_values[t], terminated[t], truncated[t],
+                                               adv[t], ret[t])
+        for i in range(i0, i1):
+            nv, ended, cut = _next_value(i, next_values, fv, term, trunc, zero)
+            count += cut
+            delta = r[i] + gamma * nv - v[i]
+            a = delta + gl * adv_next[i] if (carry and not ended) else delta
+            adv_t[i] = a
+            ret_t[i] = a + v[i]
     return count
-
-
-@numba.njit(cache=True, nogil=True)
-def _gae_core(rewards, values, last_values, terminated, truncated, final_values, gamma, lam, adv, ret):
-    """Serial GAE over all envs (one thread)."""
-    return _gae_block(rewards, values, last_values, terminated, truncated, final_values, gamma, lam,
-                      adv, ret, 0, rewards.shape[1])
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -109,56 +106,9 @@ def _gae_core_parallel(rewards, values, last_values, terminated, truncated, fina
     count = 0
     for c in numba.prange(n_chunks):
         i0 = c * chunk
-        count += _gae_block(rewards, values, last_values, terminated, truncated, final_values, gamma,
-                            lam, adv, ret, i0, min(N, i0 + chunk))
+        count += _gae_core(rewards, values, last_values, terminated, truncated, final_values, gamma, lam, adv, ret,
+                           i0, min(N, i0 + chunk))
     return count
-
-
-@numba.njit(cache=True, inline="always")
-def _overlap(a, b):
-    """True if the memory of arrays a and b intersects (compiled code only)."""
-    a0 = a.ctypes.data
-    b0 = b.ctypes.data
-    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
-
-
-def _gae_plan_core(rewards, values, last_values, terminated, truncated, final_values, adv, ret, gamma, lam,
-                   compute):
-    """``GAEPlan``'s checked call: dtypes and C-contiguity are fixed by the signatures (``_gae_plan_dispatcher``),
-    shapes and overlaps are checked here against adv's [T, N]. Returns -1 when an argument is bad (nothing
-    written), 0 when ``compute`` is False, else GAE's #truncated-not-terminated count (as ``_gae_core``)."""
-    T, N = adv.shape
-    if (rewards.shape != (T, N) or values.shape != (T, N) or last_values.shape[0] != N
-            or terminated.shape != (T, N) or truncated.shape != (T, N) or final_values.shape != (T, N)
-            or ret.shape != (T, N)):
-        return -1
-    if _overlap(adv, ret):
-        return -1
-    for out in (adv, ret):
-        if (_overlap(out, rewards) or _overlap(out, values) or _overlap(out, last_values)
-                or _overlap(out, final_values)):
-            return -1
-    if not compute:
-        return 0
-    return _gae_block(rewards, values, last_values, terminated, truncated, final_values, gamma, lam, adv, ret,
-                      0, N)
-
-
-_GAE_PLAN_DISPATCHER = None
-
-
-def _gae_plan_dispatcher():
-    """``_gae_plan_core`` compiled for exactly two signatures (float32 and float64 rollouts: C-contiguous,
-    writable arrays, bool flags); created on the first ``GAEPlan``. Any other argument type makes the call
-    raise TypeError instead of compiling a new specialization, so the plan's fast path takes no Python checks."""
-    global _GAE_PLAN_DISPATCHER
-    if _GAE_PLAN_DISPATCHER is None:
-        sigs = []
-        for f in (numba.float32, numba.float64):
-            m, v, b = f[:, ::1], f[::1], numba.boolean[:, ::1]
-            sigs.append(numba.int64(m, m, v, b, b, m, m, m, f, f, numba.boolean))
-        _GAE_PLAN_DISPATCHER = numba.njit(sigs, cache=True, nogil=True)(_gae_plan_core)
-    return _GAE_PLAN_DISPATCHER
 
 
 @numba.njit(cache=True, nogil=True)
@@ -171,12 +121,8 @@ def _discounted_returns_core(rewards, last_values, terminated, truncated, final_
     for t in range(T - 1, -1, -1):
         nxt = out[t + 1] if t < T - 1 else last_values
         for i in range(N):
-            nv = nxt[i]
-            if truncated[t, i]:
-                nv = final_values[t, i]
-            if terminated[t, i]:
-                nv = zero
-            count += truncated[t, i] and not terminated[t, i]
+            nv, _, cut = _next_value(i, nxt, final_values[t], terminated[t], truncated[t], zero)
+            count += cut
             out[t, i] = rewards[t, i] + gamma * nv
     return count
 
@@ -195,13 +141,8 @@ def _lambda_returns_core(rewards, values, last_values, terminated, truncated, fi
         nxt_v = values[t + 1] if carry else last_values
         nxt_g = out[t + 1] if carry else last_values
         for i in range(N):
-            nv = nxt_v[i]
-            if truncated[t, i]:
-                nv = final_values[t, i]
-            if terminated[t, i]:
-                nv = zero
-            ended = terminated[t, i] or truncated[t, i]
-            count += truncated[t, i] and not terminated[t, i]
+            nv, ended, cut = _next_value(i, nxt_v, final_values[t], terminated[t], truncated[t], zero)
+            count += cut
             if carry and not ended:
                 out[t, i] = rewards[t, i] + gamma * (one_m_lam * nv + lam * nxt_g[i])
             else:
@@ -263,13 +204,8 @@ def _vtrace_core(log_rhos, rewards, values, bootstrap_value, terminated, truncat
             ratio = np.exp(log_rhos[t, i])
             rho = rho_bar if ratio > rho_bar else ratio  # NaN ratios propagate
             c = c_bar if ratio > c_bar else ratio
-            nv = nxt_v[i]
-            if truncated[t, i]:
-                nv = final_values[t, i]
-            if terminated[t, i]:
-                nv = zero
-            ended = terminated[t, i] or truncated[t, i]
-            count += truncated[t, i] and not terminated[t, i]
+            nv, ended, cut = _next_value(i, nxt_v, final_values[t], terminated[t], truncated[t], zero)
+            count += cut
             v = values[t, i]
             delta = rho * (rewards[t, i] + gamma * nv - v)
             if carry and not ended:
@@ -339,13 +275,14 @@ def _check_gamma_lam(dt, gamma, lam=None):
 
 
 def _run_gae(rewards, values, last_values, terminated, truncated, fv, gamma, lam, adv, ret):
+    """GAE of checked arrays on one thread, or in env chunks over threads above ``parallel.GAE_PARALLEL_MIN``."""
     T, N = rewards.shape
     if T * N > parallel.GAE_PARALLEL_MIN and N >= 2 * _MIN_CHUNK and parallel.num_threads() > 1:
         per_thread = -(-N // parallel.num_threads())
         chunk = max(_MIN_CHUNK, -(-per_thread // _MIN_CHUNK) * _MIN_CHUNK)
         return _gae_core_parallel(rewards, values, last_values, terminated, truncated, fv, gamma, lam,
                                   adv, ret, chunk)
-    return _gae_core(rewards, values, last_values, terminated, truncated, fv, gamma, lam, adv, ret)
+    return _gae_core(rewards, values, last_values, terminated, truncated, fv, gamma, lam, adv, ret, 0, N)
 
 
 def gae(rewards, values, last_values, terminated, truncated, *, gamma, lam, final_values=None):
@@ -386,95 +323,13 @@ def gae_into(rewards, values, last_values, terminated, truncated, *, gamma, lam,
     adv = check_like("out_advantages", out_advantages, like="rewards", dtype=r.dtype, shape=r.shape)
     ret = check_like("out_returns", out_returns, like="rewards", dtype=r.dtype, shape=r.shape)
     for name, out, others in (("out_advantages", adv, (r, v, lv, fv)), ("out_returns", ret, (r, v, lv, fv, adv))):
+        if not out.flags.writeable:
+            raise ValueError(f"{name} must be writable")
         for other in others:
             if np.may_share_memory(out, other):
                 raise ValueError(f"{name} must not overlap the inputs or the other output")
     _raise_if_missing_final(final_values, _run_gae(r, v, lv, term, trunc, fv, g, lm, adv, ret))
     return adv, ret
-
-
-class GAEPlan:
-    """``gae`` for one rollout size, dtype, gamma and lam, validated once and then cheap to call.
-
-    At RL sizes (64 envs x 128 steps) the fixed cost of a call (argument checks, two output allocations, a
-    compiled call with ten arguments) is a large part of the time. A plan checks ``num_steps``/``num_envs``/
-    ``dtype``/``gamma``/``lam`` at construction and owns its outputs; each call hands the arrays to a compiled
-    function whose signatures admit only C-contiguous, writable arrays of the plan's dtype (bool flags), which
-    checks shapes and overlaps itself. Anything else (uint8 flags, read-only or strided arrays, wrong shapes or
-    dtypes) goes through the detailed checks of ``gae_into``: it raises the same clear errors, or computes
-    through the general path when the input is valid. Results are bitwise those of ``gae``.
-
-    Args:
-        num_steps (T), num_envs (N): rollout size (>= 1).
-        gamma, lam: discount and GAE lambda in [0, 1] (rounded to ``dtype`` as in ``gae``).
-        dtype: float32 or float64, of every float array.
-
-    Call ``plan(rewards, values, last_values, terminated, truncated, final_values=None, out=None)`` with the
-    arguments of ``gae``: rewards/values/final_values [T, N], last_values [N], terminated/truncated [T, N]
-    bool. Returns (advantages [T, N], returns [T, N]): ``plan.advantages``/``plan.returns``, overwritten by
-    the next call, or ``out = (advantages, returns)`` when given (C-contiguous, not overlapping the inputs).
-    """
-
-    __slots__ = ("_core", "_serial", "advantages", "dtype", "gamma", "lam", "num_envs", "num_steps", "returns")
-
-    def __init__(self, num_steps: int, num_envs: int, *, gamma: float, lam: float, dtype=np.float32):
-        self.num_steps = check_int("num_steps", num_steps, low=1)
-        self.num_envs = check_int("num_envs", num_envs, low=1)
-        try:
-            self.dtype = np.dtype(dtype)
-        except TypeError:
-            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
-        if self.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"dtype must be float32 or float64, got {self.dtype}")
-        self.gamma, self.lam = _check_gamma_lam(self.dtype, gamma, lam)
-        shape = (self.num_steps, self.num_envs)
-        self.advantages = np.empty(shape, dtype=self.dtype)  # [T, N]
-        self.returns = np.empty(shape, dtype=self.dtype)  # [T, N]
-        T, N = shape
-        self._serial = not (T * N > parallel.GAE_PARALLEL_MIN and N >= 2 * _MIN_CHUNK)
-        self._core = _gae_plan_dispatcher()
-
-    def __call__(self, rewards, values, last_values, terminated, truncated, final_values=None, *, out=None):
-        if out is None:
-            adv, ret = self.advantages, self.returns
-        else:
-            if type(out) is not tuple or len(out) != 2:
-                raise TypeError("out must be a tuple (advantages, returns) of [T, N] arrays")
-            adv, ret = out
-        fv = rewards if final_values is None else final_values
-        try:
-            count = self._core(rewards, values, last_values, terminated, truncated, fv, adv, ret, self.gamma,
-                               self.lam, self._serial)
-        except TypeError:  # no signature matches (dtype, layout, writability, not an array)
-            count = -1
-        if count < 0:
-            count = self._checked(rewards, values, last_values, terminated, truncated, final_values, adv, ret)
-        elif not self._serial:
-            count = _run_gae(rewards, values, last_values, terminated, truncated, fv, self.gamma, self.lam, adv,
-                             ret)
-        _raise_if_missing_final(final_values, count)
-        return adv, ret
-
-    def _checked(self, rewards, values, last_values, terminated, truncated, final_values, adv, ret) -> int:
-        """The detailed checks (raising ``gae_into``'s errors), then GAE through the general path."""
-        shape, dt = (self.num_steps, self.num_envs), self.dtype
-        rewards = check_like("rewards", rewards, like="the plan", dtype=dt, shape=shape)
-        r, v, lv, term, trunc, fv = _check_rollout(rewards, values, last_values, terminated, truncated,
-                                                   final_values)
-        adv = check_like("out advantages", adv, like="the plan", dtype=dt, shape=shape)
-        ret = check_like("out returns", ret, like="the plan", dtype=dt, shape=shape)
-        for name, o, others in (("out advantages", adv, (r, v, lv, fv)), ("out returns", ret, (r, v, lv, fv, adv))):
-            for other in others:
-                if np.may_share_memory(o, other):
-                    raise ValueError(f"{name} must not overlap the inputs or the other output")
-        for name, o in (("out advantages", adv), ("out returns", ret)):
-            if not o.flags.writeable:
-                raise ValueError(f"{name} must be writable")
-        return _run_gae(r, v, lv, term, trunc, fv, self.gamma, self.lam, adv, ret)
-
-    def __repr__(self) -> str:
-        return (f"GAEPlan(num_steps={self.num_steps}, num_envs={self.num_envs}, gamma={float(self.gamma)}, "
-                f"lam={float(self.lam)}, dtype={self.dtype.name})")
 
 
 def gae_trajectory(rewards, values, last_value, terminated, truncated, *, gamma, lam, final_values=None):

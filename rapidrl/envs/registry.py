@@ -274,4 +274,5 @@ def unknown_env_message(env_id: str, candidates=()) -> str:
     known = list_builtin_envs()
     close = difflib.get_close_matches(str(env_id), list(dict.fromkeys([*known, *candidates])), n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown env id {env_id!r}.{hint} Built-in envs: {', '.join(known)}."
+    return (f"unknown env id {env_id!r}.{hint} Built-in envs: {', '.join(known)}. An env of your own: "
+            "'module:EnvId' imports the module that registers it.")

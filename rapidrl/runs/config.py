@@ -304,7 +304,8 @@ def check_env_id(env_id: str) -> None:
                 return
     close = difflib.get_close_matches(env_id, [*builtin, *gym.registry], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise ConfigError(f"unknown env {env_id!r}; {hint}built-in envs: {', '.join(builtin)} (or any Gymnasium id)")
+    raise ConfigError(f"unknown env {env_id!r}; {hint}built-in envs: {', '.join(builtin)} (or any Gymnasium id; "
+                      "an env of your own: 'module:EnvId', or --import MODULE)")
 
 
 def check_env_kwargs(env_id: str, env_kwargs: dict) -> None:

@@ -60,7 +60,7 @@ CORRIDOR = corridor("TmpCorridor-v0")  # registered through the package's entry 
 
 SMALL = ["--timesteps", "256", "--headless", "--eval-episodes", "2", "--set", "algo.num_envs=4", "--set",
          "algo.num_steps=32", "--set", "algo.minibatch_size=64", "--set", "algo.update_epochs=1",
-         "--set", "algo.collection=step"]
+         "--set", "algo.collection=step", "--set", "algo.gradient_backend=torch"]  # nothing compiled but the env's
 
 SECOND_PROCESS = textwrap.dedent('''
     import sys

@@ -20,8 +20,7 @@ from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
-from rapidrl.nn.mlp_grad import linear_layers, mlp_backward, mlp_forward
-from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
@@ -145,11 +144,12 @@ class DQN(OffPolicyAlgorithm):
         return {"compiled": compiled, "torch": lambda: None}
 
     def _bind_backend(self) -> None:
-        """The compiled backend: the layers for the hand-written forward and backward, and the compiled MLP forward
-        for acting on a few observations."""
-        self._layers = self._target_layers = self._acting_forward = None
+        """The compiled backend: the compiled MLP forward and backward of the update (``rapidrl.kernels.mlp`` on
+        zero-copy views of the Q networks), and a forward of its own for acting on a few observations."""
+        self._q_grad = self._target_forward = self._acting_forward = None
         if self.gradient_backend == "compiled":
-            self._layers, self._target_layers = linear_layers(self.q_net.net), linear_layers(self.q_target.net)
+            self._q_grad = MLPGrad(self.q_net.net, "relu")
+            self._target_forward = MLPForward(self.q_target.net, "relu")
             self._acting_forward = MLPForward(self.q_net.net, "relu")
 
     def _encoder_kind(self) -> str:
@@ -180,23 +180,20 @@ class DQN(OffPolicyAlgorithm):
     def _compiled_step(self, batch) -> torch.Tensor:
         """The "compiled" backend: ``_autograd_step`` with the loss head in one compiled call
         (``rapidrl.kernels.td.dqn_td_grads``: targets, Huber loss, its gradient with respect to Q) and the MLP's
-        forward and backward written by hand (``rapidrl.nn.mlp_grad``): the same update, a third of the PyTorch
-        calls (``tests/test_closed_form_offpolicy.py`` compares the two)."""
+        forward and backward compiled (``rapidrl.kernels.mlp``): the same update, a fraction of the PyTorch calls
+        (``tests/test_closed_form_offpolicy.py`` compares the two)."""
         c = self.config
         b = batch.obs.shape[0]
-        if c.double_q:  # one online forward for s and s'; the backward uses the rows of s only
-            q_both, inputs = mlp_forward(torch.cat([batch.obs, batch.next_obs]), self._layers, "relu")  # [2B, A]
-            inputs = [x[:b] for x in inputs]
-        else:
-            q_both, inputs = mlp_forward(batch.obs, self._layers, "relu")  # [B, A]
-        next_target = mlp_forward(batch.next_obs, self._target_layers, "relu")[0]  # [B, A]
+        # double_q: one online forward for s and s' ([2B, A]); the backward uses the rows of s only
+        x = torch.cat([batch.obs, batch.next_obs]) if c.double_q else batch.obs
+        q_both = self._q_grad(x.numpy())  # [2B, A] or [B, A]
+        next_target = self._target_forward(batch.next_obs.numpy())  # [B, A]
         weights = batch.weights if c.prioritized else None
-        d_out = torch.empty_like(next_target)
+        d_out = np.empty_like(next_target)
         out = torch.empty(3 + b)
-        dqn_td_grads(q_both.numpy(), next_target.numpy(), batch.actions.numpy(), batch.rewards.numpy(),
-                     batch.discounts.numpy(), None if weights is None else weights.numpy(), c.double_q,
-                     d_out.numpy(), out.numpy())
-        mlp_backward(d_out, inputs, self._layers, "relu")
+        dqn_td_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
+                     None if weights is None else weights.numpy(), c.double_q, d_out, out.numpy())
+        self._q_grad.backward(d_out)  # d loss / d Q of the B rows of s -> .grad
         optimizer_step(self.optimizer, c.max_grad_norm)
         return out
 

@@ -18,7 +18,7 @@ from rapidrl._unsafe.blas import match_blas_threads_to_torch
 from rapidrl._unsafe.torch_private import adam_state
 from rapidrl.buffers.advantages import ADVANTAGE_EPS, advantage_moments
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
-from rapidrl.nn.mlp_grad import linear_layers
+from rapidrl.nn.numba_mlp import linear_layers
 
 __all__ = ["CompiledPPOUpdate", "unavailable"]
 

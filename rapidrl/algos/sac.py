@@ -27,8 +27,8 @@ from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_b
 from rapidrl.algos.registry import register
 from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.deploy import SquashedMean
-from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward, linear_layers, mlp_backward, mlp_forward
-from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
+from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
 from rapidrl.train.config import check_positive
@@ -117,7 +117,7 @@ class SAC(OffPolicyAlgorithm):
             self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
         if self.gradient_backend == "compiled":
-            self._actor_layers = linear_layers([*self.actor.trunk, self.actor.head])
+            self._actor_grad = MLPGrad([*self.actor.trunk, self.actor.head], "relu")
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
@@ -127,9 +127,9 @@ class SAC(OffPolicyAlgorithm):
     @torch.no_grad()
     def _compiled_step(self, batch) -> torch.Tensor:
         """The "compiled" backend: ``_autograd_step`` with every gradient written by hand, the elementwise parts
-        (sampling, losses, their gradients) in three compiled calls (``rapidrl.kernels.sac``), the matmuls and the
-        MLP backward in PyTorch (``rapidrl.nn.mlp_grad``): the same update in a fraction of the PyTorch calls, and
-        the actor's backward over the B rows of s only.
+        (sampling, losses, their gradients) in three compiled calls (``rapidrl.kernels.sac``), the actor's forward
+        and backward compiled (``rapidrl.kernels.mlp``), the critic ensemble's in PyTorch (``rapidrl.nn.mlp_grad``):
+        the same update in a fraction of the PyTorch calls, and the actor's backward over the B rows of s only.
 
         The critics evaluate (s, a) and (s, a ~ pi(s)) in one batched pass over 2B rows; the parameter
         gradients come from the first B rows (critic loss), the action gradient of the actor loss from the
@@ -138,11 +138,11 @@ class SAC(OffPolicyAlgorithm):
         c, actor = self.config, self.actor
         b, act_dim = batch.obs.shape[0], batch.actions.shape[1]
         lo, hi = actor.log_std_min, actor.log_std_max
-        head, actor_inputs = mlp_forward(torch.cat([batch.obs, batch.next_obs]), self._actor_layers, "relu")
-        noise = torch.randn(2 * b, act_dim, device=head.device)
+        head = self._actor_grad(torch.cat([batch.obs, batch.next_obs]).numpy())  # [2B, 2A]
+        noise = torch.randn(2 * b, act_dim)
         actions_pi, log_prob = torch.empty_like(noise), torch.empty(2 * b)
         saved = (torch.empty_like(noise), torch.empty_like(noise), torch.empty_like(noise))
-        sac_kernels.squash(head.numpy(), noise.numpy(), self._scale_np, self._center_np, lo, hi,
+        sac_kernels.squash(head, noise.numpy(), self._scale_np, self._center_np, lo, hi,
                            actions_pi.numpy(), log_prob.numpy(), *(t.numpy() for t in saved))
         critic_w, critic_b = list(self.critic.weights), list(self.critic.biases)
         target_w, target_b = list(self.critic_target.weights), list(self.critic_target.biases)
@@ -157,11 +157,11 @@ class SAC(OffPolicyAlgorithm):
                               log_prob.numpy(), alpha, log_alpha if self.tune_alpha else 0.0, self.target_entropy,
                               d_q_both.numpy(), out.numpy())
         d_x = ensemble_backward(d_q_both.unsqueeze(-1), critic_inputs, critic_w, critic_b, param_rows=b)
-        d_head = torch.empty(b, 2 * act_dim)
+        d_head = np.empty((b, 2 * act_dim), np.float32)
         sac_kernels.squash_backward(d_x.numpy(), alpha / b, noise[:b].numpy(), self._scale_np,
-                                    *(t[:b].numpy() for t in saved), lo, hi, d_head.numpy())
+                                    *(t[:b].numpy() for t in saved), lo, hi, d_head)
         stats, d_log_alpha = out[:6], out[6:]
-        mlp_backward(d_head, [x[:b] for x in actor_inputs], self._actor_layers, "relu")
+        self._actor_grad.backward(d_head)  # the B rows of s -> the actor's .grad
         if self.tune_alpha:  # into the existing .grad: optimizer_step keeps its views while tensors stay
             if self.log_alpha.grad is None:
                 self.log_alpha.grad = torch.empty_like(self.log_alpha)

@@ -37,67 +37,18 @@ import math
 import numba
 import numpy as np
 
-from rapidrl.kernels import activations, adam
-from rapidrl.kernels.activations import tanh_inplace
+from rapidrl.kernels import activations, adam, distributions, mlp
+from rapidrl.kernels import advantages as advantage_kernels
 from rapidrl.kernels.adam import clip_and_count_unchecked
+from rapidrl.kernels.advantages import ADVANTAGE_EPS
 from rapidrl.kernels.cache import invalidate_stale_cache
-
-LOG_2PI = math.log(2.0 * math.pi)
+from rapidrl.kernels.distributions import categorical_entropy, gaussian_entropy, gaussian_log_prob, log_sum_exp
+from rapidrl.kernels.mlp import RELU, TANH
+from rapidrl.kernels.mlp import backward as mlp_backward
+from rapidrl.kernels.mlp import forward as mlp_forward
 
 NORM_NONE, NORM_MINIBATCH, NORM_BATCH = 0, 1, 2
 STAT_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _forward(x, params, shapes, first, n_layers, relu):  # pragma: no cover
-    """MLP forward: returns the output and the input of every layer (list, inputs[0] = x)."""
-    inputs = [x]
-    h = x
-    for l in range(n_layers):
-        k = first + 2 * l
-        w = params[k].reshape((shapes[k, 0], shapes[k, 1]))
-        b = params[k + 1]
-        z = np.dot(h, w.T)
-        for r in range(z.shape[0]):
-            for j in range(z.shape[1]):
-                z[r, j] += b[j]
-        if l < n_layers - 1:
-            if relu:
-                for r in range(z.shape[0]):
-                    for j in range(z.shape[1]):
-                        if z[r, j] < 0.0:
-                            z[r, j] = 0.0
-            else:
-                tanh_inplace(z)
-            inputs.append(z)
-        h = z
-    return h, inputs
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _backward(d_out, inputs, params, grads, shapes, first, n_layers, relu):  # pragma: no cover
-    """Write d loss / d (weight, bias) of every layer into ``grads`` given d loss / d out [B, O]."""
-    d = d_out
-    for l in range(n_layers - 1, -1, -1):
-        k = first + 2 * l
-        x = inputs[l]
-        gw = grads[k].reshape((shapes[k, 0], shapes[k, 1]))
-        gw[:, :] = np.dot(d.T, x)
-        gb = grads[k + 1]
-        gb[:] = 0.0
-        for r in range(d.shape[0]):
-            for j in range(d.shape[1]):
-                gb[j] += d[r, j]
-        if l > 0:
-            w = params[k].reshape((shapes[k, 0], shapes[k, 1]))
-            d = np.dot(d, w)  # [B, in] = d loss / d (output of layer l-1's activation)
-            for r in range(d.shape[0]):
-                for j in range(d.shape[1]):
-                    if relu:
-                        if x[r, j] <= 0.0:
-                            d[r, j] = 0.0
-                    else:
-                        d[r, j] *= 1.0 - x[r, j] * x[r, j]
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -118,13 +69,14 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps):  
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_probs, old_values, advantages, returns,
                perm, batch_size, norm_mode, batch_mean, batch_std, params, grads, exp_avgs, exp_avg_sqs, steps,
-               shapes, n_actor, n_critic, relu, actor_lo, actor_hi, critic_lo, critic_hi, clip_coef, clip_vloss,
-               ent_coef, vf_coef, max_grad_norm, lr, beta1, beta2, eps, stats_out):  # pragma: no cover
+               actor, critic, act, actor_lo, actor_hi, critic_lo, critic_hi, clip_coef, clip_vloss, ent_coef, vf_coef,
+               max_grad_norm, lr, beta1, beta2, eps, stats_out):  # pragma: no cover
     total = perm.shape[0]
     n_mb = 0
-    log_std_k = 2 * (n_actor + n_critic)
+    log_std_k = len(params) - 1
     same_input = actor_lo == critic_lo and actor_hi == critic_hi
-    actor_first = np.int64(0)  # a typed int, not a literal 0: one specialization of _forward and _backward
+    aws, abs_, agws, agbs, ahs, head_scratch = actor
+    cws, cbs, cgws, cgbs, chs, values_scratch = critic
     for start in range(0, total, batch_size):
         m = min(batch_size, total - start)
         idx = perm[start:start + m]
@@ -141,12 +93,13 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
                 xc[r] = obs[idx[r], critic_lo:critic_hi]
         if norm_mode == NORM_MINIBATCH:
             mean = adv.mean()
-            std = math.sqrt(((adv - mean) ** 2).mean()) + 1e-8
+            std = math.sqrt(((adv - mean) ** 2).mean()) + ADVANTAGE_EPS
             adv = (adv - mean) / std
         elif norm_mode == NORM_BATCH:
             adv = (adv - batch_mean) / batch_std
-        head, actor_inputs = _forward(x, params, shapes, actor_first, n_actor, relu)
-        values, critic_inputs = _forward(xc, params, shapes, 2 * n_actor, n_critic, relu)
+        mlp_forward(x, aws, abs_, act, ahs, head_scratch)
+        mlp_forward(xc, cws, cbs, act, chs, values_scratch)
+        head, values = head_scratch[:m], values_scratch[:m]
         d_head = np.zeros_like(head)
         d_values = np.empty((m, 1), np.float32)
         n_act = head.shape[1]
@@ -156,28 +109,18 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
             log_std = params[log_std_k]
             ent_row = 0.0
             for j in range(n_act):
-                ent_row += log_std[j] + 0.5 + 0.5 * LOG_2PI
+                ent_row += gaussian_entropy(log_std[j])
         for r in range(m):
             i = idx[r]
             a_r = adv[r]
             if discrete:
-                mx = head[r, 0]
-                for j in range(1, n_act):
-                    mx = max(mx, head[r, j])
-                s = 0.0
-                for j in range(n_act):
-                    s += math.exp(head[r, j] - mx)
-                lse = mx + math.log(s)
-                ent = 0.0
-                for j in range(n_act):
-                    lp = head[r, j] - lse
-                    ent -= math.exp(lp) * lp
+                lse = log_sum_exp(head[r])
+                ent = categorical_entropy(head[r], lse)
                 new_logp = head[r, actions_discrete[i]] - lse
             else:
                 new_logp = 0.0
                 for j in range(n_act):
-                    z = (actions_continuous[i, j] - head[r, j]) * math.exp(-log_std[j])
-                    new_logp += -0.5 * z * z - log_std[j] - 0.5 * LOG_2PI
+                    new_logp += gaussian_log_prob(actions_continuous[i, j], head[r, j], log_std[j])
                 ent = ent_row
             log_ratio = new_logp - old_log_probs[i]
             ratio = math.exp(log_ratio)
@@ -220,8 +163,8 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
             else:
                 d_values[r, 0] = v_err * (vf_coef / m)
                 v_sum += 0.5 * v_err * v_err
-        _backward(d_head, actor_inputs, params, grads, shapes, actor_first, n_actor, relu)
-        _backward(d_values, critic_inputs, params, grads, shapes, 2 * n_actor, n_critic, relu)
+        mlp_backward(d_head, x, ahs, aws, act, agws, agbs)
+        mlp_backward(d_values, xc, chs, cws, act, cgws, cgbs)
         if not discrete:
             g = grads[log_std_k]
             for j in range(n_act):
@@ -290,11 +233,34 @@ class PPOEpochKernel:
                                  "layer takes")
         if shapes[2 * (n_actor + n_critic) - 2, 0] != 1:
             raise ValueError("the critic must output one value")
-        self.args = (params, grads, exp_avgs, exp_avg_sqs, steps, shapes, n_actor, n_critic, relu, *actor_columns,
-                     *critic_columns)
+        if n_actor < 2 or n_critic < 2:
+            raise ValueError("the actor and the critic need at least one hidden layer each")
+
+        def layout(flat: tuple, first: int, n: int) -> tuple[tuple, tuple]:
+            """Layers first..first+n-1 of ``flat`` in ``rapidrl.kernels.mlp``'s layout: (weights [out, in], biases)."""
+            return (tuple(flat[first + 2 * l].reshape(tuple(shapes[first + 2 * l])) for l in range(n)),
+                    tuple(flat[first + 2 * l + 1] for l in range(n)))
+
+        self.actor = (*layout(params, 0, n_actor), *layout(grads, 0, n_actor))  # ws, bs, gws, gbs
+        self.critic = (*layout(params, 2 * n_actor, n_critic), *layout(grads, 2 * n_actor, n_critic))
+        self.args = (params, grads, exp_avgs, exp_avg_sqs, steps)  # the flat arrays of Adam and clipping
+        self.columns = (*actor_columns, *critic_columns)
+        self.act = RELU if relu else TANH
         self.discrete = discrete
         self.obs_dim = max(actor_columns[1], critic_columns[1])
         self.n_out = int(shapes[2 * n_actor - 2, 0])
+        self._scratch: dict[int, tuple] = {}  # batch_size -> (actor's, critic's (hidden activations, output))
+
+    def _scratch_for(self, batch_size: int) -> tuple[tuple, tuple]:
+        """The forward's scratch for minibatches of up to ``batch_size`` rows: (hidden activations, output) of the
+        actor and of the critic."""
+        if batch_size not in self._scratch:
+            def scratch(ws: tuple) -> tuple:
+                return (tuple(np.zeros((batch_size, w.shape[0]), np.float32) for w in ws[:-1]),
+                        np.zeros((batch_size, ws[-1].shape[0]), np.float32))
+
+            self._scratch = {batch_size: (scratch(self.actor[0]), scratch(self.critic[0]))}
+        return self._scratch[batch_size]
 
     def __call__(self, obs, actions, old_log_probs, old_values, advantages, returns, perm, *, batch_size: int,
                  norm_mode: int, batch_mean: float, batch_std: float, clip_coef: float, clip_vloss: bool,
@@ -329,12 +295,15 @@ class PPOEpochKernel:
         if norm_mode not in (NORM_NONE, NORM_MINIBATCH, NORM_BATCH):
             raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
         stats = np.zeros((-(-total // batch_size), 5), np.float64)
+        actor_scratch, critic_scratch = self._scratch_for(batch_size)
         _ppo_epoch(obs, a_d, a_c, self.discrete, old_log_probs, old_values, advantages, returns, perm, batch_size,
-                   norm_mode, float(batch_mean), float(batch_std), *self.args, float(clip_coef), bool(clip_vloss),
+                   norm_mode, float(batch_mean), float(batch_std), *self.args, (*self.actor, *actor_scratch),
+                   (*self.critic, *critic_scratch), self.act, *self.columns, float(clip_coef), bool(clip_vloss),
                    float(ent_coef), float(vf_coef), float(max_grad_norm), float(lr), float(beta1), float(beta2),
                    float(eps), stats)
         return stats
 
 
-# The epoch calls jitted functions of other modules (activations, Adam's clipping): recompile it when they change.
-invalidate_stale_cache(_ppo_epoch, [activations.__file__, adam.__file__, __file__])
+# The epoch calls jitted functions and constants of other modules: recompile it when they change.
+invalidate_stale_cache(_ppo_epoch, [m.__file__ for m in (activations, adam, advantage_kernels, distributions, mlp)]
+                       + [__file__])

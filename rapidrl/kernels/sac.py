@@ -18,10 +18,12 @@ import math
 import numba
 import numpy as np
 
+from rapidrl.kernels import distributions
+from rapidrl.kernels.cache import invalidate_stale_cache
+from rapidrl.kernels.distributions import squashed_gaussian_log_prob
 from rapidrl.kernels.validation import check_array, check_like
 
 F32 = np.dtype(np.float32)
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -38,10 +40,7 @@ def _squash(head, noise, scale, center, log_std_min, log_std_max, actions, log_p
             eps = noise[r, j]
             u = head[r, j] + eps * s
             t = math.tanh(u)
-            # log N(u) - log |d a / d u|, with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))
-            softplus = max(-2.0 * u, 0.0) + math.log1p(math.exp(-abs(2.0 * u)))
-            total += (-0.5 * eps * eps - log_std - 0.5 * _LOG_2PI
-                      - (math.log(scale[j]) + 2.0 * (math.log(2.0) - u - softplus)))
+            total += squashed_gaussian_log_prob(eps, log_std, u, scale[j])
             actions[r, j] = center[j] + scale[j] * t
             tanh_u[r, j] = t
             std[r, j] = s
@@ -156,3 +155,7 @@ def loss_head(q_both: np.ndarray, next_q: np.ndarray, rewards: np.ndarray, disco
     check_like("out", out, like="next_q", dtype=F32, shape=(7,))
     _loss_head(q_both, next_q, rewards, discounts, log_prob, float(alpha), float(log_alpha), float(target_entropy),
                d_q, out)
+
+
+# _squash calls the distribution formulas of another module: recompile it when they change.
+invalidate_stale_cache(_squash, [distributions.__file__, __file__])

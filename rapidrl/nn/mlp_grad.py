@@ -1,73 +1,20 @@
-"""Forward and backward of MLPs by hand: a few large PyTorch calls, no autograd graph.
+"""Forward and backward of the critic ensemble by hand: a few large PyTorch calls, no autograd graph.
 
-For the small MLPs of on-policy RL an autograd update costs ~2 ms on this CPU, nearly all of it per-op
-overhead (~150 graph nodes). Writing the backward of ``Linear -> tanh/relu`` stacks explicitly takes
-about a quarter of the calls and writes gradients straight into each parameter's ``.grad`` (``out=``),
-so the optimizer and gradient clipping are PyTorch's own. Tests compare every gradient with autograd.
-
-Two layouts: ``nn.Sequential`` MLPs (``mlp_forward``/``mlp_backward``) and the stacked weights
-``[n, in, out]`` of ``rapidrl.nn.qnets.CriticEnsemble`` (``ensemble_forward``/``ensemble_backward``, one
-batched matmul per layer for all members, ReLU between layers).
+For the small networks of off-policy RL an autograd update costs ~2 ms on this CPU, nearly all of it per-op
+overhead. Writing the backward of the stacked weights ``[n, in, out]`` of ``rapidrl.nn.qnets.CriticEnsemble``
+explicitly (one batched matmul per layer for all members, ReLU between layers) takes about a quarter of the calls
+and writes gradients straight into each parameter's ``.grad`` (``out=``), so the optimizer and gradient clipping
+are PyTorch's own (SAC's compiled backend). Tests compare every gradient with autograd. (A plain MLP's forward and
+backward in compiled code: ``rapidrl.kernels.mlp``.)
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
-from torch import nn
 
-from rapidrl._unsafe.torch_private import relu_backward as _relu_backward
+from rapidrl._unsafe.torch_private import relu_backward
 
-
-class Layer(NamedTuple):
-    """One Linear layer's parameters as the hand-written passes use them, ``weight_t`` being the transposed
-    view of ``weight`` made once (a view follows every in-place update of the weight)."""
-
-    weight: nn.Parameter  # [out, in]
-    bias: nn.Parameter  # [out]
-    weight_t: torch.Tensor  # [in, out], a view of weight
-
-
-def linear_layers(modules) -> list[Layer]:
-    """The Linear layers of an MLP built by ``rapidrl.nn.mlp`` (or any sequence of modules), in order."""
-    return [Layer(m.weight, m.bias, m.weight.detach().t()) for m in modules if isinstance(m, nn.Linear)]
-
-
-@torch.no_grad()
-def mlp_forward(x: torch.Tensor, layers: list[Layer], activation: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """x [B, I] -> (out [B, O], inputs of every layer [x, h1, ..., h_{L-1}]) for ``mlp_backward``."""
-    inputs = [x]
-    h = x
-    last = len(layers) - 1
-    for i, layer in enumerate(layers):
-        h = torch.addmm(layer.bias, h, layer.weight_t)
-        if i < last:
-            h = h.tanh_() if activation == "tanh" else h.relu_()
-            inputs.append(h)
-    return h, inputs
-
-
-@torch.no_grad()
-def mlp_backward(d_out: torch.Tensor, inputs: list[torch.Tensor], layers: list[Layer], activation: str) -> None:
-    """Write d loss / d (weight, bias) of every layer into ``.grad`` given d loss / d out [B, O]."""
-    d = d_out
-    for i in range(len(layers) - 1, -1, -1):
-        layer, x = layers[i], inputs[i]
-        if layer.weight.grad is None:
-            layer.weight.grad = torch.empty_like(layer.weight)
-            layer.bias.grad = torch.empty_like(layer.bias)
-        torch.mm(d.t(), x, out=layer.weight.grad)
-        torch.sum(d, 0, out=layer.bias.grad)
-        if i > 0:
-            d = torch.mm(d, layer.weight)  # d loss / d x_i, x_i = act(z_{i-1})
-            d = d.mul_(1.0 - x * x) if activation == "tanh" else relu_backward(d, x)
-
-
-def relu_backward(d: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """d loss / d z from d loss / d relu(z) and ``out`` = relu(z): zero where out is 0 (one kernel,
-    ``rapidrl._unsafe.torch_private.relu_backward``)."""
-    return _relu_backward(d, out)
+__all__ = ["ensemble_backward", "ensemble_forward"]
 
 
 @torch.no_grad()

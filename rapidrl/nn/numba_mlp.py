@@ -1,84 +1,29 @@
-"""A multilayer perceptron's forward pass compiled with Numba, reading PyTorch's weights zero-copy (CPU float32).
-
-``mlp_into`` is the compiled kernel (other compiled code calls it: the fused rollout collector,
-``rapidrl.train.fused``); ``MLPForward`` wraps it for acting on a few observations from Python (DQN's and
-SAC's acting on the CPU). Weights are NumPy views of the parameters (``mlp_arrays``), so optimizer steps are
-seen without copying. Layer layout is PyTorch's: ``w [out, in]``, ``b [out]``.
+"""The PyTorch side of the compiled MLP (``rapidrl.kernels.mlp``, CPU float32): zero-copy NumPy views of an
+``nn.Sequential`` MLP's parameters and gradients in that kernel's layout (``w [out, in]``, ``b [out]``: PyTorch's),
+acting on a few observations from Python (``MLPForward``: DQN's and SAC's acting on the CPU), and the forward and
+backward of an update writing straight into each parameter's ``.grad`` (``MLPGrad``: DQN's and SAC's compiled
+gradient backends). The views follow every optimizer step without copying.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+import torch
+from torch import nn
 
-from rapidrl.kernels.activations import tanh_f32
+from rapidrl.kernels.mlp import ACTIVATION_CODES, backward, forward
 
-__all__ = ["ACTING_FORWARD_MAX_ROWS", "ACTIVATION_CODES", "BLAS_MIN_ROWS", "MLPForward", "mlp_arrays", "mlp_into"]
-
-ACTIVATION_CODES = {"tanh": 1, "relu": 2}
-_FAST = {"reassoc", "contract"}
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _linear(x, w, b, out, act):
-    """out[n, o] = act(b[o] + sum_i x[n, i] w[o, i]); x [N, I], w [O, I] (torch layout), out [N, O]."""
-    n_rows, n_in = x.shape
-    n_out = w.shape[0]
-    for n in range(n_rows):
-        for o in range(n_out):
-            s = b[o]
-            for i in range(n_in):
-                s += x[n, i] * w[o, i]
-            if act == 1:
-                s = tanh_f32(s)
-            elif act == 2:
-                s = max(s, np.float32(0.0))
-            out[n, o] = s
+__all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays"]
 
 
-BLAS_MIN_ROWS = 64
-"""From this many rows on, ``mlp_into`` multiplies through BLAS (one sgemm per layer) instead of scalar loops:
-measured on PPO CartPole at 1024-4096 envs, collection went from 39% to 29% of the run (200k -> 235k SPS)."""
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _linear_blas(x, w, b, out, act):
-    """``_linear`` with the product through BLAS: out = act(x w^T + b)."""
-    out[:, :] = np.dot(x, w.T)
-    for n in range(out.shape[0]):
-        for o in range(out.shape[1]):
-            s = out[n, o] + b[o]
-            if act == 1:
-                s = tanh_f32(s)
-            elif act == 2:
-                s = max(s, np.float32(0.0))
-            out[n, o] = s
-
-
-@numba.njit(cache=True)
-def mlp_into(x, ws, bs, hs, act, out):
-    """MLP forward: x [N, I] -> out [N, O]; ws/bs/hs tuples of weights, biases, hidden scratch [N, H_l]."""
-    cur = x
-    n_hidden = len(hs)
-    blas = x.shape[0] >= BLAS_MIN_ROWS
-    linear_out = np.int64(0)  # no activation; a typed int, not a literal 0: one specialization of each layer
-    for layer in range(n_hidden):
-        if blas:
-            _linear_blas(cur, ws[layer], bs[layer], hs[layer], act)
-        else:
-            _linear(cur, ws[layer], bs[layer], hs[layer], act)
-        cur = hs[layer]
-    if blas:
-        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out, linear_out)
-    else:
-        _linear(cur, ws[n_hidden], bs[n_hidden], out, linear_out)
+def linear_layers(seq) -> list[nn.Linear]:
+    """The Linear layers of an MLP (an ``nn.Sequential`` or any sequence of modules), in order."""
+    return [m for m in seq if isinstance(m, nn.Linear)]
 
 
 def mlp_arrays(seq) -> tuple[tuple, tuple]:
-    """Zero-copy NumPy views of the weights and biases of an ``nn.Sequential`` of Linear/activation."""
-    from torch import nn
-
-    linears = [m for m in seq if isinstance(m, nn.Linear)]
+    """Zero-copy NumPy views (ws, bs) of the weights [out, in] and biases [out] of an MLP's Linear layers."""
+    linears = linear_layers(seq)
     return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
 
 
@@ -98,20 +43,70 @@ class MLPForward:
         """seq: the MLP's modules in order (an ``nn.Sequential`` or a list of Linear and activation modules)."""
         self.ws, self.bs = mlp_arrays(seq)
         if any(w.dtype != np.float32 for w in self.ws):
-            raise TypeError("MLPForward needs float32 CPU parameters")
+            raise TypeError(f"{type(self).__name__} needs float32 CPU parameters")
+        if len(self.ws) < 2:
+            raise ValueError(f"{type(self).__name__} needs an MLP with at least one hidden layer")
         self.act = ACTIVATION_CODES[activation]
         self.in_dim = self.ws[0].shape[1]
         self._buffers: dict[int, tuple[tuple, np.ndarray]] = {}  # rows -> (hidden scratch, output)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x [N, I] -> [N, O] (float32; other dtypes are converted)."""
+        return self._forward(x)[2]
+
+    def _forward(self, x: np.ndarray) -> tuple[np.ndarray, tuple, np.ndarray]:
+        """(x as the kernel read it, hidden activations, output) of one forward."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.in_dim:
-            raise ValueError(f"MLPForward expects observations of shape (N, {self.in_dim}), got {x.shape}")
+            raise ValueError(f"{type(self).__name__} expects inputs of shape (N, {self.in_dim}), got {x.shape}")
         rows = x.shape[0]
         if rows not in self._buffers:
             self._buffers[rows] = (tuple(np.zeros((rows, w.shape[0]), np.float32) for w in self.ws[:-1]),
                                    np.zeros((rows, self.ws[-1].shape[0]), np.float32))
         hidden, out = self._buffers[rows]
-        mlp_into(x, self.ws, self.bs, hidden, self.act, out)
+        forward(x, self.ws, self.bs, self.act, hidden, out)
+        return x, hidden, out
+
+
+class MLPGrad(MLPForward):
+    """``MLPForward`` plus the backward of an update: ``backward(d_out)`` writes d loss / d (weight, bias) of every
+    Linear layer into its ``.grad`` (created where missing; overwritten, not accumulated) through the last call's
+    saved activations, so the optimizer steps as after autograd (``tests/test_kernels_mlp.py`` compares them)."""
+
+    def __init__(self, seq, activation: str):
+        super().__init__(seq, activation)
+        self._params = [p for m in linear_layers(seq) for p in (m.weight, m.bias)]
+        self._grads: tuple[list, tuple, tuple] | None = None  # (.grad tensors, their views gws, gbs)
+        self._last: tuple[np.ndarray, tuple] | None = None  # (x, hidden activations) of the last call
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """x [N, I] -> [N, O], keeping what ``backward`` needs (x and the hidden activations)."""
+        x, hidden, out = self._forward(x)
+        self._last = (x, hidden)
         return out
+
+    def backward(self, d_out: np.ndarray) -> None:
+        """d loss / d out [R, O] (float32) for the first R rows of the last call -> each layer's ``.grad``."""
+        if self._last is None:
+            raise RuntimeError("MLPGrad.backward needs a forward call first")
+        x, hidden = self._last
+        out_dim = self.ws[-1].shape[0]
+        if not (isinstance(d_out, np.ndarray) and d_out.dtype == np.float32 and d_out.ndim == 2
+                and d_out.shape[1] == out_dim and d_out.shape[0] <= x.shape[0] and d_out.flags.c_contiguous):
+            raise ValueError(f"d_out must be a C-contiguous float32 array of shape (R <= {x.shape[0]}, {out_dim}), "
+                             f"got {getattr(d_out, 'dtype', type(d_out).__name__)} {getattr(d_out, 'shape', '')}")
+        gws, gbs = self._grad_views()
+        backward(d_out, x, hidden, self.ws, self.act, gws, gbs)
+
+    def _grad_views(self) -> tuple[tuple, tuple]:
+        """Views of the parameters' ``.grad`` in the kernel's layout, rebuilt when a ``.grad`` object was replaced
+        (``zero_grad(set_to_none=True)``, loading a checkpoint)."""
+        grads = [p.grad for p in self._params]
+        if self._grads is None or any(a is not b for a, b in zip(self._grads[0], grads)):
+            for p in self._params:
+                if p.grad is None or not p.grad.is_contiguous():
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            grads = [p.grad for p in self._params]
+            views = [g.numpy() for g in grads]
+            self._grads = (grads, tuple(views[0::2]), tuple(views[1::2]))
+        return self._grads[1], self._grads[2]

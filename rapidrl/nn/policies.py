@@ -17,11 +17,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from rapidrl.nn.distributions import (
+    categorical_entropy,
+    categorical_log_probs,
+    gaussian_entropy,
+    gaussian_log_prob,
+    tanh_log_jacobian,
+)
 from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.encoders import encoder_for, make_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
-LOG_2PI = math.log(2.0 * math.pi)
 
 
 def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
@@ -167,17 +173,15 @@ class ActorCritic(nn.Module):
     # -- distributions ----------------------------------------------------------------------------
     def _gaussian_logp(self, mean: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
         """Sum over action dims of N(raw; mean, exp(log_std)) log-density [B]."""
-        z = (raw - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
+        return gaussian_log_prob(raw, mean, self.log_std)
 
     def squash_log_jacobian(self, raw: torch.Tensor) -> torch.Tensor:
         """log |d action / d raw| summed over dims [B] for the scaled tanh squash."""
-        half_range = (self.action_high - self.action_low) / 2
-        return (torch.log(half_range) + 2.0 * (math.log(2.0) - raw - nn.functional.softplus(-2.0 * raw))).sum(-1)
+        return tanh_log_jacobian(raw, (self.action_high - self.action_low) / 2)
 
     def _multi_logp(self, out: torch.Tensor) -> list[torch.Tensor]:
         """Per-component log-probabilities: out [B, sum(nvec)] -> [[B, n_k] for each component k]."""
-        return [torch.log_softmax(chunk, -1) for chunk in torch.split(out, self.nvec, dim=-1)]
+        return [categorical_log_probs(chunk) for chunk in torch.split(out, self.nvec, dim=-1)]
 
     def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
         """Map a policy sample to the env's action (clip to bounds or scaled tanh; MultiDiscrete: + start)."""
@@ -202,7 +206,7 @@ class ActorCritic(nn.Module):
     def _sample(self, out: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor output [B, A] -> (raw actions, log_probs [B]), sampled from torch's global generator."""
         if self.discrete:
-            logp_all = torch.log_softmax(out, -1)
+            logp_all = categorical_log_probs(out)
             if deterministic:
                 actions = out.argmax(-1)
             else:
@@ -233,18 +237,17 @@ class ActorCritic(nn.Module):
     def _score(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor output [B, A] and stored raw actions -> (log_probs [B], entropy [B])."""
         if self.discrete:
-            logp_all = torch.log_softmax(out, -1)
+            logp_all = categorical_log_probs(out)
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
-            return logp, entropy
+            return logp, categorical_entropy(logp_all)
         if self.multi:  # independent components: log-probs and entropies add
             parts = self._multi_logp(out)
             a = actions.long()
             logp = sum(lp.gather(-1, a[:, k:k + 1]).squeeze(-1) for k, lp in enumerate(parts))
-            entropy = sum(-(lp.exp() * lp).sum(-1) for lp in parts)
+            entropy = sum(categorical_entropy(lp) for lp in parts)
             return logp, entropy
         logp = self._gaussian_logp(out, actions)
         if self.squash == "tanh":
             logp = logp - self.squash_log_jacobian(actions)
-        entropy = (self.log_std + 0.5 + 0.5 * LOG_2PI).sum().expand(out.shape[0])
+        entropy = gaussian_entropy(self.log_std).expand(out.shape[0])
         return logp, entropy

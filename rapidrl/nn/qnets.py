@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from rapidrl.nn.batch_renorm import BatchRenorm
+from rapidrl.nn.distributions import squashed_gaussian_log_prob
 from rapidrl.nn.dtypes import full_precision
-from rapidrl.nn.policies import LOG_2PI, mlp, orthogonal_init
+from rapidrl.nn.policies import mlp, orthogonal_init
 
 
 class QNetwork(nn.Module):
@@ -154,8 +155,7 @@ def squashed_gaussian(head: torch.Tensor, noise: torch.Tensor, scale: torch.Tens
     log_std = log_std_min + 0.5 * (log_std_max - log_std_min) * (tanh_raw + 1.0)
     std = log_std.exp()
     u = mean + noise * std
-    log_prob = (-0.5 * noise.square() - log_std - 0.5 * LOG_2PI).sum(-1)  # [B]
-    log_prob = log_prob - (torch.log(scale) + 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
+    log_prob = squashed_gaussian_log_prob(noise, log_std, u, scale)  # [B]
     tanh_u = torch.tanh(u)
     return center + scale * tanh_u, log_prob, (tanh_u, std, tanh_raw)
 

@@ -25,12 +25,17 @@ import numpy as np
 
 from rapidrl.envs.core import kernels as env_kernels
 from rapidrl.envs.core.kernels import step_envs, unpack
-from rapidrl.kernels import activations
+from rapidrl.kernels import distributions, mlp
 from rapidrl.kernels.cache import invalidate_stale_cache
-from rapidrl.nn import numba_mlp
-from rapidrl.nn.numba_mlp import ACTIVATION_CODES, mlp_arrays, mlp_into
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+from rapidrl.kernels.distributions import (
+    categorical_sample,
+    gaussian_log_prob,
+    log_sum_exp,
+    tanh_log_jacobian,
+)
+from rapidrl.kernels.mlp import ACTIVATION_CODES
+from rapidrl.kernels.mlp import forward as mlp_forward
+from rapidrl.nn.numba_mlp import mlp_arrays
 
 
 @numba.njit(cache=True)
@@ -66,7 +71,7 @@ def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std,
             need = True
     if need:
         _normalize(final_obs, mean, std, clip, use_norm, obs_norm_scratch)
-        mlp_into(obs_norm_scratch, cws, cbs, chs, act, values_scratch)
+        mlp_forward(obs_norm_scratch, cws, cbs, act, chs, values_scratch)
         for i in range(truncated.shape[0]):
             if truncated[i] and not terminated[i]:
                 out_final_values_t[i] = values_scratch[i, 0]
@@ -86,29 +91,16 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
     (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
      truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
-    n_actions = logits.shape[1]
     for t in range(n_steps):
         raw_obs[t] = obs
         _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-        mlp_into(b_obs[t], aws, abs_, ahs, act, logits)
-        mlp_into(b_obs[t], cws, cbs, chs, act, values)
+        mlp_forward(b_obs[t], aws, abs_, act, ahs, logits)
+        mlp_forward(b_obs[t], cws, cbs, act, chs, values)
         for i in range(n_envs):
-            m = logits[i, 0]
-            for k in range(1, n_actions):
-                m = max(m, logits[i, k])
-            total = 0.0
-            for k in range(n_actions):
-                total += math.exp(np.float64(logits[i, k]) - m)
-            u = np.random.random() * total  # noqa: NPY002
-            a = n_actions - 1
-            acc = 0.0
-            for k in range(n_actions):
-                acc += math.exp(np.float64(logits[i, k]) - m)
-                if u < acc:
-                    a = k
-                    break
+            lse = log_sum_exp(logits[i])
+            a = categorical_sample(logits[i], lse, np.random.random())  # noqa: NPY002
             b_actions[t, i] = a
-            b_log_probs[t, i] = np.float64(logits[i, a]) - m - math.log(total)
+            b_log_probs[t, i] = logits[i, a] - lse
             b_values[t, i] = values[i, 0]
         step_envs(env_code, state, b_actions[t], params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
@@ -136,8 +128,8 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
     for t in range(n_steps):
         raw_obs[t] = obs
         _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-        mlp_into(b_obs[t], aws, abs_, ahs, act, means)
-        mlp_into(b_obs[t], cws, cbs, chs, act, values)
+        mlp_forward(b_obs[t], aws, abs_, act, ahs, means)
+        mlp_forward(b_obs[t], cws, cbs, act, chs, values)
         for i in range(n_envs):
             logp = 0.0
             for d in range(n_dims):
@@ -145,12 +137,11 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
                 z = np.random.standard_normal()  # noqa: NPY002
                 raw = np.float32(means[i, d] + sd * z)
                 b_actions[t, i, d] = raw
-                zz = (np.float64(raw) - means[i, d]) / sd
-                logp += -0.5 * zz * zz - log_std[d] - _HALF_LOG_2PI
+                r = np.float64(raw)
+                logp += gaussian_log_prob(r, means[i, d], np.float64(log_std[d]))
                 if tanh_squash:
                     half = (np.float64(high[d]) - low[d]) / 2.0
-                    r = np.float64(raw)
-                    logp -= math.log(half) + 2.0 * (math.log(2.0) - r - math.log1p(math.exp(-2.0 * r)))
+                    logp -= tanh_log_jacobian(r, half)
                     env_actions[i, d] = low[d] + (math.tanh(r) + 1.0) * half
                 else:
                     env_actions[i, d] = min(max(raw, low[d]), high[d])
@@ -170,8 +161,8 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
 # The collectors inline the core's step loop: recompile them whenever its source changes (an env's own functions
 # are covered by its kernel key, which hashes their source).
 invalidate_stale_cache(collect_discrete, [m.__file__ for m in (env_kernels, env_kernels._bookkeeping,
-                                                                env_kernels._arena, env_kernels.rng, activations,
-                                                                numba_mlp)])
+                                                                env_kernels._arena, env_kernels.rng, distributions,
+                                                                mlp, mlp.activations)])
 
 
 @functools.cache

@@ -1,0 +1,113 @@
+"""One MLP forward and backward in compiled code (Numba, CPU float32), in PyTorch's parameter layout.
+
+The layout every compiled caller uses: a network of L Linear layers is ``ws``, a tuple of L weights [out_l, in_l]
+(``nn.Linear.weight``), and ``bs``, a tuple of L biases [out_l]; gradients have the same layout (``gws``, ``gbs``).
+``act`` is the hidden activation (``TANH`` or ``RELU``), applied after every layer but the last. ``hs`` is
+caller-owned scratch for the hidden activations, a tuple of L - 1 arrays [R_max, out_l]: ``forward`` writes the
+first R rows (R = rows of x) and ``backward`` reads them (they are the inputs of layers 1..L-1).
+``rapidrl.nn.numba_mlp`` gives zero-copy views of a PyTorch MLP's parameters and gradients in this layout.
+
+Callers: the fused rollout collector (``rapidrl.train.fused``), the compiled PPO epoch (``rapidrl.kernels.ppo_update``),
+DQN's and SAC's compiled updates and acting (``rapidrl.nn.numba_mlp``). ``tests/test_kernels_mlp.py`` compares
+forward and backward with PyTorch's autograd.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from rapidrl.kernels import activations
+from rapidrl.kernels.activations import tanh_f32
+from rapidrl.kernels.cache import invalidate_stale_cache
+
+__all__ = ["ACTIVATION_CODES", "BLAS_MIN_ROWS", "RELU", "TANH", "backward", "forward"]
+
+TANH, RELU = 1, 2
+ACTIVATION_CODES = {"tanh": TANH, "relu": RELU}
+_FAST = {"reassoc", "contract"}
+
+BLAS_MIN_ROWS = 64
+"""From this many rows on, ``forward`` multiplies through BLAS (one sgemm per layer) instead of scalar loops:
+measured on PPO CartPole at 1024-4096 envs, collection went from 39% to 29% of the run (200k -> 235k SPS)."""
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def _linear(x, w, b, out, act):  # pragma: no cover
+    """out[n, o] = act(b[o] + sum_i x[n, i] w[o, i]); x [N, I], w [O, I] (torch layout), out [N, O]."""
+    n_rows, n_in = x.shape
+    n_out = w.shape[0]
+    for n in range(n_rows):
+        for o in range(n_out):
+            s = b[o]
+            for i in range(n_in):
+                s += x[n, i] * w[o, i]
+            if act == TANH:
+                s = tanh_f32(s)
+            elif act == RELU:
+                s = max(s, np.float32(0.0))
+            out[n, o] = s
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def _linear_blas(x, w, b, out, act):  # pragma: no cover
+    """``_linear`` with the product through BLAS: out = act(x w^T + b)."""
+    out[:, :] = np.dot(x, w.T)
+    for n in range(out.shape[0]):
+        for o in range(out.shape[1]):
+            s = out[n, o] + b[o]
+            if act == TANH:
+                s = tanh_f32(s)
+            elif act == RELU:
+                s = max(s, np.float32(0.0))
+            out[n, o] = s
+
+
+@numba.njit(cache=True, nogil=True)
+def forward(x, ws, bs, act, hs, out):  # pragma: no cover
+    """MLP forward: x [R, I] -> out[:R] [R, O], the hidden activations into hs[l][:R]."""
+    rows = x.shape[0]
+    blas = rows >= BLAS_MIN_ROWS
+    n_hidden = len(hs)
+    no_act = np.int64(0)  # a typed int, not a literal 0: one specialization of each layer
+    cur = x
+    for layer in range(n_hidden):
+        h = hs[layer][:rows]
+        if blas:
+            _linear_blas(cur, ws[layer], bs[layer], h, act)
+        else:
+            _linear(cur, ws[layer], bs[layer], h, act)
+        cur = h
+    if blas:
+        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
+    else:
+        _linear(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def backward(d_out, x, hs, ws, act, gws, gbs):  # pragma: no cover
+    """Write d loss / d (weight, bias) of every layer into gws, gbs (overwriting them) from d loss / d out [R, O],
+    for the first R rows of the last ``forward`` (x and hs as it left them: R may be fewer rows than it ran)."""
+    rows = d_out.shape[0]
+    d = d_out
+    for layer in range(len(ws) - 1, -1, -1):
+        inp = x[:rows] if layer == 0 else hs[layer - 1][:rows]
+        gws[layer][:, :] = np.dot(d.T, inp)
+        gb = gbs[layer]
+        gb[:] = 0.0
+        for r in range(rows):
+            for j in range(d.shape[1]):
+                gb[j] += d[r, j]
+        if layer > 0:
+            d = np.dot(d, ws[layer])  # [R, in] = d loss / d (output of layer - 1's activation)
+            for r in range(rows):
+                for j in range(d.shape[1]):
+                    if act == RELU:
+                        if inp[r, j] <= 0.0:
+                            d[r, j] = 0.0
+                    else:
+                        d[r, j] *= 1.0 - inp[r, j] * inp[r, j]
+
+
+# The kernels inline the activations of another module: recompile them when it changes.
+invalidate_stale_cache(forward, [activations.__file__, __file__])

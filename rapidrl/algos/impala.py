@@ -19,14 +19,15 @@ import torch
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.buffers import normalize_advantages, vtrace_targets
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
+from rapidrl.train.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss, explained_variance
 from rapidrl.train.config import check_positive, require
 
 __all__ = ["IMPALA", "IMPALAConfig", "impala_loss"]
 
 
 @dataclass
-class IMPALAConfig(OnPolicyConfig):
+class IMPALAConfig(OnPolicyConfig, ActorCriticOptimizerConfig):
     num_steps: int = 32
     """Steps per env in each rollout (the V-trace unroll length)."""
     learning_rate: float = 1e-3
@@ -45,16 +46,11 @@ class IMPALAConfig(OnPolicyConfig):
     """Normalize the policy-gradient advantages over the rollout (mean 0, std 1)."""
     optimizer: str = "adam"
     """"adam" or "rmsprop" (the paper's)."""
-    rms_alpha: float = 0.99
-    """RMSprop smoothing constant."""
-    rms_eps: float = 1e-5
-    """RMSprop (and Adam) epsilon."""
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "rho_bar", "c_bar", "update_epochs", "rms_eps")
-        require(0.0 < self.rms_alpha < 1.0, f"rms_alpha must lie in (0, 1), got {self.rms_alpha}")
-        require(self.optimizer in ("rmsprop", "adam"), f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
+        self.validate_optimizer()
+        check_positive(self, "rho_bar", "c_bar", "update_epochs")
         require(self.device == "cpu" and self.env_device == "cpu",
                 "IMPALA runs on the CPU (its V-trace kernel is NumPy/Numba): device and env_device must be 'cpu'")
 
@@ -62,12 +58,10 @@ class IMPALAConfig(OnPolicyConfig):
 def impala_loss(log_probs: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor, vs: torch.Tensor,
                 pg_advantages: torch.Tensor, *, ent_coef: float, vf_coef: float
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """L = -E[A_vtrace log pi(a|s)] + vf_coef * 0.5 E[(vs - V(s))^2] - ent_coef * E[H]; every tensor [B]."""
-    pg_loss = -(pg_advantages * log_probs).mean()
-    v_loss = 0.5 * (vs - values).square().mean()
-    ent = entropy.mean()
-    loss = pg_loss + vf_coef * v_loss - ent_coef * ent
-    return loss, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
+    """L = -E[A_vtrace log pi(a|s)] + vf_coef * 0.5 E[(vs - V(s))^2] - ent_coef * E[H]; every tensor [B]
+    (``actor_critic_loss`` with V-trace's advantages and targets)."""
+    return actor_critic_loss(log_probs, entropy, values, pg_advantages, vs, ent_coef=ent_coef, vf_coef=vf_coef,
+                             value_scale=0.5)
 
 
 @register
@@ -80,11 +74,7 @@ class IMPALA(OnPolicyAlgorithm):
     supports_loss_masks = False
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        c = self.config
-        if c.optimizer == "adam":
-            return adam(self.policy.parameters(), c.learning_rate, eps=c.rms_eps)
-        return torch.optim.RMSprop(self.policy.parameters(), lr=c.learning_rate, alpha=c.rms_alpha, eps=c.rms_eps,
-                                   foreach=True)
+        return self.config.make_optimizer(self.policy.parameters(), self.config.learning_rate)
 
     def _update(self) -> None:
         c, policy, b = self.config, self.policy, self.buffer.tensors
@@ -114,8 +104,7 @@ class IMPALA(OnPolicyAlgorithm):
             return
         with torch.no_grad():
             rhos = (log_probs.detach().view(T, N) - b.log_probs).exp()
-            var_vs = float(vs.var(correction=0))
-            ev = 0.0 if var_vs == 0.0 else 1.0 - float((vs.reshape(-1) - values.detach()).var(correction=0)) / var_vs
+            ev = explained_variance(vs, values.detach())
         record = {f"losses/{k}": float(v) for k, v in stats.items()}
         record.update({"losses/explained_variance": ev, "losses/mean_rho": float(rhos.mean()),
                        "losses/clipped_rho_frac": float((rhos > c.rho_bar).float().mean()),

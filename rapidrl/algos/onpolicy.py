@@ -33,6 +33,7 @@ from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.nn.deploy import ActorCriticMode, NormalizeObs
 from rapidrl.nn.encoders import ENCODERS
 from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic, SegmentLayout
+from rapidrl.train.actor_critic import explained_variance
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
@@ -502,14 +503,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _explained_variance(self) -> float:
         """1 - Var[returns - values] / Var[returns] over the rollout (NaN-free: 0 when Var[returns] = 0)."""
-        v = self.buffer.values.reshape(-1)
-        r = self.buffer.returns.reshape(-1)
-        var_r = float(np.var(r)) if isinstance(r, np.ndarray) else float(torch.var(r, unbiased=False))
-        if var_r == 0.0:
-            return 0.0
-        diff = r - v
-        var_d = float(np.var(diff)) if isinstance(diff, np.ndarray) else float(torch.var(diff, unbiased=False))
-        return 1.0 - var_d / var_r
+        return explained_variance(self.buffer.returns, self.buffer.values)
 
     # -- persistence -----------------------------------------------------------------------------
     def _state(self) -> dict:

@@ -98,19 +98,20 @@ def test_other_optimizers_and_missing_grads_use_torch_step():
     assert all(torch.equal(b, a) for b, a in zip(before[1:], after[1:]))
 
 
-def test_clip_and_count_kernel_rejects_bad_arrays():
+def test_clip_and_count_kernel_and_its_checks():
     import numpy as np
 
-    from rapidrl.kernels.adam import clip_and_count
+    from rapidrl.kernels.adam import check_arrays, clip_and_count_unchecked
 
     g, step = np.full(4, 3.0, np.float32), np.zeros(1, np.float32)
-    assert clip_and_count((g,), (step,), 1.0) == pytest.approx(6.0)
+    check_arrays((g,), (step,))
+    assert clip_and_count_unchecked((g,), (step,), 1.0) == pytest.approx(6.0)
     assert step[0] == 1.0 and np.linalg.norm(g) == pytest.approx(1.0, rel=1e-5)
     with pytest.raises(TypeError, match="float32"):
-        clip_and_count((g.astype(np.float64),), (step,), 1.0)
+        check_arrays((g.astype(np.float64),), (step,))
     with pytest.raises(TypeError, match="contiguous"):
-        clip_and_count((np.zeros((4, 2), np.float32)[:, 0],), (step,), 1.0)
+        check_arrays((np.zeros((4, 2), np.float32)[:, 0],), (step,))
     with pytest.raises(ValueError, match="shape"):
-        clip_and_count((g,), (np.zeros(2, np.float32),), 1.0)
+        check_arrays((g,), (np.zeros(2, np.float32),))
     with pytest.raises(ValueError, match="tuple of 1"):
-        clip_and_count((g,), (), 1.0)
+        check_arrays((g,), ())

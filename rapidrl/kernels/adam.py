@@ -48,18 +48,11 @@ def clip_and_count_unchecked(grads, steps, max_norm) -> float:  # pragma: no cov
     return norm
 
 
-def clip_and_count(grads: tuple, steps: tuple, max_norm: float) -> float:
-    """Clip ``grads`` to global norm ``max_norm`` (<= 0: no clipping) and add 1 to every step counter, in
-    place, after checking every array (see ``clip_and_count_unchecked``). Returns the norm before clipping.
-    Callers that pass the same arrays repeatedly check once with ``check_arrays`` and call
-    ``clip_and_count_unchecked`` (the compiled PPO epoch calls it from compiled code)."""
-    check_arrays(grads, steps)
-    return clip_and_count_unchecked(grads, steps, float(max_norm))
-
-
 def check_arrays(grads: tuple, steps: tuple) -> None:
     """Raise unless ``grads`` is a non-empty tuple of writable contiguous 1-D float32 arrays and ``steps`` a
-    tuple of as many writable 1-element float32 arrays."""
+    tuple of as many writable 1-element float32 arrays: what ``clip_and_count_unchecked`` needs. Its callers pass
+    the same arrays repeatedly and check them once (``rapidrl.nn.optim.optimizer_step``; the compiled PPO epoch's
+    binding checks its own)."""
     if not isinstance(grads, tuple) or not grads:
         raise ValueError("grads must be a non-empty tuple of arrays")
     if not isinstance(steps, tuple) or len(steps) != len(grads):

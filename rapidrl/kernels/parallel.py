@@ -17,7 +17,6 @@ import numba
 # 8M elements (32 MB per float32 array); re-measure on an idle machine before lowering this.
 GAE_PARALLEL_MIN = 1 << 23
 ENV_STEP_PARALLEL_MIN = 32768
-ROW_PARALLEL_MIN = 1 << 16
 
 
 def num_threads() -> int:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rapidrl.envs import BuiltinVecEnv
-from rapidrl.envs.classic import get_spec, list_classic_control_envs
+from rapidrl.envs.classic import CLASSIC_ENVS, get_spec
 
 N = 6
 
@@ -108,7 +108,7 @@ def test_trajectories_match_gymnasium(env_id, kwargs, steps):
         assert counts["truncated"] > 0
 
 
-@pytest.mark.parametrize("env_id", list_classic_control_envs())
+@pytest.mark.parametrize("env_id", list(CLASSIC_ENVS))
 def test_spaces_match_gymnasium(env_id):
     env = BuiltinVecEnv(env_id, 3, seed=0)
     ref = gym.make(env_id)
@@ -131,7 +131,7 @@ INITIAL = {
 }
 
 
-@pytest.mark.parametrize("env_id", list_classic_control_envs())
+@pytest.mark.parametrize("env_id", list(CLASSIC_ENVS))
 def test_initial_state_distribution(env_id):
     n = 4000
     env = BuiltinVecEnv(env_id, n, seed=7)

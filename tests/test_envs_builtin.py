@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from rapidrl.envs import BuiltinVecEnv, ClosedEnvError
-from rapidrl.envs.classic import get_spec, list_classic_control_envs
+from rapidrl.envs.classic import CLASSIC_ENVS, get_spec
 from rapidrl.envs.core import kernels
 from rapidrl.kernels import parallel, rng
 
-ALL = list_classic_control_envs()
+ALL = list(CLASSIC_ENVS)
 
 
 def _policy(env, obs, t):

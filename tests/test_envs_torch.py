@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rapidrl.envs import BuiltinVecEnv, ClosedEnvError, TorchVecEnv
-from rapidrl.envs.classic import get_spec, list_classic_control_envs
+from rapidrl.envs.classic import CLASSIC_ENVS, get_spec
 
 N = 8
 # Numba reproduces Gymnasium's float32 rounding in MountainCarContinuous; torch runs it in float64.
@@ -20,7 +20,7 @@ def _actions(spec, rng):
     return rng.uniform(1.5 * spec.action_low, 1.5 * spec.action_high, (N, 1)).astype(np.float32)
 
 
-@pytest.mark.parametrize("env_id", list_classic_control_envs())
+@pytest.mark.parametrize("env_id", list(CLASSIC_ENVS))
 def test_same_trajectories_as_numba(env_id):
     spec = get_spec(env_id)
     limit = {"Acrobot-v1": 150, "MountainCarContinuous-v0": 300}.get(env_id)  # bound chaotic/f32 drift

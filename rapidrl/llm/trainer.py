@@ -432,10 +432,6 @@ class GRPOTrainer:
             records.append(self.step(batch))
         return records
 
-    def config_dict(self) -> dict:
-        """The full configuration, for logging with the run."""
-        return asdict(self.config)
-
 
 def response_logprobs(model: nn.Module, tokens: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """[B] sum of log-probs of the response tokens of right-padded ``tokens`` [B, T].

@@ -137,40 +137,6 @@ class EvalCallback(Callback):
         return self.reward_threshold is None or mean < self.reward_threshold
 
 
-class CheckpointCallback(Callback):
-    """Save the model every ``save_freq`` timesteps to ``directory/<prefix>_<steps>.pt``."""
-
-    def __init__(self, save_freq: int, directory: str | Path, prefix: str = "model"):
-        if save_freq <= 0:
-            raise ValueError("save_freq must be positive")
-        self.save_freq, self.directory, self.prefix = int(save_freq), Path(directory), prefix
-        self._next = 0
-        self.saved: list[Path] = []
-
-    def on_training_start(self, algo) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._next = algo.num_timesteps + self.save_freq
-
-    def on_update_end(self, algo) -> bool:
-        if algo.num_timesteps >= self._next and training_is_finite(algo):  # a non-finite state is never saved
-            self._next = algo.num_timesteps + self.save_freq
-            path = self.directory / f"{self.prefix}_{algo.num_timesteps}.pt"
-            algo.save(path)
-            self.saved.append(path)
-        return True
-
-
-class StopOnReward(Callback):
-    """Stop when the mean of the last ``window`` finished training episodes reaches ``threshold``."""
-
-    def __init__(self, threshold: float, window: int = 20):
-        self.threshold, self.window = float(threshold), int(window)
-
-    def on_update_end(self, algo) -> bool:
-        recent = algo.recent_returns(self.window)
-        return len(recent) < self.window or sum(recent) / len(recent) < self.threshold
-
-
 @contextmanager
 def signal_handlers(handlers: dict[signal.Signals, Callable]) -> Iterator[None]:
     """Install ``handlers`` (signal -> handler) while the block runs and restore the previous handlers after it. Off

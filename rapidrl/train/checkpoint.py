@@ -33,25 +33,20 @@ def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def newest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> tuple[int, Path] | None:
-    """(step, path) of the newest checkpoint; with_buffer: the newest whose replay buffer was saved too (else the
+def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> Path | None:
+    """The newest checkpoint in ``directory``; with_buffer: the newest whose replay buffer was saved too (else the
     newest). None when there is none."""
     found = list_checkpoints(directory)
     if with_buffer:
         found = [(step, p) for step, p in found if buffer_dir(p).is_dir()] or found
-    return found[-1] if found else None
-
-
-def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False) -> Path | None:
-    """The path of ``newest_checkpoint`` (None when there is none)."""
-    newest = newest_checkpoint(directory, with_buffer=with_buffer)
-    return newest[1] if newest else None
+    return found[-1][1] if found else None
 
 
 def resume_checkpoint(directory: str | os.PathLike, algo_class) -> tuple[int, Path] | None:
     """(step, path) of the checkpoint a resumed run of ``algo_class`` continues from: the newest, or for an
     algorithm with a replay buffer the newest whose buffer was saved too (so that its resume is exact)."""
-    return newest_checkpoint(directory, with_buffer=algo_class.has_replay_buffer)
+    path = latest_checkpoint(directory, with_buffer=algo_class.has_replay_buffer)
+    return None if path is None else (int(_NAME.match(path.name).group(1)), path)
 
 
 def buffer_dir(checkpoint: Path) -> Path:

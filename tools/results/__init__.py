@@ -62,7 +62,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 from rapidrl.runs.layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_CSV, SUMMARY_FILE, read_csv_metrics
 
-__all__ = ["ROWS", "Published", "Row", "draw_row", "main", "record_progress", "record_seed", "run_row", "write_page"]
+__all__ = ["ROWS", "ROWS_FILE", "Published", "Row", "draw_row", "load_rows", "main", "record_progress", "record_seed",
+           "run_row", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -23,11 +23,6 @@ CLASSIC_ENVS = {
 """Env id -> the module of ``rapidrl.envs.classic`` that defines it (imported on first use)."""
 
 
-def list_classic_control_envs() -> list[str]:
-    """Ids of the classic-control envs."""
-    return list(CLASSIC_ENVS)
-
-
 def module(env_id: str):
     """The module of classic env ``env_id`` (KeyError if it is not one)."""
     return importlib.import_module(f"rapidrl.envs.classic.{CLASSIC_ENVS[env_id]}")

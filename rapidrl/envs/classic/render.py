@@ -11,8 +11,6 @@ import math
 
 import numpy as np
 
-WHITE = (255, 255, 255)
-
 
 def _canvas(width: int, height: int) -> np.ndarray:
     return np.full((height, width, 3), 255, dtype=np.uint8)

@@ -54,8 +54,6 @@ class MultiAgentVecEnvBase:
         """Team returns of the episodes that ended (oldest dropped after 1000); ``pop_finished`` empties it."""
         self.finished_agent_returns: deque = deque(maxlen=1000)
         """Per-agent returns [N] (NaN for an agent that was never active) of the same episodes."""
-        self.active_log: list | None = None
-        """When a list, ``step`` appends a copy of ``active`` as it was for that step (MAPPO's loss mask)."""
         self._agent_ret_acc = np.zeros((e, self.num_agents), np.float64)
         self._agent_seen = np.zeros((e, self.num_agents), np.bool_)
 
@@ -78,8 +76,6 @@ class MultiAgentVecEnvBase:
         self._team_return += self._team_reward
         self._team_length += 1
         np.copyto(self._team_done, copy_ended)
-        if self.active_log is not None:
-            self.active_log.append(self._active.copy())
         act = self._active.reshape(self.num_copies, self.num_agents)
         self._agent_ret_acc += np.where(act, rew, 0.0)
         self._agent_seen |= act

@@ -214,7 +214,8 @@ def test_fire_is_pressed_only_in_games_with_fire_and_only_in_evaluation():
 
 def test_untrained_policy_evaluation_finishes_in_parallel(capsys):
     """An untrained PPO's evaluation on Breakout: 4 games in one batched env (4 envs), each ended by its lost
-    lives well before the frame limit, with progress output."""
+    lives well before the frame limit, scored by the env's raw rewards of each env's first game, with progress
+    output."""
     model = rr.PPO(ENV, num_envs=2, num_steps=8, minibatch_size=16, seed=0,
                    env_kwargs={"max_episode_frames": 40_000})
     env = model._get_eval_env(4)
@@ -223,11 +224,18 @@ def test_untrained_policy_evaluation_finishes_in_parallel(capsys):
     step = env.step
 
     def counted(actions):
-        steps.append(1)
-        return step(actions)
+        out = step(actions)
+        steps.append((out[1].copy(), out[2].copy(), out[3].copy()))  # rewards, terminated, truncated
+        return out
 
     env.step = counted
-    mean, _ = model.evaluate(4, progress=True)
+    mean, std = model.evaluate(4, progress=True)
     assert len(steps) < 2_500  # 10,000 agent steps would be the frame limit
-    assert mean >= 0.0
+    games, finished, ended_by = np.zeros(4), np.zeros(4, dtype=bool), np.zeros(4, dtype=bool)
+    for rewards, term, trunc in steps:
+        games += np.where(finished, 0.0, rewards)
+        ended_by |= term & ~finished
+        finished |= term | trunc
+    assert ended_by.all()  # every first game ended by its lives, not a time limit
+    assert (mean, std) == pytest.approx((games.mean(), games.std())) and mean > 0  # raw points of the first games
     assert "4/4 episodes" in capsys.readouterr().out

@@ -127,34 +127,6 @@ def test_sampler_declines_while_the_lock_is_held():
     assert s.draws == 8
 
 
-def test_concurrent_add_and_sampler_are_consistent():
-    rb = ReplayBuffer(64, (16,), (), action_dtype=np.int64, seed=0)
-    E = 8
-    for k in range(8):
-        rb.add(*_transition(k, E, obs_dim=16))
-    stop = threading.Event()
-
-    def writer():
-        k = 8
-        while not stop.is_set():
-            rb.add(*_transition(k, E, obs_dim=16))
-            k += 1
-
-    th = threading.Thread(target=writer)
-    th.start()
-    s = rb.sampler(32, seed=0)
-    try:
-        for _ in range(2000):
-            b = s()
-            ids = b.actions.astype(np.float32)
-            assert np.all(b.obs == ids[:, None])
-            assert np.all(b.next_obs == ids[:, None] + 0.5)
-            assert np.all(b.rewards == ids)
-    finally:
-        stop.set()
-        th.join()
-
-
 def test_as_torch_returns_views_of_the_sampler_arrays():
     rb, _ = _filled()
     s = rb.sampler(8, seed=0)

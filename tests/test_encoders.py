@@ -130,7 +130,6 @@ def test_ppo_cnn_on_minatar_trains_with_uint8_storage(tmp_path, async_collect):
     model.learn(256, progress_bar=False)
     assert model.buffer.obs.dtype == np.uint8 and model.buffer.obs.shape == (16, 4, 4, 10, 10)
     assert set(np.unique(model.buffer.obs)) <= {0, 1} and model.buffer.obs.any()
-    assert all(np.isfinite(v) for k, v in model.metrics.items() if k.startswith("losses/"))
     assert model.gradient_backend == "torch" and model.paths["collection"].value == "step"
     obs, _ = rr.make_vec("MinAtar/Breakout-v1", 3, seed=1).reset(seed=1)
     _predict_same(model, rr.PPO, tmp_path, obs)

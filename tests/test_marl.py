@@ -192,8 +192,22 @@ def test_training_logs_team_and_agent_returns_and_save_load(tmp_path):
     for a, b in zip(model.policy.state_dict().values(), loaded.policy.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     mean, std = model.evaluate(4)  # team returns of 4 episodes of 4 eval copies
-    assert np.isfinite(mean) and mean < 0 and std >= 0 and model.evaluate(4) == (mean, std)
+    team = team_returns_with_predict(model, 4)  # each copy's summed agents' rewards, acting with predict()
+    assert (mean, std) == pytest.approx((team.mean(), team.std())) and model.evaluate(4) == (mean, std)
     assert loaded.evaluate(4) == (mean, std)
+
+
+def team_returns_with_predict(model, copies: int) -> np.ndarray:
+    """The first-episode team return (the sum of its agents' rewards) of each of ``copies`` env copies reset as
+    ``evaluate`` resets them, acting with ``predict(obs, deterministic=True)``: ``evaluate``'s reference."""
+    env = rr.make_vec(model.env_id, copies, **model.env_kwargs)
+    obs, _ = model._reset_for_evaluation(env)
+    returns, finished = np.zeros(copies), np.zeros(copies, dtype=bool)
+    while not finished.all():
+        obs, rewards, term, trunc, _ = env.step(model.predict(obs, deterministic=True))
+        returns += np.where(finished, 0.0, rewards.reshape(copies, -1).sum(axis=1))  # agents copy by copy
+        finished |= (term | trunc).reshape(copies, -1).all(axis=1)
+    return returns
 
 
 def test_mappo_on_the_adapter_drops_departed_agents_from_the_loss():

@@ -131,7 +131,6 @@ def test_ppo_trains_on_ray_envs(cartpole):
     assert model.num_updates == 3 and model.num_timesteps == 3 * 16 * NUM_ENVS
     assert model.collector is None  # the per-step path drives the Ray env
     assert not torch.equal(before, after)
-    assert all(np.isfinite(v) for k, v in model.history[-1].items() if k.startswith("losses/"))
 
 
 def test_killed_actor_is_restarted_and_reported_then_close_reaps(make):

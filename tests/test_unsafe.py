@@ -36,12 +36,23 @@ def test_the_blas_numba_calls_is_found_and_set():
         torch.set_num_threads(threads)
 
 
-def test_numba_cache_dir_is_found():
-    """invalidate_stale_cache needs Numba's cache directory; a Numba that moved it must fail, not skip."""
+def test_numba_cache_dir_is_where_numba_writes(tmp_path):
+    """invalidate_stale_cache deletes a kernel's files in Numba's cache directory, so ``cache_dir`` must name the
+    directory Numba writes them to: checked on a cached function compiled here (its index file is there); a Numba
+    that moved it must fail, not skip."""
+    import importlib.util
+
     from rapidrl.kernels import ppo_update
 
-    path = numba_cache.cache_dir(ppo_update._ppo_epoch)
-    assert path.name == "__pycache__" or path.is_dir() or path.parent.exists()
+    (tmp_path / "cache_probe.py").write_text("import numba\n\n\n@numba.njit(cache=True)\ndef add_one(x):\n"
+                                             "    return x + 1\n")
+    spec = importlib.util.spec_from_file_location("cache_probe", tmp_path / "cache_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.add_one(1) == 2  # compiled and written to the cache
+    written = [p.name for p in numba_cache.cache_dir(probe.add_one).glob("cache_probe.add_one-*.nbi")]
+    assert len(written) == 1, written
+    numba_cache.cache_dir(ppo_update._ppo_epoch)  # a shipped kernel's dispatcher too (RuntimeError if not)
 
     class NotADispatcher:
         def enable_caching(self):

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +82,40 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "dqn_her": ("DQN", "BitFlipping-v0", dict(her=True, her_goal_selection="episode", learning_starts=64,
                                               batch_size=32, train_freq=16, gradient_steps=8, hidden=(32, 32),
                                               buffer_size=2000), 512),
+    # offline algorithms on a dataset of uniform-random actions (_offline_dataset), and IQL's switch to online
+    "bc": ("BC", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32, hidden=(32, 32)), 64),
+    "bc_discrete": ("BC", "CartPole-v1", dict(dataset="golden/cartpole/random-v0", batch_size=32, hidden=(32, 32)),
+                    64),
+    "td3_bc": ("TD3BC", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32, hidden=(32, 32)), 64),
+    "iql": ("IQL", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32, hidden=(32, 32)), 64),
+    "iql_deterministic": ("IQL", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32,
+                                                     hidden=(32, 32), deterministic_actor=True,
+                                                     normalize_reward=True), 64),
+    "iql_online": ("IQL", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32, hidden=(32, 32),
+                                              offline_steps=32, buffer_size=500, dataset_fraction=0.5), 96),
+    "cql": ("CQL", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32, hidden=(32, 32),
+                                       cql_n_actions=3), 64),
+    "discrete_cql": ("DiscreteCQL", "CartPole-v1", dict(dataset="golden/cartpole/random-v0", batch_size=32,
+                                                        hidden=(32, 32), target_update_interval=16), 64),
 }
+
+
+def _offline_dataset(dataset_id: str, root: Path) -> None:
+    """The golden runs' datasets: 1,000 steps of uniform-random actions (seeded) in the env the id names."""
+    from rapidrl.buffers.dataset import collect_episodes, write_dataset
+    from rapidrl.envs import make_vec
+
+    if (root / dataset_id).exists():
+        return
+    env_id = {"golden/pendulum/random-v0": "Pendulum-v1", "golden/cartpole/random-v0": "CartPole-v1"}[dataset_id]
+    env = make_vec(env_id, 2, seed=0)
+    space, rng = env.single_action_space, np.random.default_rng(0)
+    if hasattr(space, "n"):
+        act = lambda o: rng.integers(space.n, size=len(o))  # noqa: E731
+    else:
+        act = lambda o: rng.uniform(space.low, space.high, (len(o), *space.shape)).astype(np.float32)  # noqa: E731
+    write_dataset(dataset_id, collect_episodes(env, act, 1000, seed=0), env.single_observation_space, space,
+                  env_id=env_id, root=root)
 
 
 def _register_test_envs() -> None:
@@ -96,7 +131,12 @@ def final_state(name: str) -> dict:
     _register_test_envs()
     algo, env_id, hyperparameters, steps = RUNS[name]
     threads = torch.get_num_threads()
+    saved_root = os.environ.get("MINARI_DATASETS_PATH")
+    datasets = tempfile.TemporaryDirectory()
     try:
+        if "dataset" in hyperparameters:
+            os.environ["MINARI_DATASETS_PATH"] = datasets.name
+            _offline_dataset(hyperparameters["dataset"], Path(datasets.name))
         env = env_id
         if env_id.startswith("torch:"):  # the built-in env's PyTorch dynamics (the device collection path)
             env = rr.make_vec(env_id[6:], hyperparameters["num_envs"], seed=0, vectorization="torch")
@@ -106,6 +146,11 @@ def final_state(name: str) -> dict:
         model.env.close()
     finally:
         torch.set_num_threads(threads)
+        if saved_root is None:
+            os.environ.pop("MINARI_DATASETS_PATH", None)
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = saved_root
+        datasets.cleanup()
     return state
 
 

@@ -16,6 +16,25 @@ from rapidrl.train.paths import choose, describe
 SMALL_ON = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, hidden=(16, 16), seed=0)
 SMALL_OFF = dict(learning_starts=32, batch_size=16, buffer_size=500, hidden=(16, 16), seed=0)
 LOGGED_OFF = dict(SMALL_OFF, log_interval=4)  # statistics read every 4 gradient steps: 64 env steps log some
+LOGGED_OFFLINE = dict(batch_size=16, hidden=(16, 16), seed=0, log_interval=4)
+_DATASETS: dict = {}
+
+
+def _offline_data(env_id: str):
+    """A dataset of 500 uniform-random steps in ``env_id`` (an ``OfflineDataset``, made once per session)."""
+    if env_id not in _DATASETS:
+        import tempfile
+
+        from rapidrl.buffers.dataset import collect_episodes, load_dataset, write_dataset
+
+        env = rr.make_vec(env_id, 2, seed=0)
+        space = env.single_action_space
+        space.seed(0)
+        path = write_dataset(f"paths/{env_id.lower()}/random-v0", collect_episodes(
+            env, lambda o: [space.sample() for _ in o], 500), env.single_observation_space, space,
+            env_id=env_id, root=tempfile.mkdtemp())
+        _DATASETS[env_id] = load_dataset(path)
+    return _DATASETS[env_id]
 
 
 def test_choose_resolves_and_explains():
@@ -116,6 +135,15 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.TQC("Pendulum-v1", gradient_backend=b, n_critics=2, n_quantiles=5, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.CrossQ("Pendulum-v1", gradient_backend=b, critic_hidden=(16, 16), **LOGGED_OFF), {"torch"}),
     (lambda b: rr.SAC("PointReach-v0", gradient_backend=b, her=True, **LOGGED_OFF), {"compiled", "torch"}),
+    (lambda b: rr.BC(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), **LOGGED_OFFLINE), {"torch"}),
+    (lambda b: rr.BC(gradient_backend=b, dataset=_offline_data("CartPole-v1"), **LOGGED_OFFLINE), {"torch"}),
+    (lambda b: rr.TD3BC(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), **LOGGED_OFFLINE), {"torch"}),
+    (lambda b: rr.IQL(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), **LOGGED_OFFLINE), {"torch"}),
+    (lambda b: rr.IQL(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), offline_steps=32, buffer_size=500,
+                      **LOGGED_OFFLINE), {"torch"}),
+    (lambda b: rr.CQL(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), cql_n_actions=2, **LOGGED_OFFLINE),
+     {"torch"}),
+    (lambda b: rr.DiscreteCQL(gradient_backend=b, dataset=_offline_data("CartPole-v1"), **LOGGED_OFFLINE), {"torch"}),
 ])
 def test_every_algorithms_backends_run_or_are_refused(make, backends):
     """Each backend an algorithm offers trains (its losses are logged: 64 steps give every algorithm at least one
@@ -133,6 +161,15 @@ def test_every_algorithms_backends_run_or_are_refused(make, backends):
         model.learn(64, progress_bar=False)
         losses = [k for k in model.metrics if k.startswith("losses/")]
         assert losses, f"{type(model).__name__} on {backend!r} logged no losses in 64 steps"
+
+
+@pytest.mark.parametrize("offline_steps, collection", [(None, "dataset"), (8, "dataset+step")])
+def test_offline_algorithms_say_where_their_minibatches_come_from(offline_steps, collection):
+    model = rr.IQL(dataset=_offline_data("Pendulum-v1"), offline_steps=offline_steps, buffer_size=500,
+                   **LOGGED_OFFLINE)
+    assert model.paths["collection"].value == collection
+    model.learn(16, progress_bar=False)
+    assert len(model.buffer) == (0 if offline_steps is None else 8)  # env steps only after the switch
 
 
 def test_torch_compile_needs_the_torch_backend():

@@ -48,6 +48,10 @@ def brief(name: str, rollouts: int = 1, phases: int = 16) -> tuple[list[str], in
     sets: list[str] = []
     if hasattr(config, "num_steps"):  # on-policy
         every = total = rollouts * get("num_envs") * get("num_steps")
+    elif hasattr(config, "dataset"):  # offline: a step is a gradient step (CQL's ~0.2 s at its size here)
+        every = total = 4
+        if get("offline_steps") is not None:  # offline-to-online: the switch before the checkpoint
+            sets += ["--set", "algo.offline_steps=2"]
     else:  # off-policy
         phase = get("train_freq") * get("num_envs")  # env steps between two update phases
         warmup = -(-max(get("batch_size"), phase) // phase) * phase
@@ -74,8 +78,27 @@ def observations(model, n: int = 8) -> np.ndarray:
     return obs
 
 
+def offline_dataset(name: str, root) -> None:
+    """For a preset that trains on a dataset: a small one under its id in ``root`` (2,000 steps of uniform-random
+    actions in its env; the preset's own dataset is built by the D4RL recipe, docs/offline.md)."""
+    from rapidrl.buffers.dataset import collect_episodes, write_dataset
+    from rapidrl.envs import make_vec
+
+    data = read_toml(PRESETS[name])
+    env = make_vec(data["run"]["env"], 4, seed=0, flatten_observations=True)
+    space = env.single_action_space
+    space.seed(0)
+    write_dataset(data["algo"]["dataset"], collect_episodes(env, lambda o: np.stack([space.sample() for _ in o]),
+                                                            2000), env.single_observation_space, space,
+                  env_id=data["run"]["env"], root=root)
+    env.close()
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_preset_trains_saves_evaluates_and_resumes(name, tmp_path, capsys):
+def test_preset_trains_saves_evaluates_and_resumes(name, tmp_path, capsys, monkeypatch):
+    if "dataset" in read_toml(PRESETS[name]).get("algo", {}):
+        monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+        offline_dataset(name, tmp_path / "datasets")
     args, total, every = brief(name)
     algo = read_toml(PRESETS[name])["run"]["algo"]
     cls = get_algorithm(algo)

@@ -147,6 +147,21 @@ def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 0.5 * (q - target).square().mean(1).sum()
 
 
+def dqn_loss(q: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
+             weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Huber TD loss (DQN's, and discrete CQL's TD term); every tensor is [B].
+
+    target = r + discount * Q_target(s', a'), discount = gamma^n for a bootstrapped n-step return and 0
+    after termination; loss = mean_i w_i huber(q_i - target_i) (w = 1 without prioritized replay).
+    Returns (loss, TD errors q - target, detached).
+    """
+    target = rewards + discounts * next_q_target
+    td = q - target
+    per_sample = torch.nn.functional.smooth_l1_loss(q, target, reduction="none")
+    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+    return loss, td.detach()
+
+
 def td3_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
     """r + discount * min_i Q'_i(s', a'~): next_q [n, B], the rest [B] (TD3's and TD3+BC's critic target)."""
     return rewards + discounts * next_q.min(0).values

@@ -41,6 +41,7 @@ SUITES = {
     "recurrent": "rapidrl.benchmarks.bench_recurrent",
     "custom": "rapidrl.benchmarks.bench_custom_env",
     "precision": "rapidrl.benchmarks.bench_precision",
+    "offline": "rapidrl.benchmarks.bench_offline",
     "continuous": "rapidrl.benchmarks.bench_continuous",
 }
 

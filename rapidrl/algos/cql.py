@@ -1,0 +1,289 @@
+"""CQL, Conservative Q-Learning (Kumar et al. 2020): SAC whose critics are pushed down on out-of-dataset actions;
+and its discrete form on a DQN Q network.
+
+Read top to bottom: the configs, the losses (pure functions), the updates, acting. The dataset, the steps and online
+fine-tuning come from the offline core (``rapidrl.algos.offline``).
+
+Continuous CQL (CORL's ``cql.py``, CQL(H) with importance sampling, fixed ``cql_alpha``): the SAC actor and
+temperature losses, and per critic the TD loss towards r + discount min_i Q'_i(s', a' ~ pi(s')) plus
+cql_alpha * (logsumexp over M = 3 ``cql_n_actions`` actions of Q(s, a_m) - log density(a_m)) - Q(s, a_data)), the
+actions uniform in the bounds, from pi(s) and from pi(s'), each less its log-density (importance sampling). One
+update is one backward pass and two Adam steps (actor and temperature at ``actor_learning_rate``, critics at
+``learning_rate``) on the sum of the three losses, which touch disjoint parameters, then a Polyak update: equal to
+CORL's sequential steps, since each loss reads the others' parameters as of before the step.
+
+Discrete CQL (as d3rlpy's DiscreteCQL): Double DQN's Huber TD loss plus cql_alpha * (logsumexp_a Q(s, a) -
+Q(s, a_data)), a hard target update every ``target_update_interval`` gradient steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
+from rapidrl.algos.offpolicy import check_box_actions, dqn_loss, polyak_update
+from rapidrl.algos.registry import register
+from rapidrl.nn.deploy import ArgmaxQ, SquashedMean
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.qnets import CriticEnsemble, QNetwork, SquashedGaussianActor
+from rapidrl.train.config import check_positive, check_unit_interval
+from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+
+
+@dataclass
+class CQLConfig(OfflineConfig, EntropyConfig):
+    """CORL's ``cql.py`` (``configs/offline/cql/*`` for the D4RL locomotion tasks): critics lr 3e-4, actor and
+    temperature 3e-5, cql_alpha 10, 10 sampled actions, importance sampling, no Lagrange tuning, no entropy in the
+    target, tau 0.005, batch 256, three hidden layers of 256, states normalised."""
+
+    learning_rate: float = 3e-4
+    """Adam learning rate of the critics (CORL's qf_lr)."""
+    actor_learning_rate: float = 3e-5
+    """Adam learning rate of the actor and the temperature (CORL's policy_lr)."""
+    hidden: tuple[int, ...] = (256, 256, 256)
+    """Hidden layer sizes of actor and critics (CORL: q_n_hidden_layers 3, the actor three layers too)."""
+    n_critics: int = 2
+    """Critics in the ensemble (targets and the actor take the minimum over all of them)."""
+    cql_alpha: float = 10.0
+    """Weight of the conservative penalty."""
+    cql_n_actions: int = 10
+    """Actions sampled per state from each of the three proposals (uniform, pi(s), pi(s'))."""
+    cql_temperature: float = 1.0
+    """Temperature of the logsumexp (CORL's cql_temp)."""
+    backup_entropy: bool = False
+    """Subtract alpha log pi(a'|s') in the TD target (SAC's soft target; CORL: False)."""
+
+    def validate(self) -> None:
+        super().validate()
+        self.validate_entropy()
+        check_positive(self, "n_critics", "cql_n_actions", "cql_temperature", "actor_learning_rate")
+        check_positive(self, "cql_alpha", allow_zero=True)
+
+
+def conservative_penalty(q_proposals: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor,
+                         temperature: float) -> torch.Tensor:
+    """CQL(H)'s penalty per critic with importance sampling: mean over the batch of
+    temperature * logsumexp_m((Q(s, a_m) - log density(a_m)) / temperature) - Q(s, a_data).
+
+    q_proposals [n, B, M], log_density [B, M] (of each proposal under what drew it), q_data [n, B] -> [n].
+    """
+    ood = torch.logsumexp((q_proposals - log_density) / temperature, dim=-1) * temperature  # [n, B]
+    return (ood - q_data).mean(-1)
+
+
+def cql_critic_loss(q_data: torch.Tensor, target: torch.Tensor, penalty: torch.Tensor, cql_alpha: float
+                    ) -> torch.Tensor:
+    """sum over critics of the mean squared TD error plus cql_alpha times the penalty (CORL's qf_loss): q_data [n, B],
+    target [B], penalty [n] -> []."""
+    return (q_data - target).square().mean(-1).sum() + cql_alpha * penalty.sum()
+
+
+def cql_actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """SAC's actor loss E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B] -> []."""
+    return (alpha * log_prob - q_pi.min(0).values).mean()
+
+
+@register
+class CQL(OfflineAlgorithm):
+    """Conservative Q-Learning for Box action spaces (DiscreteCQL: Discrete). ``CQL(env, dataset=ID,
+    **hyperparameters)``; see CQLConfig."""
+
+    name = "cql"
+    config_class = CQLConfig
+    stat_names = ("critic_loss", "penalty", "actor_loss", "ent_coef", "q_values", "entropy")
+
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_box_actions("CQL", self.action_space)
+
+    def _build_networks(self) -> None:
+        space, c = self.action_space, self.config
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        act_dim = int(space.shape[0])
+        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
+        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+        actor_params = [*self.actor.parameters(), self.log_alpha] if self.tune_alpha else list(self.actor.parameters())
+        self.actor_optimizer = adam(actor_params, c.actor_learning_rate)
+        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
+        self._critic_params = list(self.critic.parameters())
+        self._target_params = list(self.critic_target.parameters())
+        self._uniform_log_density = -float(torch.log(high - low).sum())  # of a uniform action in the bounds
+        self._low, self._high = low.to(self.device), high.to(self.device)
+
+    # -- update ----------------------------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        """One update; returns the statistics named by ``stat_names``."""
+        c = self.config
+        b, m = batch.obs.shape[0], c.cql_n_actions
+        alpha = self.log_alpha.detach().exp()  # [1]
+        obs_m = batch.obs.repeat_interleave(m, 0)  # [B M, O]: each state m times
+        with self._autocast():
+            actions_pi, log_prob = self.actor(batch.obs)  # [B, A], [B]
+            q_pi = self.critic(batch.obs, actions_pi, detach_params=True)  # [n, B]: gradients reach the actor only
+            with torch.no_grad():  # the proposals and the target's next actions, one actor pass
+                sampled, sampled_log_prob = self.actor(torch.cat([batch.next_obs, obs_m,
+                                                                  batch.next_obs.repeat_interleave(m, 0)]))
+                next_actions, next_log_prob = sampled[:b], sampled_log_prob[:b]
+                next_q = self.critic_target(batch.next_obs, next_actions).min(0).values  # [B]
+                if c.backup_entropy:
+                    next_q = next_q - alpha * next_log_prob
+                target = batch.rewards + batch.discounts * next_q  # [B]
+            uniform = torch.rand(b * m, batch.actions.shape[1], device=self.device) * (self._high - self._low) \
+                + self._low  # [B M, A]
+            proposals = torch.cat([uniform, sampled[b:]])  # [3 B M, A]: uniform, pi(s), pi(s') (all at s)
+            q_all = self.critic(torch.cat([batch.obs, obs_m.repeat(3, 1)]), torch.cat([batch.actions, proposals]))
+        q_data = q_all[:, :b]  # [n, B]
+        q_prop = q_all[:, b:].reshape(c.n_critics, 3, b, m).permute(0, 2, 1, 3).reshape(c.n_critics, b, 3 * m)
+        log_density = torch.cat([torch.full((b, m), self._uniform_log_density, device=self.device),
+                                 sampled_log_prob[b:].reshape(2, b, m).permute(1, 0, 2).reshape(b, 2 * m)], 1)
+        penalty = conservative_penalty(q_prop, log_density, q_data, c.cql_temperature)  # [n]
+        loss_q = cql_critic_loss(q_data, target, penalty, c.cql_alpha)
+        loss_pi = cql_actor_loss(q_pi, log_prob, alpha)
+        loss = loss_q + loss_pi
+        if self.tune_alpha:
+            loss = loss + temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer_step(self.actor_optimizer)
+        optimizer_step(self.critic_optimizer)
+        polyak_update(self._target_params, self._critic_params, c.tau)
+        return torch.stack([loss_q.detach(), penalty.detach().mean(), loss_pi.detach(), alpha[0],
+                            q_data.detach().mean(), -log_prob.detach().mean()])
+
+    # -- acting ----------------------------------------------------------------------------------------------------
+    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
+        return self.actor(x, deterministic)[0].cpu().numpy()
+
+    def _actor_module(self) -> torch.nn.Module:
+        return SquashedMean(self.actor)
+
+    # -- persistence -----------------------------------------------------------------------------------------------
+    def _networks_state(self) -> dict:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict()}
+
+    def _load_networks_state(self, state: dict) -> None:
+        for name in ("actor", "critic", "critic_target", "actor_optimizer", "critic_optimizer"):
+            getattr(self, name).load_state_dict(state[name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+
+
+# -- discrete ----------------------------------------------------------------------------------------------------------
+@dataclass
+class DiscreteCQLConfig(OfflineConfig):
+    """d3rlpy's DiscreteCQLConfig (Double DQN, Huber TD loss, alpha 1, hard target updates; its Atari settings: lr
+    6.25e-5, batch 32, target update every 8,000 steps); the presets set their task's values."""
+
+    torch_threads: int | None = 1
+    """torch.set_num_threads at construction (small Q networks: one thread, as DQN)."""
+    learning_rate: float = 6.25e-5
+    """Adam learning rate."""
+    batch_size: int = 32
+    """Transitions per gradient step."""
+    tau: float = 1.0
+    """Target update coefficient at each target update (1: hard copy)."""
+    target_update_interval: int = 8000
+    """Gradient steps between two target-network updates."""
+    cql_alpha: float = 1.0
+    """Weight of the conservative penalty."""
+    double_q: bool = True
+    """Double DQN targets: the online network picks the next action, the target network values it."""
+    max_grad_norm: float = 0.0
+    """Global gradient-norm clip (0: none, as d3rlpy)."""
+    exploration_eps: float = 0.01
+    """Online phase: epsilon of epsilon-greedy acting."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "target_update_interval")
+        check_positive(self, "cql_alpha", "max_grad_norm", allow_zero=True)
+        check_unit_interval(self, "exploration_eps")
+
+
+def discrete_conservative_penalty(q_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """mean_b logsumexp_a Q(s_b, a) - Q(s_b, a_b): q_all [B, K], actions [B] int -> []."""
+    q_data = q_all.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+    return (torch.logsumexp(q_all, dim=1) - q_data).mean()
+
+
+@register
+class DiscreteCQL(OfflineAlgorithm):
+    """Conservative Q-Learning on a DQN Q network, for Discrete action spaces. ``DiscreteCQL(env, dataset=ID,
+    **hyperparameters)``; see DiscreteCQLConfig."""
+
+    name = "discrete_cql"
+    config_class = DiscreteCQLConfig
+    stat_names = ("loss", "td_loss", "penalty", "q_values")
+
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise TypeError(f"DiscreteCQL needs a Discrete action space, got {self.action_space}; CQL takes Box "
+                            "actions")
+
+    def _build_networks(self) -> None:
+        c = self.config
+        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden).to(self.device)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.optimizer = adam(self.q_net.parameters(), c.learning_rate)
+        self._params = list(self.q_net.parameters())
+        self._target_params = list(self.q_target.parameters())
+
+    # -- update ----------------------------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        c = self.config
+        with self._autocast():
+            q_all = self.q_net(batch.obs)  # [B, K]
+        with torch.no_grad(), self._autocast():
+            next_target = self.q_target(batch.next_obs)  # [B, K]
+            if c.double_q:
+                pick = self.q_net(batch.next_obs).argmax(1, keepdim=True)
+                next_q = next_target.gather(1, pick).squeeze(1)
+            else:
+                next_q = next_target.max(1).values
+        q = q_all.gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
+        td_loss, _ = dqn_loss(q, next_q, batch.rewards, batch.discounts)
+        penalty = discrete_conservative_penalty(q_all, batch.actions)
+        loss = td_loss + c.cql_alpha * penalty
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer_step(self.optimizer, c.max_grad_norm)
+        return torch.stack([loss.detach(), td_loss.detach(), penalty.detach(), q.detach().mean()])
+
+    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
+        # num_gradient_steps counts the steps before this one
+        if (self.num_gradient_steps + 1) % self.config.target_update_interval == 0:
+            polyak_update(self._target_params, self._params, self.config.tau)
+        return out
+
+    # -- acting ----------------------------------------------------------------------------------------------------
+    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
+        actions = self.q_net(x).argmax(1).cpu().numpy()
+        if not deterministic:
+            explore = self.np_rng.random(len(actions)) < self.config.exploration_eps
+            actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
+        return actions
+
+    def _actor_module(self) -> torch.nn.Module:
+        return ArgmaxQ(self.q_net)
+
+    # -- persistence -----------------------------------------------------------------------------------------------
+    def _networks_state(self) -> dict:
+        return {"q_net": self.q_net.state_dict(), "q_target": self.q_target.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def _load_networks_state(self, state: dict) -> None:
+        for name in ("q_net", "q_target", "optimizer"):
+            getattr(self, name).load_state_dict(state[name])
+

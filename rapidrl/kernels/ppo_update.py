@@ -3,7 +3,8 @@
 For CartPole-sized networks a minibatch update in PyTorch is over a hundred operator calls (forward, loss,
 autograd's backward, clipping, Adam) at 5-15 us each: the per-op overhead, not the arithmetic, sets the
 update's time. This kernel runs the same mathematics for every minibatch of one epoch without leaving
-compiled code: matrix products through BLAS (``np.dot``), the loss head and the activations as loops,
+compiled code: the MLPs' forward and backward (``rapidrl.kernels.mlp``, in its layout: views of the flat
+arrays below), the loss head as loops on the distribution formulas of ``rapidrl.kernels.distributions``,
 global-norm clipping and PyTorch's Adam update on zero-copy NumPy views of the parameters, gradients and
 ``torch.optim.Adam`` state (so checkpoints, the optimizer's state dict and the PyTorch path see every step).
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, dqn_loss, polyak_update
 from rapidrl.algos.registry import register
 from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
@@ -81,21 +80,6 @@ class DQNConfig(OffPolicyConfig):
         check_unit_interval(self, "exploration_fraction", "exploration_initial_eps", "exploration_final_eps",
                             "per_beta")
         require(self.exploration_fraction > 0, "exploration_fraction must be > 0")
-
-
-def dqn_loss(q: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
-             weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Huber TD loss; every tensor is [B].
-
-    target = r + discount * Q_target(s', a'), discount = gamma^n for a bootstrapped n-step return and 0
-    after termination; loss = mean_i w_i huber(q_i - target_i) (w = 1 without prioritized replay).
-    Returns (loss, TD errors q - target, detached).
-    """
-    target = rewards + discounts * next_q_target
-    td = q - target
-    per_sample = nn.functional.smooth_l1_loss(q, target, reduction="none")
-    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
-    return loss, td.detach()
 
 
 @register

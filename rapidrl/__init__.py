@@ -26,6 +26,7 @@ _LAZY = {
     "A2C": "rapidrl.algos",
     "IMPALA": "rapidrl.algos",
     "DQN": "rapidrl.algos",
+    "PQN": "rapidrl.algos",
     "SAC": "rapidrl.algos",
     "TD3": "rapidrl.algos",
     "MAPPO": "rapidrl.algos",

@@ -18,6 +18,7 @@ MODELS = {
     "ppo-tanh-squash": lambda: rr.PPO("MountainCarContinuous-v0", num_envs=4, num_steps=32, minibatch_size=64,
                                       seed=0, squash="tanh"),
     "dqn": lambda: rr.DQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4),
+    "pqn": lambda: rr.PQN("CartPole-v1", seed=0, num_envs=4, num_steps=16, minibatch_size=32),
     "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "ddpg": lambda: rr.DDPG("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
@@ -46,6 +47,23 @@ def test_exported_policy_matches_predict(name, tmp_path):
             np.testing.assert_array_equal(out, expect)
         else:
             np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: rr.DQN("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4),
+    lambda: rr.PQN("MinAtar/Breakout-v1", seed=0, num_envs=4, num_steps=8, minibatch_size=16, update_epochs=1),
+], ids=["dqn", "pqn"])
+def test_exported_cnn_q_network_acts_as_predict(make, tmp_path):
+    """The flat float observations of an export are reshaped to the CNN's [C, H, W] (MinAtar's 0/1 frames, which
+    ``predict`` stores as uint8 without loss)."""
+    model = make()
+    model.learn(64, progress_bar=False)
+    obs = (np.random.default_rng(0).random((32, *model.observation_space.shape)) < 0.2).astype(np.float32)
+    expect = model.predict(obs, deterministic=True)
+    got = ort.InferenceSession(str(export_policy(model, tmp_path / "policy.onnx"))).run(None, {"obs": obs})[0]
+    got_ts = torch.jit.load(str(export_policy(model, tmp_path / "policy.ts", "torchscript")))(torch.from_numpy(obs))
+    np.testing.assert_array_equal(got, expect)
+    np.testing.assert_array_equal(got_ts.numpy(), expect)
 
 
 def test_export_cli_and_bad_input(tmp_path, capsys):

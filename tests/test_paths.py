@@ -131,6 +131,8 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, dueling=True, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.SAC("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
     (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.PQN("CartPole-v1", gradient_backend=b, num_envs=4, num_steps=16, minibatch_size=32, seed=0),
+     {"torch"}),
     (lambda b: rr.DDPG("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.TQC("Pendulum-v1", gradient_backend=b, n_critics=2, n_quantiles=5, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.CrossQ("Pendulum-v1", gradient_backend=b, critic_hidden=(16, 16), **LOGGED_OFF), {"torch"}),
@@ -170,6 +172,20 @@ def test_offline_algorithms_say_where_their_minibatches_come_from(offline_steps,
     assert model.paths["collection"].value == collection
     model.learn(16, progress_bar=False)
     assert len(model.buffer) == (0 if offline_steps is None else 8)  # env steps only after the switch
+
+
+@pytest.mark.parametrize("collection, want", [("auto", "step"), ("step", "step"),
+                                              ("fused", "collection must be one of")])
+def test_every_pqn_collection_runs_or_is_refused(collection, want):
+    make = lambda: rr.PQN("CartPole-v1", collection=collection, **SMALL_ON)  # noqa: E731
+    if want != "step":
+        with pytest.raises(ConfigError, match=want):
+            make()
+        return
+    model = make()
+    assert model.paths["collection"].value == want
+    model.learn(2 * 4 * 16, progress_bar=False)
+    assert model.num_updates == 2
 
 
 def test_torch_compile_needs_the_torch_backend():

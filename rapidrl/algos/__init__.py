@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__all__ = ["A2C", "ALGORITHMS", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "SAC", "TD3", "A2CConfig", "DQNConfig",
-           "IMPALAConfig", "IPPOConfig", "MAPPOConfig", "PPOConfig", "SACConfig", "TD3Config"]
+__all__ = ["A2C", "ALGORITHMS", "DQN", "IMPALA", "IPPO", "MAPPO", "PPO", "PQN", "SAC", "TD3", "A2CConfig", "DQNConfig",
+           "IMPALAConfig", "IPPOConfig", "MAPPOConfig", "PPOConfig", "PQNConfig", "SACConfig",
+           "TD3Config"]
 
 
 def __getattr__(name: str):
@@ -33,5 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from rapidrl.algos.impala import IMPALA, IMPALAConfig
     from rapidrl.algos.mappo import IPPO, MAPPO, IPPOConfig, MAPPOConfig
     from rapidrl.algos.ppo import PPO, PPOConfig
+    from rapidrl.algos.pqn import PQN, PQNConfig
     from rapidrl.algos.sac import SAC, SACConfig
     from rapidrl.algos.td3 import TD3, TD3Config

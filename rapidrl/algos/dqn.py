@@ -23,6 +23,7 @@ from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
+from rapidrl.train.schedules import linear_decay
 
 
 @dataclass
@@ -222,8 +223,8 @@ class DQN(OffPolicyAlgorithm):
     def epsilon(self) -> float:
         """Current exploration rate: linear from initial to final over exploration_fraction of ``learn``."""
         c = self.config
-        done = min(1.0, (1.0 - self.progress_remaining()) / c.exploration_fraction)
-        return c.exploration_initial_eps + done * (c.exploration_final_eps - c.exploration_initial_eps)
+        return linear_decay(c.exploration_initial_eps, c.exploration_final_eps, c.exploration_fraction,
+                            self.progress_remaining())
 
     def _greedy(self, obs: np.ndarray) -> np.ndarray:
         if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
@@ -236,7 +237,7 @@ class DQN(OffPolicyAlgorithm):
             return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()
 
     def deterministic_module(self) -> torch.nn.Module:
-        return ArgmaxQ(self.q_net)
+        return ArgmaxQ(self.q_net, self.observation_space.shape if self.q_net.has_encoder else None)
 
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
         actions = self._greedy(obs)

@@ -43,6 +43,7 @@ SUITES = {
     "precision": "rapidrl.benchmarks.bench_precision",
     "offline": "rapidrl.benchmarks.bench_offline",
     "continuous": "rapidrl.benchmarks.bench_continuous",
+    "pqn": "rapidrl.benchmarks.bench_pqn",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

@@ -215,3 +215,23 @@ class SumMinTree:
                     break
             out.append(chosen)
         return np.array(out, dtype=np.int64)
+
+
+def epsilon_greedy(q, epsilon, keys, counters):
+    """The module docstring of ``rapidrl.kernels.exploration`` as written: per env two uniforms of its stream
+    (``rng.uniform_reference``), a uniform action below epsilon, else the first maximal index. Returns
+    (actions, values, new counters)."""
+    from rapidrl.kernels.rng import uniform_reference
+
+    n, n_actions = q.shape
+    actions, values, new = np.zeros(n, np.int64), np.zeros(n), np.array(counters, dtype=np.uint64)
+    for i in range(n):
+        row = [float(x) for x in q[i]]
+        best = max(row)
+        a = row.index(best)
+        c = int(counters[i])
+        if uniform_reference(int(keys[i]), c) < epsilon:
+            a = min(int(uniform_reference(int(keys[i]), c + 1) * n_actions), n_actions - 1)
+        actions[i], values[i] = a, best
+        new[i] = c + 2
+    return actions, values, new

@@ -49,13 +49,17 @@ class ActorCriticMode(nn.Module):
 
 
 class ArgmaxQ(nn.Module):
-    """The greedy action of a Q network: argmax_a Q(x, a), [B] int64."""
+    """The greedy action of a Q network: argmax_a Q(x, a), [B] int64. obs_shape: the shape the network takes one
+    observation in (a CNN's [C, H, W]); the flat ``x`` is reshaped to it first. None: the network takes ``x``."""
 
-    def __init__(self, q_net: nn.Module):
+    def __init__(self, q_net: nn.Module, obs_shape: tuple[int, ...] | None = None):
         super().__init__()
         self.net = frozen_copy(q_net)
+        self.obs_shape = None if obs_shape is None else tuple(int(s) for s in obs_shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.obs_shape is not None:
+            x = x.reshape(x.shape[0], *self.obs_shape)
         return self.net(x).argmax(1)
 
 

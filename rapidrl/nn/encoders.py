@@ -14,6 +14,10 @@ CNN encoders take ``uint8 [B, C, H, W]`` (channels first, the layout the envs ha
 the network: ``float(obs) * scale`` with ``scale = 1/255`` for Atari pixels and ``1`` for MinAtar's 0/1
 channels, so storage and the env-to-torch hand-off stay uint8 (4x less memory and copy than float32).
 
+``layer_norm=True`` puts a LayerNorm between each layer and its ReLU (PQN's networks, Gallici et al. 2025): over
+the whole [C, H, W] feature map after a convolution, as CleanRL's pqn_atari_envpool.py (purejaxql's Flax networks
+normalise each pixel's channels instead), and over the features after the linear layer.
+
 - ``"multi"``: for Dict/Tuple observations with images (``rapidrl.envs.spaces.EncodedBox``): one CNN per image
   (the two above, chosen by size), one ``Linear(., VECTOR_FEATURES) + ReLU`` layer on all other parts, the
   features concatenated (SB3's MultiInputPolicy / CombinedExtractor design).
@@ -68,11 +72,12 @@ class CNNEncoder(nn.Module):
     """Convolutions then one linear layer, ReLU after each: obs [B, C, H, W] (uint8 or float) -> [B, out_dim].
 
     ``scale`` multiplies the float observation first (1/255 for pixels, 1 for 0/1 channels). Orthogonal
-    initialisation with gain sqrt(2), zero biases (as CleanRL's ppo_atari).
+    initialisation with gain sqrt(2), zero biases (as CleanRL's ppo_atari). ``layer_norm``: a LayerNorm before each
+    ReLU, over [C, H, W] after a convolution and over the features after the linear layer.
     """
 
     def __init__(self, obs_shape: tuple[int, int, int], convs: tuple[tuple[int, int, int], ...], out_dim: int,
-                 scale: float, channels_last: bool = False):
+                 scale: float, channels_last: bool = False, layer_norm: bool = False):
         super().__init__()
         c, h, w = obs_shape
         layers: list[nn.Module] = []
@@ -80,10 +85,12 @@ class CNNEncoder(nn.Module):
             if h < k or w < k:
                 raise ValueError(f"observation {obs_shape} is too small for a {k}x{k} convolution "
                                  f"(after the earlier layers: {h}x{w})")
-            layers += [_conv(c, out_c, k, s), nn.ReLU()]
+            conv = _conv(c, out_c, k, s)
             c, h, w = out_c, (h - k) // s + 1, (w - k) // s + 1
+            layers += [conv, nn.LayerNorm([c, h, w]), nn.ReLU()] if layer_norm else [conv, nn.ReLU()]
         self.convs = nn.Sequential(*layers)
-        self.fc = nn.Sequential(_linear(c * h * w, out_dim), nn.ReLU())
+        fc = _linear(c * h * w, out_dim)
+        self.fc = nn.Sequential(fc, nn.LayerNorm(out_dim), nn.ReLU()) if layer_norm else nn.Sequential(fc, nn.ReLU())
         self.obs_shape, self.out_dim, self.scale = tuple(obs_shape), int(out_dim), float(scale)
         # of the input only (the weights stay contiguous), and on the CPU only: channels-last measured 1.2x faster
         # there (fp32, one thread) and slower on CUDA (H200, DQN Atari learning phase 212 vs 246 SPS with NCHW)
@@ -102,15 +109,17 @@ class NatureCNN(CNNEncoder):
     """Mnih et al. (2015): 32x8x8/4, 64x4x4/2, 64x3x3/1, linear 512; pixels scaled by 1/255; channels-last input
     on the CPU."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], scale: float = 1.0 / 255.0, channels_last: bool = True):
-        super().__init__(obs_shape, ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, scale, channels_last)
+    def __init__(self, obs_shape: tuple[int, int, int], scale: float = 1.0 / 255.0, channels_last: bool = True,
+                 layer_norm: bool = False):
+        super().__init__(obs_shape, ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, scale, channels_last, layer_norm)
 
 
 class MinAtarCNN(CNNEncoder):
     """Young & Tian (2019): 16x3x3/1, linear 128; 0/1 channels used unscaled."""
 
-    def __init__(self, obs_shape: tuple[int, int, int], scale: float = 1.0, channels_last: bool = False):
-        super().__init__(obs_shape, ((16, 3, 1),), 128, scale, channels_last)
+    def __init__(self, obs_shape: tuple[int, int, int], scale: float = 1.0, channels_last: bool = False,
+                 layer_norm: bool = False):
+        super().__init__(obs_shape, ((16, 3, 1),), 128, scale, channels_last, layer_norm)
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -143,11 +152,11 @@ def encoder_for(space: gym.Space, kind: str = "auto") -> str:
     return kind
 
 
-def _cnn(kind: str, shape: tuple[int, ...], high: np.ndarray) -> CNNEncoder:
+def _cnn(kind: str, shape: tuple[int, ...], high: np.ndarray, layer_norm: bool = False) -> CNNEncoder:
     """The ``kind`` CNN for images of ``shape``; scale 1/255 when their high bound is above 1 (pixels), else 1."""
     scale = 1.0 / 255.0 if float(np.max(high)) > 1.0 else 1.0
     cls = NatureCNN if kind == "nature" else MinAtarCNN
-    return cls(tuple(int(s) for s in shape), scale=scale)
+    return cls(tuple(int(s) for s in shape), scale=scale, layer_norm=layer_norm)
 
 
 class MultiInputEncoder(nn.Module):
@@ -155,10 +164,11 @@ class MultiInputEncoder(nn.Module):
 
     Each image part (``space.image_parts``: start column and [C, H, W]) is cut out of the vector, reshaped and
     encoded by its own CNN (Nature or MinAtar by size, pixels scaled as its bounds say); the remaining columns go
-    through one ``Linear(., VECTOR_FEATURES) + ReLU``; the features are concatenated in that order.
+    through one ``Linear(., VECTOR_FEATURES) + ReLU``; the features are concatenated in that order. ``layer_norm``:
+    LayerNorms in the CNNs and before the vector layer's ReLU.
     """
 
-    def __init__(self, space: gym.spaces.Box):
+    def __init__(self, space: gym.spaces.Box, layer_norm: bool = False):
         super().__init__()
         parts = getattr(space, "image_parts", ())
         if not parts:
@@ -170,11 +180,12 @@ class MultiInputEncoder(nn.Module):
         for start, shape in parts:
             stop = start + int(np.prod(shape))
             is_image[start:stop] = True
-            self.cnns.append(_cnn(_image_kind(shape), shape, space.high[start:stop]))
+            self.cnns.append(_cnn(_image_kind(shape), shape, space.high[start:stop], layer_norm))
             self.image_slices.append((start, stop, tuple(shape)))
         self.register_buffer("vector_columns", torch.from_numpy(np.flatnonzero(~is_image)), persistent=False)
         n_vec = int(self.vector_columns.numel())
-        self.vector = nn.Sequential(_linear(n_vec, VECTOR_FEATURES), nn.ReLU()) if n_vec else None
+        norm = [nn.LayerNorm(VECTOR_FEATURES)] if layer_norm else []
+        self.vector = nn.Sequential(_linear(n_vec, VECTOR_FEATURES), *norm, nn.ReLU()) if n_vec else None
         self.out_dim = sum(c.out_dim for c in self.cnns) + (VECTOR_FEATURES if n_vec else 0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -185,14 +196,15 @@ class MultiInputEncoder(nn.Module):
         return torch.cat(features, -1)  # [B, out_dim]
 
 
-def make_encoder(space: gym.Space, kind: str) -> nn.Module:
+def make_encoder(space: gym.Space, kind: str, *, layer_norm: bool = False) -> nn.Module:
     """The encoder ``kind`` ("nature", "minatar" or "multi", as ``encoder_for`` resolved it) for observation
-    ``space``; CNN scales are 1/255 when the space's high bound is above 1 (pixels), else 1 (0/1 channels)."""
+    ``space``; CNN scales are 1/255 when the space's high bound is above 1 (pixels), else 1 (0/1 channels).
+    layer_norm: a LayerNorm before every ReLU (PQN's networks)."""
     if kind == "multi":
-        return MultiInputEncoder(space)
+        return MultiInputEncoder(space, layer_norm)
     if kind not in ("nature", "minatar"):
         raise ValueError(f"make_encoder builds 'nature', 'minatar' or 'multi', got {kind!r}")
-    return _cnn(kind, space.shape, space.high)
+    return _cnn(kind, space.shape, space.high, layer_norm)
 
 
 def _measure_memory_format() -> None:  # pragma: no cover - a measurement, run by hand

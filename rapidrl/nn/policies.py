@@ -37,15 +37,21 @@ def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str, out_gain: float = 1.0
-        ) -> nn.Sequential:
-    """``Linear -> act`` for each hidden size, then an optional output ``Linear`` with ``out_gain``."""
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str, out_gain: float = 1.0, *,
+        layer_norm: bool = False) -> nn.Sequential:
+    """``Linear -> act`` for each hidden size, then an optional output ``Linear`` with ``out_gain``.
+
+    layer_norm: ``Linear -> LayerNorm -> act`` for each hidden size (PQN's networks, Gallici et al. 2025, as
+    CleanRL's pqn.py); the LayerNorm has its learned scale and shift (1 and 0 at initialisation)."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     layers: list[nn.Module] = []
     d = in_dim
     for h in hidden:
-        layers += [orthogonal_init(nn.Linear(d, h), math.sqrt(2.0)), ACTIVATIONS[activation]()]
+        layers.append(orthogonal_init(nn.Linear(d, h), math.sqrt(2.0)))
+        if layer_norm:
+            layers.append(nn.LayerNorm(h))
+        layers.append(ACTIVATIONS[activation]())
         d = h
     if out_dim is not None:
         layers.append(orthogonal_init(nn.Linear(d, out_dim), out_gain))

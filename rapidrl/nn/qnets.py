@@ -28,10 +28,11 @@ class QNetwork(nn.Module):
     encoder: a CNN encoder (``rapidrl.nn.encoders``, features [B, F]); the heads are then linear layers on its
     features (plain: one [F, A] layer as in Mnih et al. 2015; dueling: a [F, 1] value and a [F, A] advantage
     layer) and ``obs_dim``/``hidden`` are not used.
+    layer_norm: a LayerNorm before each hidden ReLU of the MLP (PQN; a CNN encoder gets its own ``layer_norm``).
     """
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, dueling: bool = False,
-                 encoder: nn.Module | None = None):
+                 encoder: nn.Module | None = None, layer_norm: bool = False):
         super().__init__()
         self.dueling = dueling
         self.has_encoder = encoder is not None
@@ -43,12 +44,12 @@ class QNetwork(nn.Module):
             else:
                 self.net = nn.Sequential(encoder, orthogonal_init(nn.Linear(encoder.out_dim, num_actions), 1.0))
         elif dueling:
-            self.trunk = mlp(obs_dim, hidden[:-1], None, "relu")
+            self.trunk = mlp(obs_dim, hidden[:-1], None, "relu", layer_norm=layer_norm)
             width = hidden[-2] if len(hidden) > 1 else obs_dim
-            self.value = mlp(width, hidden[-1:], 1, "relu")
-            self.advantage = mlp(width, hidden[-1:], num_actions, "relu")
+            self.value = mlp(width, hidden[-1:], 1, "relu", layer_norm=layer_norm)
+            self.advantage = mlp(width, hidden[-1:], num_actions, "relu", layer_norm=layer_norm)
         else:
-            self.net = mlp(obs_dim, hidden, num_actions, "relu")
+            self.net = mlp(obs_dim, hidden, num_actions, "relu", layer_norm=layer_norm)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q values [B, A], float32 (under bfloat16 autocast the layers compute in bf16; ``full_precision``: a no-op

@@ -10,7 +10,9 @@ cql_alpha * (logsumexp over M = 3 ``cql_n_actions`` actions of Q(s, a_m) - log d
 actions uniform in the bounds, from pi(s) and from pi(s'), each less its log-density (importance sampling). One
 update is one backward pass and two Adam steps (actor and temperature at ``actor_learning_rate``, critics at
 ``learning_rate``) on the sum of the three losses, which touch disjoint parameters, then a Polyak update: equal to
-CORL's sequential steps, since each loss reads the others' parameters as of before the step.
+CORL's sequential steps, since each loss reads the others' parameters as of before the step. The policy's proposals
+are ``cql_n_actions`` samples of the distribution the actor computes once per state (as d3rlpy; CORL runs the actor
+on each state repeated ``cql_n_actions`` times: the same distribution, ten times the actor's forward passes).
 
 Discrete CQL (as d3rlpy's DiscreteCQL): Double DQN's Huber TD loss plus cql_alpha * (logsumexp_a Q(s, a) -
 Q(s, a_data)), a hard target update every ``target_update_interval`` gradient steps.
@@ -29,8 +31,9 @@ from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
 from rapidrl.algos.offpolicy import check_box_actions, dqn_loss, polyak_update
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import ArgmaxQ, SquashedMean
+from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, QNetwork, SquashedGaussianActor
+from rapidrl.nn.qnets import CriticEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian
 from rapidrl.train.config import check_positive, check_unit_interval
 from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
 
@@ -123,13 +126,21 @@ class CQL(OfflineAlgorithm):
         c = self.config
         b, m = batch.obs.shape[0], c.cql_n_actions
         alpha = self.log_alpha.detach().exp()  # [1]
+        actor = self.actor
         obs_m = batch.obs.repeat_interleave(m, 0)  # [B M, O]: each state m times
         with self._autocast():
-            actions_pi, log_prob = self.actor(batch.obs)  # [B, A], [B]
+            head = full_precision(actor.head(actor.trunk(batch.obs)))  # [B, 2A]: pi(.|s)
+            noise = torch.randn(b, head.shape[1] // 2, device=head.device)
+            actions_pi, log_prob, _ = squashed_gaussian(head, noise, actor.scale, actor.center, actor.log_std_min,
+                                                        actor.log_std_max)  # [B, A], [B]
             q_pi = self.critic(batch.obs, actions_pi, detach_params=True)  # [n, B]: gradients reach the actor only
-            with torch.no_grad():  # the proposals and the target's next actions, one actor pass
-                sampled, sampled_log_prob = self.actor(torch.cat([batch.next_obs, obs_m,
-                                                                  batch.next_obs.repeat_interleave(m, 0)]))
+            with torch.no_grad():  # the target's next actions and the proposals: m samples per distribution
+                head_next = full_precision(actor.head(actor.trunk(batch.next_obs)))  # [B, 2A]: pi(.|s')
+                heads = torch.cat([head_next, head.detach().repeat_interleave(m, 0),
+                                   head_next.repeat_interleave(m, 0)])  # [B + 2 B M, 2A]
+                sampled, sampled_log_prob, _ = squashed_gaussian(
+                    heads, torch.randn(heads.shape[0], noise.shape[1], device=head.device), actor.scale,
+                    actor.center, actor.log_std_min, actor.log_std_max)
                 next_actions, next_log_prob = sampled[:b], sampled_log_prob[:b]
                 next_q = self.critic_target(batch.next_obs, next_actions).min(0).values  # [B]
                 if c.backup_entropy:

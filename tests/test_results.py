@@ -111,6 +111,35 @@ def test_a_row_with_a_solve_criterion_records_steps_and_wall_clock_to_solve(tmp_
     assert "peer-test: its setting" in page
 
 
+def test_an_offline_row_evaluates_its_checkpoints_and_gives_the_normalised_score(tmp_path, monkeypatch):
+    """An offline run has no training episodes: its curve is its checkpoints' evaluations (eval_every without a solve
+    criterion), and the eval column adds D4RL's normalised score from the row's reference returns."""
+    import numpy as np
+
+    import rapidrl as rr
+    from rapidrl.buffers.dataset import collect_episodes, write_dataset
+
+    env = rr.make_vec("Pendulum-v1", 2, seed=0)
+    data = write_dataset("test/pendulum/zero-v0", collect_episodes(env, lambda o: np.zeros((len(o), 1), np.float32),
+                                                                    400), env.single_observation_space,
+                         env.single_action_space, env_id="Pendulum-v1", root=tmp_path / "datasets")
+    row = Row("bc-pendulum-test", "Offline (test)", "bc", "Pendulum-v1", 64, (0,), (Published(50, "X", "a score"),),
+              32, sets=("run.eval_episodes=2", f"algo.dataset={data}", "algo.hidden=[16, 16]",
+                        "algo.batch_size=32"), eval_every=32, normalize=(-1500.0, -150.0))
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    out = tmp_path / "docs" / "results"
+    results.run_row(row, (0,), out, tmp_path / "runs")
+    with open(out / "bc-pendulum-test-evals.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [32, 64]
+    with open(out / "bc-pendulum-test.csv") as f:
+        (recorded,) = list(csv.DictReader(f))
+    assert "solve_step" not in recorded and recorded["train_return"] == ""
+    score = 100 * (float(recorded["eval_mean"]) + 1500.0) / 1350.0
+    page = results.write_page(out).read_text()
+    assert f"{float(recorded['eval_mean']):.1f}<br>score {score:.1f} |" in page
+    assert (out / "bc-pendulum-test.png").is_file() and "steps and wall-clock to solve" not in page
+
+
 def test_a_pending_row_says_why_until_it_has_results(tmp_path, monkeypatch):
     row = Row("ppo-cartpole-pending", "Classic control (test)", "ppo", "CartPole-v1", 1024, (0,),
               pending="not run yet: it needs a week here.")

@@ -23,6 +23,11 @@ import statistics
 import sys
 import tempfile
 import time
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,7 +49,7 @@ def d3rlpy_python() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2].parent / "peers" / "d3rlpy" / "bin" / "python"
 
 
-def settings(algo: str) -> dict:
+def preset_settings(algo: str) -> dict:
     """The learning settings of rapidrl's preset ``<algo>_hopper.toml`` over the algorithm's defaults (JSON-able)."""
     import dataclasses
 
@@ -95,15 +100,17 @@ def bench_dataset(workdir: Path) -> tuple[str, str]:
 
 
 def job_rapidrl(algo: str, data: str, steps: int, seed: int, warmup: int = 0, eval_every: int = 0,
-                eval_episodes: int = 10, **_ignored) -> dict:
-    """rapidrl's ``algo`` with its preset's settings for ``steps`` gradient steps on dataset ``data`` (a path), timed as
-    ``peer_d3rlpy.job_d3rlpy`` times d3rlpy (warm-up apart, evaluations not counted). The torch thread count is the
-    process's (``isolated.run_isolated`` sets it)."""
+                eval_episodes: int = 10, settings: dict | None = None, **_ignored) -> dict:
+    """rapidrl's ``algo`` with ``settings`` (default: its preset's) for ``steps`` gradient steps on dataset ``data`` (a
+    path), timed as ``peer_d3rlpy.job_d3rlpy`` times d3rlpy (warm-up apart, evaluations not counted). The torch thread
+    count is the process's (``isolated.run_isolated`` sets it)."""
     from rapidrl.algos.registry import get_algorithm
     from rapidrl.train.callbacks import EvalCallback
 
     cls = get_algorithm(algo)
-    hp = {k: v for k, v in settings(algo).items() if k not in ("dataset", "torch_threads", "seed")}
+    config = cls.config_class()
+    hp = {k: v for k, v in (settings or preset_settings(algo)).items()
+          if hasattr(config, k) and k not in ("dataset", "torch_threads", "seed")}
     warmup_s = 0.0
     if warmup:
         t0 = time.perf_counter()
@@ -128,11 +135,16 @@ def job_rapidrl(algo: str, data: str, steps: int, seed: int, warmup: int = 0, ev
     return {"sps": steps / wall, "wall_s": wall, "warmup_s": warmup_s, "curve": curve}
 
 
-def _jobs(ctx: Context | None, algo: str, source: str, arrays: str, steps: int, warmup: int, **extra) -> dict:
+def _jobs(ctx: Context | None, algo: str, source: str, arrays: str, steps: int, warmup: int,
+          overrides: dict | None = None, **extra) -> dict:
+    """Both libraries' job for ``algo``: (seed, torch threads) -> result. overrides: settings over the preset's, for
+    both (e.g. IQL's Gaussian actor, the one d3rlpy has)."""
     from rapidrl.benchmarks.isolated import run_isolated
 
+    both = {**preset_settings(algo), **(overrides or {}), "schedule_steps": warmup + steps}
     jobs = {"rapidrl": lambda seed, t: run_isolated(f"{__name__}:job_rapidrl", {
-        "algo": algo, "data": source, "steps": steps, "seed": seed, "warmup": warmup, **extra}, torch_threads=t)}
+        "algo": algo, "data": source, "steps": steps, "seed": seed, "warmup": warmup, "settings": both, **extra},
+        torch_threads=t)}
     python = d3rlpy_python()
     if not python.is_file():
         if ctx is not None:
@@ -140,7 +152,7 @@ def _jobs(ctx: Context | None, algo: str, source: str, arrays: str, steps: int, 
         return jobs
     repo = Path(__file__).resolve().parents[2]
     jobs["d3rlpy"] = lambda seed, t: run_isolated("rapidrl.benchmarks.peer_d3rlpy:job_d3rlpy", {
-        "algo": algo, "data": arrays, "settings": settings(algo), "steps": steps, "seed": seed, "warmup": warmup,
+        "algo": algo, "data": arrays, "settings": both, "steps": steps, "seed": seed, "warmup": warmup,
         **extra}, torch_threads=t, python=str(python), checkout=repo)
     return jobs
 
@@ -187,6 +199,8 @@ def returns_main(argv: list[str]) -> int:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="torch threads of every run (default 1)")
     p.add_argument("--libs", default="rapidrl,d3rlpy")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting over the preset's for both libraries, e.g. deterministic_actor=false (TOML values)")
     p.add_argument("--out", default="bench_results/offline-returns")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -194,7 +208,11 @@ def returns_main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     source, arrays = bench_dataset(out)
     extra = {"eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "env_id": ENV}
-    jobs = _jobs(None, args.algo, source, arrays, args.steps, 0, **extra)
+    overrides = {}
+    for assignment in args.set:
+        key, value = assignment.split("=", 1)
+        overrides[key] = tomllib.loads(f"v = {value}")["v"]
+    jobs = _jobs(None, args.algo, source, arrays, args.steps, 0, overrides, **extra)
     results: dict[str, list[dict]] = {}
     for seed in seeds:
         for lib in [x for x in args.libs.split(",") if x in jobs]:
@@ -204,7 +222,7 @@ def returns_main(argv: list[str]) -> int:
                   f"{r['wall_s']:.0f} s", flush=True)
     path = out / f"{args.algo}.json"
     path.write_text(json.dumps({"algo": args.algo, "dataset": source, "steps": args.steps, "threads": args.threads,
-                                "results": results}, indent=1))
+                                "overrides": overrides, "results": results}, indent=1))
     for lib, runs in results.items():
         finals = [r["curve"][-1][1] for r in runs]
         spread = statistics.stdev(finals) if len(finals) > 1 else 0.0

@@ -33,8 +33,12 @@ def _config(d3rlpy, algo: str, settings: dict):
             alpha=settings["alpha"], target_smoothing_sigma=0.2, target_smoothing_clip=0.5, update_actor_interval=2,
             **common)
     if algo == "iql":
+        schedule = {}
+        if settings.get("actor_lr_schedule") == "cosine":  # CORL's CosineAnnealingLR over the run
+            schedule["actor_optim_factory"] = d3rlpy.optimizers.AdamFactory(
+                lr_scheduler_factory=d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=settings["schedule_steps"]))
         return d3rlpy.algos.IQLConfig(
-            actor_learning_rate=settings["learning_rate"], critic_learning_rate=settings["learning_rate"],
+            **schedule, actor_learning_rate=settings["learning_rate"], critic_learning_rate=settings["learning_rate"],
             actor_encoder_factory=enc, critic_encoder_factory=enc, value_encoder_factory=enc, gamma=settings["gamma"],
             tau=settings["tau"], expectile=settings["expectile"], weight_temp=settings["beta"], max_weight=100.0,
             **common)

@@ -110,7 +110,8 @@ class Row:
     """A return that solves the task: the row then also records the steps and wall-clock to reach it (module
     docstring); None: final results only."""
     eval_every: int = 0
-    """With ``solve``: steps between two evaluated checkpoints."""
+    """Steps between two checkpoints evaluated after training (their evaluations are the curve's dots; with ``solve``
+    they also time the solve); 0: none."""
     peer: str = ""
     """With ``solve``: the stem of a peer library's CSVs in the results directory (``<peer>.csv``,
     ``<peer>-evals.csv``, written by its own script), shown beside the row; empty: none."""
@@ -120,11 +121,14 @@ class Row:
     pending: str = ""
     """Why the row has no results yet (what it costs to run here); shown under the table only while its CSV is
     empty."""
+    normalize: tuple[float, ...] = ()
+    """An offline row's (random, expert) reference returns, its dataset's: the eval column also gives D4RL's
+    normalised score 100 (eval - random) / (expert - random), the scale of its published figures; empty: none."""
 
     def train_argv(self, timesteps: int, quick: bool) -> list[str]:
         argv = [self.algo, self.env, "--timesteps", str(timesteps)]
         sets = self.sets + (self.quick_sets if quick else ())
-        if self.solve is not None:  # every evaluated checkpoint is kept (a run setting: the preset stays the setting)
+        if self.eval_every:  # every evaluated checkpoint is kept (a run setting: the preset stays the setting)
             sets += (f"run.checkpoint_every={self.eval_every}", f"run.checkpoint_keep={_KEEP_ALL}")
         for assignment in sets:
             argv += ["--set", assignment]
@@ -169,7 +173,7 @@ def load_rows(path: Path = ROWS_FILE) -> dict[str, Row]:
                 raise ValueError(f"{where}: unknown published field(s) {', '.join(sorted(unknown))}")
             published.append(Published(**{**figure, "setting": text(figure.get("setting", ""))}))
         values = {**entry, "published": tuple(published),
-                  **{key: tuple(entry[key]) for key in ("seeds", "sets", "quick_sets") if key in entry},
+                  **{key: tuple(entry[key]) for key in ("seeds", "sets", "quick_sets", "normalize") if key in entry},
                   **{key: text(entry[key]) for key in ("notes", "pending") if key in entry}}
         try:
             row = Row(**values)
@@ -361,10 +365,11 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
               "sps": round(summary["timesteps"] / max(wall, 1e-9), 1),
               "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit()}
     fields = RESULT_FIELDS
-    if row.solve is not None:
+    if row.eval_every:
         evals = evaluate_checkpoints(row, run_dir, int(summary.get("eval_episodes") or 10), _wall_at_steps(cols))
-        result |= solve_summary(evals, row.solve)
-        fields = RESULT_FIELDS + SOLVE_FIELDS
+        if row.solve is not None:
+            result |= solve_summary(evals, row.solve)
+            fields = RESULT_FIELDS + SOLVE_FIELDS
         rows = [r for r in _read_csv(out / f"{row.name}-evals.csv") if int(r["seed"]) != seed]
         rows += [{"seed": seed, "step": step, "eval_mean": round(mean, 2), "wall_s": round(wall, 1)}
                  for step, mean, wall in evals]
@@ -518,7 +523,7 @@ def _stats(values: list[float]) -> str:
 def draw_row(row: Row, out: Path) -> Path | None:
     """``out/<row>.png``: each seed's training curve and their mean (None when no seed is recorded)."""
     curves = _read_csv(out / f"{row.name}-curve.csv")
-    if not curves:
+    if not curves and not _read_csv(out / f"{row.name}-evals.csv"):
         return None
     import matplotlib
 
@@ -551,8 +556,8 @@ def draw_row(row: Row, out: Path) -> Path | None:
         ax.annotate(f"{p.source} {p.value:g}", (0.01 + 0.22 * k, p.value), xycoords=("axes fraction", "data"),
                     fontsize="x-small", color="grey", va="bottom")
     ax.set_title(f"{row.algo.upper()} {row.env}", fontsize="small")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("training return" + (" (dotted: evaluations)" if evals else ""))
+    ax.set_xlabel("env steps" if curves else "steps")
+    ax.set_ylabel(("training return" + (" (dotted: evaluations)" if evals else "")) if curves else "evaluation")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small")
     fig.tight_layout()
@@ -596,12 +601,16 @@ def write_page(out: Path, title_note: str = "") -> Path:
                 or "not run yet"
             budget = {int(r["timesteps"]) for r in results} or {row.timesteps}
             evals = [float(r["eval_mean"]) for r in results]
+            score = ""
+            if row.normalize and evals:
+                random, expert = row.normalize
+                score = f"<br>score {_stats([100 * (e - random) / (expert - random) for e in evals])}"
             trains = [float(r["train_return"]) for r in results if r["train_return"]]
             wall = f"{np.mean([float(r['wall_s']) for r in results]):.0f} s" if results else "-"
             published = "<br>".join(p.text() for p in row.published) or "-"
             curve = f"![{row.name}]({image_dir}/{row.name}.png)" if (out / f"{row.name}.png").is_file() else "-"
             lines.append(f"| `{row.name}` | {row.env} | {row.algo.upper()} | {', '.join(f'{b:,}' for b in budget)} "
-                         f"| {seeds} | {_stats(evals)} | {_stats(trains)} | {published} | {wall} | {curve} |")
+                         f"| {seeds} | {_stats(evals)}{score} | {_stats(trains)} | {published} | {wall} | {curve} |")
         notes = [f"- `{row.name}`: {row.notes}" for row in rows if row.notes]
         notes += [f"- `{row.name}`: {row.pending}" for row in rows if row.pending and not
                   (out / f"{row.name}.csv").is_file() and not (out / f"{row.name}-progress.csv").is_file()]

@@ -71,9 +71,11 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "sac_torch": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              gradient_backend="torch"), 160),
     "td3": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
-    # PQN: step collection, LayerNorm MLP and MinAtar CNN
-    "pqn": ("PQN", "CartPole-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, hidden=(32, 32)),
-            512),
+    # PQN: step and fused collection, LayerNorm MLP and MinAtar CNN
+    "pqn": ("PQN", "CartPole-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, hidden=(32, 32),
+                                       collection="step"), 512),
+    "pqn_fused": ("PQN", "CartPole-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2,
+                                             hidden=(32, 32)), 512),
     "pqn_cnn": ("PQN", "MinAtar/Breakout-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1), 256),
     "ddpg": ("DDPG", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
     "tqc": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,

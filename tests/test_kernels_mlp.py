@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rapidrl.kernels import mlp as kmlp
-from rapidrl.nn.numba_mlp import MLPForward, MLPGrad, mlp_arrays
+from rapidrl.nn.numba_mlp import MLPForward, MLPGrad, mlp_arrays, norm_arrays
 from rapidrl.nn.policies import mlp
 
 ACTIVATIONS = ["tanh", "relu"]
@@ -99,3 +99,38 @@ def test_bad_input_is_a_clear_error():
         grad.backward(np.zeros((4, 3), np.float64))
     with pytest.raises(ValueError, match="hidden layer"):
         MLPForward(torch.nn.Sequential(torch.nn.Linear(5, 3)), "relu")
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_forward_norm_equals_pytorch_layer_norm_mlp(activation, rows):
+    """``forward_norm`` on ``norm_arrays`` views of ``mlp(layer_norm=True)`` (PQN's networks) computes the PyTorch
+    forward, LayerNorm scale and shift included, on both row regimes; the views follow in-place updates."""
+    torch.manual_seed(rows)
+    seq = mlp(5, (16, 8), 3, activation, layer_norm=True)
+    with torch.no_grad():
+        for p in seq.parameters():
+            p.add_(0.3 * torch.randn_like(p))  # LayerNorm weights away from 1, biases away from 0
+    x = (np.random.default_rng(rows).normal(size=(rows, 5)) * 4).astype(np.float32)
+    ws, bs, gammas, betas, eps = norm_arrays(seq)
+    assert eps == 1e-5 and [g.shape for g in gammas] == [(16,), (8,)]
+    hs = tuple(np.zeros((rows, w.shape[0]), np.float32) for w in ws[:-1])
+    out = np.full((rows, 3), np.nan, np.float32)
+    for _ in range(2):
+        kmlp.forward_norm(x, ws, bs, gammas, betas, eps, kmlp.ACTIVATION_CODES[activation], hs, out)
+        np.testing.assert_allclose(out, seq(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-5)
+        with torch.no_grad():
+            seq[1].weight.mul_(2.0)  # a LayerNorm's scale, changed in place: seen by the next call
+
+
+def test_layer_norm_mlps_are_refused_where_the_norms_would_be_skipped():
+    normed = mlp(5, (16, 8), 3, "relu", layer_norm=True)
+    with pytest.raises(ValueError, match="LayerNorm"):
+        mlp_arrays(normed)
+    with pytest.raises(ValueError, match="LayerNorm"):
+        MLPForward(normed, "relu")
+    with pytest.raises(ValueError, match="norm_arrays needs"):
+        norm_arrays(net("relu"))  # no LayerNorm at all
+    with pytest.raises(ValueError, match="norm_arrays needs"):
+        norm_arrays(torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.LayerNorm(8, elementwise_affine=False),
+                                        torch.nn.ReLU(), torch.nn.Linear(8, 3)))

@@ -174,18 +174,33 @@ def test_offline_algorithms_say_where_their_minibatches_come_from(offline_steps,
     assert len(model.buffer) == (0 if offline_steps is None else 8)  # env steps only after the switch
 
 
-@pytest.mark.parametrize("collection, want", [("auto", "step"), ("step", "step"),
-                                              ("fused", "collection must be one of")])
-def test_every_pqn_collection_runs_or_is_refused(collection, want):
-    make = lambda: rr.PQN("CartPole-v1", collection=collection, **SMALL_ON)  # noqa: E731
-    if want != "step":
+# (env kind, collection) -> the collection that runs, or the error's text: every value PQN's setting accepts
+PQN_CASES = {
+    ("builtin", "auto"): "fused",
+    ("builtin", "fused"): "fused",
+    ("builtin", "step"): "step",
+    ("builtin", "device"): "collection must be one of 'auto', 'fused', 'step'",
+    ("sync", "auto"): "step",
+    ("sync", "fused"): "collection='fused' cannot run here: needs an env written as Numba functions",
+    ("minatar", "auto"): "step",
+    ("minatar", "fused"): "collection='fused' cannot run here",
+}
+
+
+@pytest.mark.parametrize("case", list(PQN_CASES), ids=lambda c: "-".join(c))
+def test_every_pqn_collection_runs_or_is_refused(case):
+    kind, collection = case
+    want = PQN_CASES[case]
+    env = "MinAtar/Breakout-v1" if kind == "minatar" else _env(kind)
+    make = lambda: rr.PQN(env, collection=collection, **{**SMALL_ON, "hidden": (16,)})  # noqa: E731
+    if want not in ("fused", "step"):
         with pytest.raises(ConfigError, match=want):
             make()
         return
     model = make()
     assert model.paths["collection"].value == want
     model.learn(2 * 4 * 16, progress_bar=False)
-    assert model.num_updates == 2
+    assert model.num_updates == 2 and "losses/td_loss" in model.metrics
 
 
 def test_torch_compile_needs_the_torch_backend():

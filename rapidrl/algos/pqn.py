@@ -18,8 +18,10 @@ lambda = 0 gives the one-step Q-learning target, lambda = 1 the Monte-Carlo retu
 Acting. Epsilon-greedy with epsilon falling linearly from ``exploration_initial_eps`` to ``exploration_final_eps``
 over ``exploration_fraction`` of the ``learn`` call (held for a rollout, set at its start), on per-env
 counter-based random streams (``rapidrl.kernels.exploration``: the same Q values give the same actions on every
-path). Collection is the step collector (``rapidrl.train.async_collect.StepCollector``): the PyTorch Q network and
-any vector env, step by step; ``model.paths["collection"]`` records it.
+path). Collection (``collection``, recorded in ``model.paths``): "fused" runs the whole rollout in one compiled call
+on an env written as Numba functions, the MLP Q network's forward inside the loop (``rapidrl.train.fused_q``);
+"step" is the PyTorch Q network and any vector env, step by step (``rapidrl.train.async_collect.StepCollector``;
+CNN Q networks).
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ class PQNConfig(RuntimeConfig):
     exploration_final_eps: float = 0.05
     """Epsilon after the decay."""
     collection: str = "auto"
-    """How rollouts are collected (``rapidrl.train.paths``): "step" (the PyTorch Q network and any vector env,
-    step by step) or "auto"."""
+    """How rollouts are collected (``rapidrl.train.paths``): "fused" (one compiled call per rollout: an env written as
+    Numba functions, e.g. the built-in classic control, and an MLP Q network on the CPU), "step" (the PyTorch Q
+    network and any vector env, step by step), or "auto" (fused where it applies, else step)."""
 
     def validate(self) -> None:
         super().validate()
@@ -170,8 +173,14 @@ class PQN(Algorithm):
         self._act_counters = np.zeros(c.num_envs, np.uint64)
         self.actor = EpsilonGreedyActor(self._q_values, c.num_envs, self._act_keys, self._act_counters,
                                         self._obs_dtype)
-        self.paths["collection"] = choose("collection", c.collection, {"step": lambda: None})
-        self.collector = StepCollector(self.env, self.actor, c.num_steps, self.device, self.timer)
+        from rapidrl.train.fused_q import FusedQCollector, fused_q_unavailable
+
+        self.paths["collection"] = choose("collection", c.collection, {
+            "fused": lambda: fused_q_unavailable(self.env, self.q_net, self.device), "step": lambda: None})
+        if self.paths["collection"].value == "fused":
+            self.collector = FusedQCollector(self.env, self.q_net, c.num_steps, self._act_keys, self._act_counters)
+        else:
+            self.collector = StepCollector(self.env, self.actor, c.num_steps, self.device, self.timer)
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
         self.paths["precision"] = self._resolve_precision()
 
@@ -204,7 +213,11 @@ class PQN(Algorithm):
             np.copyto(self._obs, obs)
             self._needs_reset = False
         with torch.no_grad():
-            returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, None, seed=None)
+            if self.paths["collection"].value == "fused":
+                with self.timer.phase("collect"):
+                    returns, lengths = self.collector.collect(self.buffer, self._obs, self.actor.epsilon)
+            else:
+                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, None, seed=None)
             self._record_episodes(returns, lengths)
             with self.timer.phase("targets"):
                 last_values = self.actor.value(torch.from_numpy(self._obs).to(self.device))  # [N]

@@ -7,9 +7,11 @@ caller-owned scratch for the hidden activations, a tuple of L - 1 arrays [R_max,
 first R rows (R = rows of x) and ``backward`` reads them (they are the inputs of layers 1..L-1).
 ``rapidrl.nn.numba_mlp`` gives zero-copy views of a PyTorch MLP's parameters and gradients in this layout.
 
-Callers: the fused rollout collector (``rapidrl.train.fused``), the compiled PPO epoch (``rapidrl.kernels.ppo_update``),
-DQN's and SAC's compiled updates and acting (``rapidrl.nn.numba_mlp``). ``tests/test_kernels_mlp.py`` compares
-forward and backward with PyTorch's autograd.
+``forward_norm`` is the forward of an MLP with a LayerNorm before every hidden activation (PQN's Q networks).
+
+Callers: the fused rollout collectors (``rapidrl.train.fused``; PQN's ``rapidrl.train.fused_q``), the compiled PPO
+epoch (``rapidrl.kernels.ppo_update``), DQN's and SAC's compiled updates and acting (``rapidrl.nn.numba_mlp``).
+``tests/test_kernels_mlp.py`` compares forward and backward with PyTorch's autograd.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from rapidrl.kernels import activations
 from rapidrl.kernels.activations import tanh_f32
 from rapidrl.kernels.cache import invalidate_stale_cache
 
-__all__ = ["ACTIVATION_CODES", "BLAS_MIN_ROWS", "RELU", "TANH", "backward", "forward"]
+__all__ = ["ACTIVATION_CODES", "BLAS_MIN_ROWS", "RELU", "TANH", "backward", "forward", "forward_norm"]
 
 TANH, RELU = 1, 2
 ACTIVATION_CODES = {"tanh": TANH, "relu": RELU}
@@ -107,6 +109,54 @@ def backward(d_out, x, hs, ws, act, gws, gbs):  # pragma: no cover
                             d[r, j] = 0.0
                     else:
                         d[r, j] *= 1.0 - inp[r, j] * inp[r, j]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FAST)
+def _layer_norm_act(h, gamma, beta, eps, act):  # pragma: no cover
+    """h[r] <- act((h[r] - mean_r) / sqrt(var_r + eps) * gamma + beta) in place, row by row (PyTorch's LayerNorm over
+    the last axis: the biased variance; mean and variance accumulated in float64); h [R, H], gamma, beta [H]."""
+    rows, n = h.shape
+    for r in range(rows):
+        m = 0.0
+        for j in range(n):
+            m += h[r, j]
+        m /= n
+        v = 0.0
+        for j in range(n):
+            d = h[r, j] - m
+            v += d * d
+        inv = 1.0 / np.sqrt(v / n + eps)
+        for j in range(n):
+            s = np.float32((h[r, j] - m) * inv) * gamma[j] + beta[j]
+            if act == TANH:
+                s = tanh_f32(s)
+            elif act == RELU:
+                s = max(s, np.float32(0.0))
+            h[r, j] = s
+
+
+@numba.njit(cache=True, nogil=True)
+def forward_norm(x, ws, bs, gammas, betas, eps, act, hs, out):  # pragma: no cover
+    """``forward`` of an MLP with a LayerNorm between every hidden layer and its activation (``Linear -> LayerNorm ->
+    act``: ``rapidrl.nn.policies.mlp(layer_norm=True)``, PQN's networks). gammas, betas: tuples of the L - 1
+    LayerNorms' weights and biases [out_l]; eps: their epsilon. Forward only (no ``backward`` through the norms)."""
+    rows = x.shape[0]
+    blas = rows >= BLAS_MIN_ROWS
+    n_hidden = len(hs)
+    no_act = np.int64(0)
+    cur = x
+    for layer in range(n_hidden):
+        h = hs[layer][:rows]
+        if blas:
+            _linear_blas(cur, ws[layer], bs[layer], h, no_act)
+        else:
+            _linear(cur, ws[layer], bs[layer], h, no_act)
+        _layer_norm_act(h, gammas[layer], betas[layer], eps, act)
+        cur = h
+    if blas:
+        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
+    else:
+        _linear(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
 
 
 # The kernels inline the activations of another module: recompile them when it changes.

@@ -13,7 +13,7 @@ from torch import nn
 
 from rapidrl.kernels.mlp import ACTIVATION_CODES, backward, forward
 
-__all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays"]
+__all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays", "norm_arrays"]
 
 
 def linear_layers(seq) -> list[nn.Linear]:
@@ -22,9 +22,30 @@ def linear_layers(seq) -> list[nn.Linear]:
 
 
 def mlp_arrays(seq) -> tuple[tuple, tuple]:
-    """Zero-copy NumPy views (ws, bs) of the weights [out, in] and biases [out] of an MLP's Linear layers."""
+    """Zero-copy NumPy views (ws, bs) of the weights [out, in] and biases [out] of an MLP's Linear layers.
+    ValueError for an MLP with LayerNorms, which ``forward`` would skip (``norm_arrays`` and ``forward_norm``)."""
+    if any(isinstance(m, nn.LayerNorm) for m in seq):
+        raise ValueError("this MLP has LayerNorm layers, which rapidrl.kernels.mlp.forward does not compute: use "
+                         "norm_arrays and rapidrl.kernels.mlp.forward_norm")
     linears = linear_layers(seq)
     return (tuple(m.weight.detach().numpy() for m in linears), tuple(m.bias.detach().numpy() for m in linears))
+
+
+def norm_arrays(seq) -> tuple[tuple, tuple, tuple, tuple, float]:
+    """(ws, bs, gammas, betas, eps): zero-copy views of an MLP built as ``Linear -> LayerNorm -> act`` per hidden layer
+    and a last Linear (``rapidrl.nn.policies.mlp(layer_norm=True)``), in ``rapidrl.kernels.mlp.forward_norm``'s
+    layout. ValueError for any other structure (a LayerNorm missing, without its affine weights, or elsewhere)."""
+    layers = [m for m in seq if not isinstance(m, (nn.ReLU, nn.Tanh))]
+    linears, norms = layers[0::2], layers[1::2]
+    shaped = (len(layers) % 2 == 1 and all(isinstance(m, nn.Linear) for m in linears)
+              and all(isinstance(m, nn.LayerNorm) for m in norms) and len(norms) == len(linears) - 1 >= 1)
+    if not shaped or any(n.weight is None or n.normalized_shape != (lin.out_features,)
+                         for n, lin in zip(norms, linears)) or len({n.eps for n in norms}) > 1:
+        raise ValueError("norm_arrays needs Linear -> LayerNorm (affine, over the layer's features, one eps) -> "
+                         "activation per hidden layer and a last Linear")
+    ws, bs = (tuple(getattr(m, k).detach().numpy() for m in linears) for k in ("weight", "bias"))
+    gammas, betas = (tuple(getattr(m, k).detach().numpy() for m in norms) for k in ("weight", "bias"))
+    return ws, bs, gammas, betas, float(norms[0].eps)
 
 
 ACTING_FORWARD_MAX_ROWS = 16  # up to this many observations MLPForward is faster than PyTorch (256x256, here)

@@ -194,6 +194,21 @@ def fused_unavailable(env, policy, device) -> str | None:
     """None when ``FusedCollector`` can run ``policy`` on ``env``, else what to change: it needs an env written as
     Numba functions (``rapidrl.envs.NumbaVecEnv``, single-agent, flat float32 observations, SAME_STEP autoreset)
     and separate feed-forward MLPs on the CPU."""
+    why = fused_env_unavailable(env, device)
+    if why is not None:
+        return why
+    if getattr(policy, "recurrent", False):
+        return "needs a feed-forward policy (recurrent='none')"
+    if policy.shared or policy.encoder_kind != "mlp":
+        return "needs separate actor and critic MLPs (shared=False, encoder='mlp')"
+    if getattr(policy, "multi", False):
+        return "covers Discrete and Box actions (MultiDiscrete/MultiBinary collect with collection='step')"
+    return None
+
+
+def fused_env_unavailable(env, device) -> str | None:
+    """None when a fused collector (this module's, PQN's ``rapidrl.train.fused_q``) can step ``env`` inside its
+    compiled loop with networks on ``device``, else what to change (``fused_unavailable``'s env and device part)."""
     from rapidrl.envs import NumbaVecEnv
 
     if not isinstance(env, NumbaVecEnv):
@@ -207,12 +222,6 @@ def fused_unavailable(env, policy, device) -> str | None:
         return "needs the env's autoreset_mode='same_step'"
     if torch_device_type(device) != "cpu":
         return "needs device='cpu'"
-    if getattr(policy, "recurrent", False):
-        return "needs a feed-forward policy (recurrent='none')"
-    if policy.shared or policy.encoder_kind != "mlp":
-        return "needs separate actor and critic MLPs (shared=False, encoder='mlp')"
-    if getattr(policy, "multi", False):
-        return "covers Discrete and Box actions (MultiDiscrete/MultiBinary collect with collection='step')"
     return None
 
 

@@ -180,10 +180,13 @@ LEARN = dict(hidden=(64, 64), batch_size=128, torch_threads=1)
 @pytest.mark.slow
 @pytest.mark.parametrize("cls, steps, extra", [
     (TQC, 6_000, dict(n_critics=2, n_quantiles=10, top_quantiles_to_drop_per_net=1, learning_rate=1e-3)),
-    (CrossQ, 6_000, dict(critic_hidden=(256, 256))),
-    (DDPG, 6_000, dict(learning_starts=1_000, learning_rate=1e-3)),
+    (CrossQ, 5_000, dict(critic_hidden=(128, 128))),
+    # SB3's DDPG (actor every step); CleanRL's policy_frequency=2 at lr 1e-3 was at -320 after 6k steps (seed 0)
+    (DDPG, 6_000, dict(learning_starts=1_000, learning_rate=1e-3, policy_frequency=1)),
 ])
 def test_reaches_minus_200_on_pendulum(cls, steps, extra):
+    """Seed 0 measured (evaluations every 1k steps, 10 episodes): TQC passed within 6k steps in 17 s; CrossQ -986,
+    -424, -182 at 1k, 2k, 3k (31 s); DDPG -1106, -1438, -437, -194 at 1k-4k (load average ~5 on 2 cores)."""
     model = cls("Pendulum-v1", seed=0, **LEARN, **extra)
     ev = EvalCallback(eval_freq=1_000, n_episodes=10, reward_threshold=-200)
     model.learn(steps, callback=ev, progress_bar=False)

@@ -28,8 +28,14 @@ from rapidrl.algos.cql import (
 from rapidrl.algos.iql import IQL, advantage_weighted_loss, cosine_lr, expectile_loss, iql_q_target
 from rapidrl.algos.td3_bc import TD3BC, td3_bc_actor_loss
 from rapidrl.buffers.dataset import DatasetError, collect_episodes, load_dataset, write_dataset
+from rapidrl.train.precision import native_bf16
 
 SMALL = dict(hidden=(64, 64), torch_threads=1, seed=0)
+# Every learning test runs in float32 and in bfloat16 autocast: the bf16 runs, at the same budgets, thresholds and
+# seeds, are what licenses precision="auto" to pick bf16 for these algorithms (Algorithm.bf16_learning_tested).
+# They need native bf16 (AVX512-BF16, AMX): PyTorch emulates it elsewhere at ~11x float32's time.
+PRECISIONS = ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    native_bf16(torch.device("cpu")) is not None, reason="this CPU has no native bfloat16 (emulated: ~11x slower)"))]
 
 
 # -- the losses, by hand ---------------------------------------------------------------------------------------------
@@ -125,23 +131,27 @@ def datasets(tmp_path_factory):
 
 
 # -- learning -----------------------------------------------------------------------------------------------------
-def test_bc_clones_the_controller(datasets):
-    model = BC(dataset="test/pendulum/expert-v0", **SMALL)
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_bc_clones_the_controller(datasets, precision):
+    model = BC(dataset="test/pendulum/expert-v0", precision=precision, **SMALL)
     assert model.env_id == "Pendulum-v1" and model.paths["collection"].value == "dataset"
+    assert model.precision == precision
     model.learn(1000, progress_bar=False)
     assert model.num_timesteps == 1000 and model.num_gradient_steps == 1000
     mean, _ = model.evaluate(10)
     assert mean > -300, mean  # the controller: about -180; random: about -1200
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("make, steps, threshold", [
-    (lambda: TD3BC(dataset="test/pendulum/noisy-v0", **SMALL), 2000, -400),
-    (lambda: IQL(dataset="test/pendulum/noisy-v0", **SMALL), 1000, -400),
-    (lambda: CQL(dataset="test/pendulum/noisy-v0", **{**SMALL, "hidden": (32, 32)}, cql_n_actions=4,
-                 cql_alpha=5.0, actor_learning_rate=3e-3), 900, -600),
+    (lambda p: TD3BC(dataset="test/pendulum/noisy-v0", precision=p, **SMALL), 2000, -400),
+    (lambda p: IQL(dataset="test/pendulum/noisy-v0", precision=p, **SMALL), 1000, -400),
+    (lambda p: CQL(dataset="test/pendulum/noisy-v0", precision=p, **{**SMALL, "hidden": (32, 32)}, cql_n_actions=4,
+                   cql_alpha=5.0, actor_learning_rate=3e-3), 900, -600),
 ], ids=["td3_bc", "iql", "cql"])
-def test_offline_rl_learns_from_noisy_data(datasets, make, steps, threshold):
-    model = make()
+def test_offline_rl_learns_from_noisy_data(datasets, make, steps, threshold, precision):
+    model = make(precision)
+    assert model.precision == precision
     model.learn(steps, progress_bar=False)
     mean, _ = model.evaluate(10)
     assert mean > threshold, mean
@@ -149,16 +159,18 @@ def test_offline_rl_learns_from_noisy_data(datasets, make, steps, threshold):
     assert score == pytest.approx(100 * (mean + 1200) / 1020)
 
 
-def test_discrete_cql_learns_cartpole_from_epsilon_greedy_data(datasets):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_discrete_cql_learns_cartpole_from_epsilon_greedy_data(datasets, precision):
     model = DiscreteCQL(dataset="test/cartpole/noisy-v0", hidden=(64, 64), seed=0, learning_rate=1e-3,
-                        batch_size=64, target_update_interval=100)
+                        batch_size=64, target_update_interval=100, precision=precision)
     model.learn(3000, progress_bar=False)
     mean, _ = model.evaluate(10)
     assert mean > 300, mean  # the controller: 500; random: about 20
 
 
-def test_discrete_bc_clones_cartpole(datasets):
-    model = BC(dataset="test/cartpole/noisy-v0", **SMALL)
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_discrete_bc_clones_cartpole(datasets, precision):
+    model = BC(dataset="test/cartpole/noisy-v0", precision=precision, **SMALL)
     model.learn(500, progress_bar=False)
     assert model.evaluate(10)[0] > 300
 

@@ -98,6 +98,7 @@ class CQL(OfflineAlgorithm):
 
     name = "cql"
     config_class = CQLConfig
+    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("critic_loss", "penalty", "actor_loss", "ent_coef", "q_values", "entropy")
 
     def _check_spaces(self) -> None:
@@ -235,6 +236,7 @@ class DiscreteCQL(OfflineAlgorithm):
 
     name = "discrete_cql"
     config_class = DiscreteCQLConfig
+    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("loss", "td_loss", "penalty", "q_values")
 
     def _check_spaces(self) -> None:

@@ -79,6 +79,7 @@ class TD3BC(OfflineAlgorithm):
 
     name = "td3_bc"
     config_class = TD3BCConfig
+    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("critic_loss", "q_values", "actor_loss")
 
     def _check_spaces(self) -> None:

@@ -100,10 +100,10 @@ def bench_dataset(workdir: Path) -> tuple[str, str]:
 
 
 def job_rapidrl(algo: str, data: str, steps: int, seed: int, warmup: int = 0, eval_every: int = 0,
-                eval_episodes: int = 10, settings: dict | None = None, **_ignored) -> dict:
+                eval_episodes: int = 10, settings: dict | None = None, precision: str = "fp32", **_ignored) -> dict:
     """rapidrl's ``algo`` with ``settings`` (default: its preset's) for ``steps`` gradient steps on dataset ``data`` (a
     path), timed as ``peer_d3rlpy.job_d3rlpy`` times d3rlpy (warm-up apart, evaluations not counted). The torch thread
-    count is the process's (``isolated.run_isolated`` sets it)."""
+    count is the process's (``isolated.run_isolated`` sets it). precision: "fp32" (d3rlpy's arithmetic) or "bf16"."""
     from rapidrl.algos.registry import get_algorithm
     from rapidrl.train.callbacks import EvalCallback
 
@@ -111,6 +111,7 @@ def job_rapidrl(algo: str, data: str, steps: int, seed: int, warmup: int = 0, ev
     config = cls.config_class()
     hp = {k: v for k, v in (settings or preset_settings(algo)).items()
           if hasattr(config, k) and k not in ("dataset", "torch_threads", "seed")}
+    hp["precision"] = precision
     warmup_s = 0.0
     if warmup:
         t0 = time.perf_counter()
@@ -139,12 +140,18 @@ def _jobs(ctx: Context | None, algo: str, source: str, arrays: str, steps: int, 
           overrides: dict | None = None, **extra) -> dict:
     """Both libraries' job for ``algo``: (seed, torch threads) -> result. overrides: settings over the preset's, for
     both (e.g. IQL's Gaussian actor, the one d3rlpy has)."""
+    from rapidrl.benchmarks.harness import rapidrl_precision
     from rapidrl.benchmarks.isolated import run_isolated
 
     both = {**preset_settings(algo), **(overrides or {}), "schedule_steps": warmup + steps}
-    jobs = {"rapidrl": lambda seed, t: run_isolated(f"{__name__}:job_rapidrl", {
-        "algo": algo, "data": source, "steps": steps, "seed": seed, "warmup": warmup, "settings": both, **extra},
-        torch_threads=t)}
+
+    def rapidrl_job(precision: str):
+        return lambda seed, t: run_isolated(f"{__name__}:job_rapidrl", {
+            "algo": algo, "data": source, "steps": steps, "seed": seed, "warmup": warmup, "settings": both,
+            "precision": precision, **extra}, torch_threads=t)
+
+    jobs = {lib: rapidrl_job(rapidrl_precision(lib))
+            for lib in (ctx.rapidrl_contenders() if ctx is not None else ["rapidrl"])}
     python = d3rlpy_python()
     if not python.is_file():
         if ctx is not None:
@@ -173,17 +180,18 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
             kind = "cql" if algo == "cql" else "other"
             steps, warmup = STEPS[mode][kind], WARMUP[kind]
             results = interleaved(_jobs(ctx, algo, source, arrays, steps, warmup), [0], thread_counts())
-            _, base = best_by_threads(results["rapidrl"])
+            bases = {lib: best_by_threads(r)[1] for lib, r in results.items() if lib.startswith("rapidrl")}
             for lib, by_threads in results.items():
                 best_t, best = best_by_threads(by_threads)
+                speedup = ", ".join(f"{name}: {base / best:.2f}" for name, base in bases.items())
                 for t, (r,) in sorted(by_threads.items()):
                     rows.append({"algorithm": algo, "library": lib + (f" {r['version']}" if "version" in r else ""),
                                  "torch threads": f"{t}{' (best)' if t == best_t else ''}",
                                  "gradient steps/s": round(r["sps"], 1), "steps timed": steps,
                                  "warm-up s": round(r["warmup_s"], 1),
-                                 "rapidrl speedup": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+                                 "rapidrl speedup (best threads)": speedup if t == best_t and lib == "d3rlpy" else ""})
     title = (f"Offline RL gradient steps per second on {Path(source).parent.name} (batch 256, each library's preset "
-             "settings, in its own process)")
+             "settings, in its own process; rapidrl in float32 as d3rlpy, rapidrl/bf16 with bfloat16 autocast)")
     return title, rows
 
 
@@ -198,7 +206,7 @@ def returns_main(argv: list[str]) -> int:
     p.add_argument("--eval-every", type=int, default=2_000)
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="torch threads of every run (default 1)")
-    p.add_argument("--libs", default="rapidrl,d3rlpy")
+    p.add_argument("--libs", default="rapidrl,d3rlpy", help="rapidrl (float32), rapidrl/bf16, d3rlpy")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting over the preset's for both libraries, e.g. deterministic_actor=false (TOML values)")
     p.add_argument("--out", default="bench_results/offline-returns")
@@ -212,7 +220,8 @@ def returns_main(argv: list[str]) -> int:
     for assignment in args.set:
         key, value = assignment.split("=", 1)
         overrides[key] = tomllib.loads(f"v = {value}")["v"]
-    jobs = _jobs(None, args.algo, source, arrays, args.steps, 0, overrides, **extra)
+    ctx = Context(precisions=tuple(lib.split("/", 1)[1] for lib in args.libs.split(",") if lib.startswith("rapidrl/")))
+    jobs = _jobs(ctx, args.algo, source, arrays, args.steps, 0, overrides, **extra)
     results: dict[str, list[dict]] = {}
     for seed in seeds:
         for lib in [x for x in args.libs.split(",") if x in jobs]:

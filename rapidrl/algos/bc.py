@@ -52,8 +52,9 @@ def bc_discrete_loss(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tenso
 
 @register
 class BC(OfflineAlgorithm):
-    """Behaviour cloning from a dataset (Box or Discrete actions). ``BC(env, dataset=ID, **hyperparameters)``; see
-    BCConfig."""
+    """Behaviour cloning from a dataset (Box or Discrete actions).
+
+    ``BC(env, dataset=ID, **hyperparameters)``; see BCConfig."""
 
     name = "bc"
     config_class = BCConfig

@@ -93,8 +93,9 @@ def cql_actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tens
 
 @register
 class CQL(OfflineAlgorithm):
-    """Conservative Q-Learning for Box action spaces (DiscreteCQL: Discrete). ``CQL(env, dataset=ID,
-    **hyperparameters)``; see CQLConfig."""
+    """Conservative Q-Learning, offline (Box actions; DiscreteCQL for Discrete ones).
+
+    ``CQL(env, dataset=ID, **hyperparameters)``; see CQLConfig."""
 
     name = "cql"
     config_class = CQLConfig
@@ -231,8 +232,9 @@ def discrete_conservative_penalty(q_all: torch.Tensor, actions: torch.Tensor) ->
 
 @register
 class DiscreteCQL(OfflineAlgorithm):
-    """Conservative Q-Learning on a DQN Q network, for Discrete action spaces. ``DiscreteCQL(env, dataset=ID,
-    **hyperparameters)``; see DiscreteCQLConfig."""
+    """Conservative Q-Learning on a Double DQN, offline (Discrete actions).
+
+    ``DiscreteCQL(env, dataset=ID, **hyperparameters)``; see DiscreteCQLConfig."""
 
     name = "discrete_cql"
     config_class = DiscreteCQLConfig

@@ -125,8 +125,9 @@ class IQLActor(nn.Module):
 
 @register
 class IQL(OfflineAlgorithm):
-    """Implicit Q-Learning for Box action spaces, offline and offline-to-online. ``IQL(env, dataset=ID,
-    **hyperparameters)``; see IQLConfig."""
+    """Implicit Q-Learning, offline and offline-to-online (Box actions).
+
+    ``IQL(env, dataset=ID, **hyperparameters)``; see IQLConfig."""
 
     name = "iql"
     config_class = IQLConfig

@@ -74,8 +74,9 @@ def td3_bc_actor_loss(q_pi: torch.Tensor, predicted: torch.Tensor, actions: torc
 
 @register
 class TD3BC(OfflineAlgorithm):
-    """TD3+BC for Box action spaces, offline (and online fine-tuning). ``TD3BC(env, dataset=ID, **hyperparameters)``;
-    see TD3BCConfig."""
+    """TD3+BC: TD3 with a behaviour-cloning term, offline (Box actions).
+
+    ``TD3BC(env, dataset=ID, **hyperparameters)``; see TD3BCConfig."""
 
     name = "td3_bc"
     config_class = TD3BCConfig

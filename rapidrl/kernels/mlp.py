@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from rapidrl.kernels import activations
-from rapidrl.kernels.activations import tanh_f32
+from rapidrl.kernels.activations import tanh_f32, tanh_inplace
 from rapidrl.kernels.cache import invalidate_stale_cache
 
 __all__ = ["ACTIVATION_CODES", "BLAS_MIN_ROWS", "RELU", "TANH", "backward", "forward", "forward_norm"]
@@ -53,16 +53,19 @@ def _linear(x, w, b, out, act):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True, fastmath=_FAST)
 def _linear_blas(x, w, b, out, act):  # pragma: no cover
-    """``_linear`` with the product through BLAS: out = act(x w^T + b)."""
-    out[:, :] = np.dot(x, w.T)
+    """``_linear`` with the product through BLAS: out = act(x w^T + b), the activation in a pass of its own (a
+    branch-free loop that vectorises: tanh with it in the element loop took 1.6x as long per PPO epoch)."""
+    np.dot(x, w.T, out)  # into out: no temporary, no copy
     for n in range(out.shape[0]):
         for o in range(out.shape[1]):
-            s = out[n, o] + b[o]
-            if act == TANH:
-                s = tanh_f32(s)
-            elif act == RELU:
-                s = max(s, np.float32(0.0))
-            out[n, o] = s
+            out[n, o] += b[o]
+    if act == TANH:
+        tanh_inplace(out)
+    elif act == RELU:
+        for n in range(out.shape[0]):
+            for o in range(out.shape[1]):
+                if out[n, o] < 0.0:
+                    out[n, o] = 0.0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -94,7 +97,7 @@ def backward(d_out, x, hs, ws, act, gws, gbs):  # pragma: no cover
     d = d_out
     for layer in range(len(ws) - 1, -1, -1):
         inp = x[:rows] if layer == 0 else hs[layer - 1][:rows]
-        gws[layer][:, :] = np.dot(d.T, inp)
+        np.dot(d.T, inp, gws[layer])
         gb = gbs[layer]
         gb[:] = 0.0
         for r in range(rows):

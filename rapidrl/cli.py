@@ -369,6 +369,11 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
             mean, std = model.evaluate(run.eval_episodes, progress=progress)
             summary.update(eval_mean=mean, eval_std=std, eval_episodes=run.eval_episodes)
             print(f"eval return: {mean:.2f} ± {std:.2f} over {run.eval_episodes} episodes")
+            dataset = getattr(model, "dataset", None)  # an offline model: D4RL's score with its dataset's references
+            if dataset is not None and dataset.ref_min_score is not None and dataset.ref_max_score is not None:
+                summary["eval_score"] = float(dataset.normalized_score(mean))
+                print(f"normalised score: {summary['eval_score']:.1f} (0: {dataset.ref_min_score:.1f}, random; "
+                      f"100: {dataset.ref_max_score:.1f}, expert; {dataset.dataset_id})")
         if resumed:  # this process trained only the part after the checkpoint; the clock of the whole is saved too
             print(f"trained steps {start_step:,} to {model.num_timesteps:,} in {wall:.1f} s ({summary['sps']:,.0f} "
                   f"SPS); all {model.num_timesteps:,} steps in {train_time:.1f} s of training")
@@ -385,8 +390,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
 def _load_for_eval(target: Path):
     """(model, path, seed) from a run directory (model.pt, else newest checkpoint) or a .pt file."""
     from rapidrl.algos.registry import algorithms
-    from rapidrl.train.algorithm import load_checkpoint
-    from rapidrl.train.checkpoint import latest_checkpoint
+    from rapidrl.train.checkpoint import latest_checkpoint, load_checkpoint
 
     env_kwargs, seed = {}, 0
     if target.is_dir():

@@ -1,4 +1,4 @@
-"""Overlapped collection (``rapidrl.train.async_collect``): weight hand-off, policy lag, determinism, thread
+"""Overlapped collection (``rapidrl.train.collect.threaded``): weight hand-off, policy lag, determinism, thread
 lifetime, and async PPO learning CartPole."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 import rapidrl as rr
 from rapidrl.buffers import RolloutBuffer
 from rapidrl.nn import ActorCritic
-from rapidrl.train.async_collect import AsyncCollector
 from rapidrl.train.callbacks import EvalCallback
-from rapidrl.train.fused import FusedCollector
+from rapidrl.train.collect.fused import FusedCollector
+from rapidrl.train.collect.threaded import AsyncCollector
 
 PPO_CARTPOLE = dict(num_envs=8, num_steps=32, minibatch_size=256, update_epochs=20, gamma=0.98, gae_lambda=0.8,
                     ent_coef=0.0, learning_rate=1e-3, anneal_clip=True)

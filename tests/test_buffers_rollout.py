@@ -118,7 +118,7 @@ def test_minibatches_cover_every_sample_once_per_epoch(batch_size):
     g = torch.Generator().manual_seed(0)
     seen = []
     sizes = []
-    for mb in buf.minibatches(batch_size, generator=g, normalize_advantages=None, epochs=2):
+    for mb in buf.minibatches(batch_size, generator=g, normalize_advantages="none", epochs=2):
         flat = mb.obs[:, 0].long()
         sizes.append(len(flat))
         t, n = flat // 4, flat % 4
@@ -142,7 +142,7 @@ def test_minibatch_order_is_reproducible_from_the_generator():
     buf.compute_advantages(lv, gamma=0.99, lam=0.95)
 
     def order(gen):
-        return [mb.obs[:, 0].tolist() for mb in buf.minibatches(16, generator=gen, normalize_advantages=None)]
+        return [mb.obs[:, 0].tolist() for mb in buf.minibatches(16, generator=gen, normalize_advantages="none")]
 
     assert order(torch.Generator().manual_seed(3)) == order(torch.Generator().manual_seed(3))
     assert order(np.random.default_rng(3)) == order(np.random.default_rng(3))

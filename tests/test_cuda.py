@@ -19,7 +19,7 @@ from rapidrl.train.callbacks import EvalCallback
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
 
 SMALL_ON = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, seed=0)
-SMALL_OFF = dict(learning_starts=64, batch_size=32, buffer_size=1_000, log_interval=4, seed=0)
+SMALL_OFF = dict(learning_starts=64, batch_size=32, buffer_size=1_000, log_every_steps=4, seed=0)
 
 
 def gpu_env(env_id="CartPole-v1", n=64, **kw):
@@ -87,7 +87,7 @@ def test_every_algorithm_trains_with_its_networks_on_the_gpu(make, precision):
     assert model.precision == precision and model.gradient_backend == "torch"
     modules = [m for m in vars(model).values() if isinstance(m, torch.nn.Module)]
     assert modules and all(on_cuda(m) for m in modules)
-    assert any(k.startswith("losses/") for k in model.metrics)  # it trained (log_interval=4: losses are logged)
+    assert any(k.startswith("losses/") for k in model.metrics)  # it trained (log_every_steps=4: losses are logged)
 
 
 def test_recurrent_ppo_on_the_gpu():

@@ -28,7 +28,7 @@ def load_tutorial(directory: Path, name: str = "custom_env_tutorial"):
 
 
 def test_tutorial_runs_and_its_env_is_taxi(tmp_path):
-    from rapidrl.train.fused import FusedCollector
+    from rapidrl.train.collect.fused import FusedCollector
 
     ns = load_tutorial(tmp_path)
     assert ns.report.ok and ns.report.steps == 1500 and ns.report.episodes >= 40, ns.report

@@ -1,4 +1,4 @@
-"""The device path (``rapidrl.train.device_collect``), run on the CPU through the same code as on a GPU:
+"""The device path (``rapidrl.train.collect.device``), run on the CPU through the same code as on a GPU:
 storage and advantages stay tensors, no NumPy conversion in the loop, truncation bootstrapping, bf16
 autocast of the PPO update, and PPO learning CartPole with the PyTorch env backend."""
 
@@ -33,17 +33,18 @@ def small(**kw):
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_device_path_is_used_and_runs(env_id):
     model = rr.PPO(torch_env(env_id), **small())
-    assert model.device_collector is not None and model.collector is None
+    assert model.paths["collection"].value == "device" and model.device_collector is not None
     model.learn(256, progress_bar=False)
     assert model.num_timesteps == 256 and "losses/value_loss" in model.metrics
     assert isinstance(model.buffer.tensors.advantages, torch.Tensor)
 
 
 def test_no_numpy_conversion_in_the_loop(monkeypatch):
-    """After the first (logged) update, iterations that do not log touch no NumPy: every Tensor.numpy,
-    Tensor.cpu, Tensor.tolist and torch.from_numpy call is counted."""
-    model = rr.PPO(torch_env(validate_actions=False), **small(log_every=1000))
-    model.learn(64, progress_bar=False)  # update 0 logs
+    """After the first (reported) update, iterations that do not report touch no NumPy: every Tensor.numpy,
+    Tensor.cpu, Tensor.tolist and torch.from_numpy call is counted, after each update and at the learn call's end
+    (whose last iteration reports)."""
+    model = rr.PPO(torch_env(validate_actions=False), **small(log_every_steps=64_000))
+    model.learn(64, progress_bar=False)  # the only iteration of the call: it reports
     calls = []
     for name in ("numpy", "cpu", "tolist"):
         original = getattr(torch.Tensor, name)
@@ -51,16 +52,15 @@ def test_no_numpy_conversion_in_the_loop(monkeypatch):
                                                                                                _o(self, *a, **k))[1])
     original_from_numpy = torch.from_numpy
     monkeypatch.setattr(torch, "from_numpy", lambda x: (calls.append("from_numpy"), original_from_numpy(x))[1])
-    model.learn(64 * 5, progress_bar=False)
+    seen = []
+    model.learn(64 * 5, callback=lambda algo: seen.append((algo.reporting, len(calls))) or True, progress_bar=False)
     assert model.num_updates == 6
-    assert calls == []
-    model.config.log_every = 1  # a logging iteration reads its scalars back, and the counter sees it
-    model.learn(64, progress_bar=False)
-    assert "tolist" in calls
+    assert seen[:-1] == [(False, 0)] * 4  # no report, no NumPy
+    assert seen[-1][0] and "tolist" in calls  # the last iteration reports: it reads its scalars back
 
 
 def test_episode_statistics_come_from_the_device_sums():
-    model = rr.PPO(torch_env(), **small(log_every=2))
+    model = rr.PPO(torch_env(), **small(log_every_steps=2 * 64))
     model.learn(64 * 4, progress_bar=False)
     assert model.num_episodes > 0
     assert 8.0 <= model.metrics["charts/episodic_return"] <= 200.0  # a random CartPole policy: ~20

@@ -12,7 +12,7 @@ from rapidrl.train.callbacks import EvalCallback
 from rapidrl.train.config import ConfigError
 
 TINY = dict(hidden=(32,), learning_starts=64, batch_size=32, buffer_size=2_000, train_freq=4, gradient_steps=2,
-            log_interval=5)
+            log_every_steps=10)
 
 
 def test_dqn_loss_targets_and_priority_weights():

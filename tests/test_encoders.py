@@ -11,7 +11,7 @@ import rapidrl as rr
 from rapidrl.nn.encoders import MinAtarCNN, NatureCNN, encoder_for, make_encoder
 from rapidrl.nn.policies import ActorCritic
 from rapidrl.nn.qnets import QNetwork
-from rapidrl.train.async_collect import normalized
+from rapidrl.train.collect.step import normalized
 
 ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 MINATAR = gym.spaces.Box(0, 1, (4, 10, 10), np.uint8)
@@ -126,7 +126,7 @@ def test_ppo_cnn_on_minatar_trains_with_uint8_storage(tmp_path, async_collect):
     model = rr.PPO("MinAtar/Breakout-v1", num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, seed=0,
                    async_collect=async_collect)
     assert model.policy.encoder_kind == "minatar"
-    assert model.collector is None  # the fused MLP collector does not apply; per-step path
+    assert model.paths["collection"].value == "step"  # the fused MLP collector does not apply
     model.learn(256, progress_bar=False)
     assert model.buffer.obs.dtype == np.uint8 and model.buffer.obs.shape == (16, 4, 4, 10, 10)
     assert set(np.unique(model.buffer.obs)) <= {0, 1} and model.buffer.obs.any()
@@ -155,7 +155,7 @@ def test_a2c_cnn_on_minatar():
 def test_dqn_cnn_on_minatar(tmp_path, dueling):
     model = rr.DQN("MinAtar/Breakout-v1", seed=0, learning_starts=64, train_freq=4, gradient_steps=1, batch_size=16,
                    buffer_size=1000, dueling=dueling)
-    assert model.q_net.has_encoder and model._layers is None and model._acting_forward is None
+    assert model.q_net.has_encoder and model._q_grad is None and model._acting_forward is None
     assert model.gradient_backend == "torch"
     assert model.buffer.arrays()["obs"].dtype == np.uint8
     model.learn(200, progress_bar=False)
@@ -166,11 +166,11 @@ def test_dqn_cnn_on_minatar(tmp_path, dueling):
 
 def test_mlp_paths_are_unchanged():
     ppo = rr.PPO("CartPole-v1", num_envs=4, num_steps=8, minibatch_size=32, seed=0)
-    assert ppo.policy.encoder_kind == "mlp" and ppo.collector is not None
+    assert ppo.policy.encoder_kind == "mlp" and ppo.paths["collection"].value == "fused"
     assert ppo.gradient_backend == "compiled"
     assert ppo.buffer.obs.dtype == np.float32
     dqn = rr.DQN("CartPole-v1", seed=0)
-    assert not dqn.q_net.has_encoder and dqn._layers is not None and dqn.buffer.arrays()["obs"].dtype == np.float32
+    assert not dqn.q_net.has_encoder and dqn._q_grad is not None and dqn.buffer.arrays()["obs"].dtype == np.float32
     assert dqn.gradient_backend == "compiled"
     with pytest.raises(ValueError, match="encoder must be one of"):
         rr.PPO("CartPole-v1", encoder="resnet")

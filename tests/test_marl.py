@@ -248,7 +248,7 @@ def test_bad_arguments():
 @pytest.mark.parametrize("algo", [rr.MAPPO, rr.IPPO])
 def test_the_compiled_backend_reads_the_policys_column_slices(algo):
     """Multi-agent PPO trains on PPO's compiled backend, which gathers each network's columns of the rows
-    (``input_columns``); tests/test_ppo_fused_update.py compares it with the torch backend."""
+    (``input_columns``); tests/test_ppo_compiled_update.py compares it with the torch backend."""
     model = algo("MPE/simple_spread-v3", num_envs=12, num_steps=10, minibatch_size=60, seed=0)
     env, p = model.env, model.policy
     assert model.gradient_backend == "compiled" and model._compiled is not None

@@ -182,7 +182,7 @@ def test_discrete_bc_clones_cartpole(datasets, precision):
 def test_resume_is_bitwise_and_a_loaded_model_needs_no_dataset(datasets, tmp_path, cls, kwargs):
     def make():
         return cls(dataset="test/pendulum/noisy-v0", hidden=(16, 16), batch_size=32, torch_threads=1, seed=3,
-                   log_interval=10, **kwargs)
+                   log_every_steps=10, **kwargs)
 
     whole = make().learn(60, progress_bar=False)
     first = make()
@@ -212,7 +212,7 @@ def test_export_folds_in_the_datasets_normalisation(datasets, tmp_path):
 # -- offline to online ------------------------------------------------------------------------------------------------
 def test_iql_fine_tunes_online_with_the_dataset_mixed_in(datasets):
     model = IQL(dataset="test/pendulum/noisy-v0", offline_steps=300, buffer_size=2000, dataset_fraction=0.5,
-                log_interval=50, **SMALL)
+                log_every_steps=50, **SMALL)
     assert model.paths["collection"].value == "dataset+step" and model.buffer.capacity == 2000
     model.learn(800, progress_bar=False)
     # 300 gradient steps on the dataset, then 500 env steps with one update each: one step count throughout

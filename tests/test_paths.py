@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 import rapidrl as rr
-from rapidrl.train.config import ConfigError
+from rapidrl.train.config import ConfigError, config_from_dict
 from rapidrl.train.paths import choose, describe
 
 SMALL_ON = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, hidden=(16, 16), seed=0)
 SMALL_OFF = dict(learning_starts=32, batch_size=16, buffer_size=500, hidden=(16, 16), seed=0)
-LOGGED_OFF = dict(SMALL_OFF, log_interval=4)  # statistics read every 4 gradient steps: 64 env steps log some
-LOGGED_OFFLINE = dict(batch_size=16, hidden=(16, 16), seed=0, log_interval=4)
+LOGGED_OFF = dict(SMALL_OFF, log_every_steps=4)  # statistics read every 4 env steps: 64 env steps log some
+LOGGED_OFFLINE = dict(batch_size=16, hidden=(16, 16), seed=0, log_every_steps=4)
 _DATASETS: dict = {}
 
 
@@ -204,9 +205,9 @@ def test_every_pqn_collection_runs_or_is_refused(case):
 
 
 def test_torch_compile_needs_the_torch_backend():
-    with pytest.raises(ConfigError, match="compile=True traces the autograd update"):
-        rr.SAC("Pendulum-v1", compile=True, gradient_backend="compiled", **SMALL_OFF)
-    assert rr.SAC("Pendulum-v1", compile=True, **SMALL_OFF).gradient_backend == "torch"
+    with pytest.raises(ConfigError, match="torch_compile=True traces the autograd update"):
+        rr.SAC("Pendulum-v1", torch_compile=True, gradient_backend="compiled", **SMALL_OFF)
+    assert rr.SAC("Pendulum-v1", torch_compile=True, **SMALL_OFF).gradient_backend == "torch"
 
 
 def test_legacy_settings_are_upgraded_with_a_warning(tmp_path):
@@ -220,9 +221,51 @@ def test_legacy_settings_are_upgraded_with_a_warning(tmp_path):
     payload = torch.load(path, weights_only=True)
     config = payload["config"]
     del config["gradient_backend"], config["collection"]
-    payload["config"] = {**config, "closed_form_grads": True, "fused_update": True, "fused_rollout": "auto"}
+    del config["normalize_advantage"], config["log_every_steps"]
+    payload["config"] = {**config, "closed_form_grads": True, "fused_update": True, "fused_rollout": "auto",
+                         "norm_adv": "batch", "log_every": 2}
     torch.save(payload, tmp_path / "old.pt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         old = rr.PPO.load(tmp_path / "old.pt")
     assert old.gradient_backend == "compiled" and old.paths["collection"].value == "fused"
+    assert old.config.normalize_advantage == "batch" and old.config.log_every_steps == 2 * 16 * 4
+
+
+@pytest.mark.parametrize("algo, old, new, said", [
+    ("ppo", {"norm_adv": "none"}, {"normalize_advantage": "none"}, "norm_adv replaced by normalize_advantage='none'"),
+    ("a2c", {"normalize_advantage": True}, {"normalize_advantage": "batch"},
+     "normalize_advantage=True replaced by normalize_advantage='batch'"),
+    ("impala", {"normalize_advantage": False}, {"normalize_advantage": "none"}, "normalize_advantage=False"),
+    ("ppo", {"log_every": 3, "num_steps": 32, "num_envs": 8}, {"log_every_steps": 3 * 32 * 8},
+     "log_every replaced by log_every_steps=768"),
+    ("ppo", {"log_every": 1}, {"log_every_steps": 0}, "log_every replaced by log_every_steps=0"),
+    ("dqn", {"log_interval": 10, "train_freq": 4, "gradient_steps": 2}, {"log_every_steps": 20},
+     "log_interval replaced by log_every_steps=20"),  # 10 gradient steps take 20 env steps
+    ("sac", {"compile": True}, {"torch_compile": True}, "compile replaced by torch_compile=True"),
+])
+def test_renamed_settings_are_upgraded_in_kwargs_and_config_files(tmp_path, algo, old, new, said):
+    """Each renamed setting (issue 42's one vocabulary) under its old name: the value upgraded, a DeprecationWarning
+    naming both, as constructor keywords and in a config file (``rapidrl train --config``)."""
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.runs.config import resolve
+
+    cls = get_algorithm(algo)
+    with pytest.warns(DeprecationWarning, match=said):
+        config = config_from_dict(cls.config_class, dict(old))
+    assert {k: getattr(config, k) for k in new} == new
+    env = "Pendulum-v1" if algo == "sac" else "CartPole-v1"
+    with pytest.warns(DeprecationWarning, match=said):
+        run = resolve([("test.toml", {"run": {"algo": algo, "env": env}, "algo": dict(old)})])
+    assert {k: getattr(run.algo_config, k) for k in new} == new
+
+
+def test_minibatches_take_none_with_a_warning():
+    buffer = rr.RolloutBuffer(2, 2, (1,))
+    for _ in range(2):
+        buffer.add(np.zeros((2, 1), np.float32), np.zeros(2, np.int64), np.zeros(2), np.zeros(2), np.ones(2),
+                   np.zeros(2, bool), np.zeros(2, bool))
+    buffer.compute_advantages(np.zeros(2, np.float32), gamma=0.9, lam=0.9)
+    with pytest.warns(DeprecationWarning, match='normalize_advantages="none"'):
+        (mb,) = list(buffer.minibatches(4, normalize_advantages=None))
+    torch.testing.assert_close(mb.advantages.sort().values, buffer.tensors.advantages.reshape(-1).sort().values)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import rapidrl as rr
+from rapidrl.train.collect.step import StepCollector
 from rapidrl.train.config import ConfigError
 
 
@@ -55,7 +56,7 @@ def test_continuous_squash_modes(squash):
 def test_wrapped_gymnasium_env_uses_per_step_path():
     env = rr.make_vec("CartPole-v1", 4, seed=0, vectorization="sync")
     model = rr.PPO(env, **small())
-    assert model.paths["collection"].value == "step" and model.collector is None
+    assert model.paths["collection"].value == "step" and isinstance(model.collector, StepCollector)
     model.learn(256, progress_bar=False)
     assert model.num_timesteps == 256
 
@@ -203,7 +204,7 @@ def test_truncation_bootstraps_to_infinite_horizon_value():
     ({"gamma": 1.5}, "gamma"),
     ({"num_envs": 0}, "num_envs"),
     ({"hidden": ()}, "hidden"),
-    ({"norm_adv": "sometimes"}, "norm_adv"),
+    ({"normalize_advantage": "sometimes"}, "normalize_advantage"),
     ({"learning_rte": 1e-3}, "learning_rate"),
 ])
 def test_bad_hyperparameters_fail_at_construction(kwargs, match):

@@ -16,9 +16,10 @@ from rapidrl.kernels.ppo_update import PPOEpochKernel
 
 CASES = {
     "cartpole-tanh-minibatch-norm": dict(env="CartPole-v1"),
-    "cartpole-relu-batch-norm-entropy": dict(env="CartPole-v1", activation="relu", norm_adv="batch", ent_coef=0.01),
-    "cartpole-no-norm-no-vclip-uneven-minibatch": dict(env="CartPole-v1", norm_adv="none", clip_vloss=False,
-                                                       minibatch_size=100),
+    "cartpole-relu-batch-norm-entropy": dict(env="CartPole-v1", activation="relu", normalize_advantage="batch",
+                                             ent_coef=0.01),
+    "cartpole-no-norm-no-vclip-uneven-minibatch": dict(env="CartPole-v1", normalize_advantage="none",
+                                                       clip_vloss=False, minibatch_size=100),
     "cartpole-binding-clip-3-layers": dict(env="CartPole-v1", max_grad_norm=0.05, hidden=(32, 16, 8)),
     "cartpole-no-clip": dict(env="CartPole-v1", max_grad_norm=0.0),
     "pendulum-gaussian": dict(env="Pendulum-v1", ent_coef=0.02),
@@ -26,12 +27,12 @@ CASES = {
     "pendulum-tanh-squash": dict(env="Pendulum-v1", squash="tanh", ent_coef=0.01),
     "mappo-column-slices": dict(env="MPE/simple_spread-v3", algo="MAPPO", num_envs=6, num_steps=32, minibatch_size=48),
     "ippo-column-slices-batch-norm": dict(env="MPE/simple_spread-v3", algo="IPPO", num_envs=6, num_steps=32,
-                                          minibatch_size=40, norm_adv="batch"),
+                                          minibatch_size=40, normalize_advantage="batch"),
     "ppo-masked-rollout": dict(env="leaving", num_envs=12, num_steps=16, minibatch_size=32),
 }
 
 
-def _one_update(fused: bool, env: str, algo: str = "PPO", **over):
+def _one_update(compiled: bool, env: str, algo: str = "PPO", **over):
     kw = dict(num_envs=4, num_steps=64, minibatch_size=64, update_epochs=3, seed=3, learning_rate=1e-3)
     kw.update(over)
     if env == "leaving":  # a multi-agent env whose agents leave: a masked rollout (test_marl.Leaving)
@@ -40,7 +41,7 @@ def _one_update(fused: bool, env: str, algo: str = "PPO", **over):
         from rapidrl.envs.adapters.pettingzoo import PettingZooVecEnv
 
         env = PettingZooVecEnv(Leaving, kw["num_envs"] // 3)
-    model = getattr(rr, algo)(env, gradient_backend="compiled" if fused else "torch", **kw)
+    model = getattr(rr, algo)(env, gradient_backend="compiled" if compiled else "torch", **kw)
     model.learn(kw["num_envs"] * kw["num_steps"] * 2, progress_bar=False)  # two updates: Adam state carries over
     if env == "leaving" or not isinstance(env, str):
         assert model.buffer.masked
@@ -51,17 +52,17 @@ def _one_update(fused: bool, env: str, algo: str = "PPO", **over):
 def test_compiled_epoch_matches_the_pytorch_update(case):
     over = dict(CASES[case])
     env = over.pop("env")
-    fused, ref = _one_update(True, env, **over), _one_update(False, env, **over)
-    assert fused._compiled is not None and ref._compiled is None  # each took the path under test
-    for (name, a), (_, b) in zip(fused.policy.named_parameters(), ref.policy.named_parameters()):
+    compiled, ref = _one_update(True, env, **over), _one_update(False, env, **over)
+    assert compiled._compiled is not None and ref._compiled is None  # each took the path under test
+    for (name, a), (_, b) in zip(compiled.policy.named_parameters(), ref.policy.named_parameters()):
         torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-5, msg=name)
-        sa, sb = fused.optimizer.state[a], ref.optimizer.state[b]
+        sa, sb = compiled.optimizer.state[a], ref.optimizer.state[b]
         assert float(sa["step"]) == float(sb["step"])
         torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=2e-3, atol=2e-6, msg=name)
         torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=2e-3, atol=1e-9, msg=name)
     for k in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"):
-        assert fused.metrics[k] == pytest.approx(ref.metrics[k], rel=2e-3, abs=1e-6), k
-    assert fused.metrics["losses/clipfrac"] == pytest.approx(ref.metrics["losses/clipfrac"], abs=0.01)
+        assert compiled.metrics[k] == pytest.approx(ref.metrics[k], rel=2e-3, abs=1e-6), k
+    assert compiled.metrics["losses/clipfrac"] == pytest.approx(ref.metrics["losses/clipfrac"], abs=0.01)
 
 
 def test_compiled_epoch_saves_loads_and_keeps_training():

@@ -23,7 +23,7 @@ from rapidrl.train import precision as precision_mod
 from rapidrl.train.config import ConfigError
 
 SMALL_ON = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, seed=0)
-SMALL_OFF = dict(learning_starts=32, batch_size=16, buffer_size=500, log_interval=4, seed=0)
+SMALL_OFF = dict(learning_starts=32, batch_size=16, buffer_size=500, log_every_steps=4, seed=0)
 
 
 @pytest.fixture

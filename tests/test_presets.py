@@ -26,8 +26,7 @@ from rapidrl import cli
 from rapidrl.algos.registry import get_algorithm
 from rapidrl.runs.config import env_family, list_presets, read_toml
 from rapidrl.runs.layout import read_summary
-from rapidrl.train.algorithm import load_checkpoint
-from rapidrl.train.checkpoint import list_checkpoints
+from rapidrl.train.checkpoint import list_checkpoints, load_checkpoint
 
 PRESETS = {p.stem: p for p in list_presets()}
 

@@ -129,7 +129,7 @@ def test_ppo_trains_on_ray_envs(cartpole):
     model.learn(3 * 16 * NUM_ENVS, progress_bar=False)
     after = torch.cat([p.detach().reshape(-1) for p in model.policy.parameters()])
     assert model.num_updates == 3 and model.num_timesteps == 3 * 16 * NUM_ENVS
-    assert model.collector is None  # the per-step path drives the Ray env
+    assert model.paths["collection"].value == "step"  # the per-step path drives the Ray env
     assert not torch.equal(before, after)
 
 

@@ -278,13 +278,14 @@ def test_the_update_replays_the_collected_rollout_exactly(extra):
     for _ in range(2):  # the second rollout starts mid-episode with a carried state
         model._collect()
         b = model.buffer.tensors
-        logp, _, values = model._score_columns(None)
+        logp, _, values = model._sequences.whole().evaluate(model.policy)
         torch.testing.assert_close(logp.view_as(b.log_probs), b.log_probs, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(values.view_as(b.values), b.values, atol=1e-5, rtol=1e-5)
         idx = torch.tensor([2, 0])  # a minibatch of columns
-        logp, _, values = model._score_columns(idx)
+        columns = model._sequences.batch(idx)
+        logp, _, values = columns.evaluate(model.policy)
         torch.testing.assert_close(logp.view(-1, 2), b.log_probs[:, idx], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(model._columns("values", idx).view(-1, 2), b.values[:, idx])
+        torch.testing.assert_close(columns.values.view(-1, 2), b.values[:, idx])
     assert b.terminated.any()
 
 
@@ -297,7 +298,7 @@ def test_truncated_episodes_bootstrap_from_the_state_they_reached(extra):
     model = rr.PPO("CartPoleNoVel-v1", recurrent="gru", seed=4, env_kwargs={"max_episode_steps": 7}, **kw)
     twin = rr.make_vec("CartPoleNoVel-v1", 4, seed=model._env_seed, max_episode_steps=7)
     model._collect()
-    b, col = model.buffer.tensors, model._step_collector
+    b, col = model.buffer.tensors, model.collector
     assert (b.truncated & ~b.terminated).any()
     obs, _ = twin.reset(seed=model._env_seed)
     np.testing.assert_array_equal(obs, b.obs[0].numpy())

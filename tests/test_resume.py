@@ -14,9 +14,9 @@ from checkpoint_checks import kill_when, python_rapidrl, same
 import rapidrl as rr
 from rapidrl import cli
 from rapidrl.runs.layout import read_csv_metrics, read_summary
-from rapidrl.train.algorithm import NonFiniteError, load_checkpoint
+from rapidrl.train.algorithm import NonFiniteError
 from rapidrl.train.callbacks import Callback
-from rapidrl.train.checkpoint import Checkpointer, latest_checkpoint, list_checkpoints
+from rapidrl.train.checkpoint import Checkpointer, latest_checkpoint, list_checkpoints, load_checkpoint
 from rapidrl.train.loggers import CSVLogger
 
 SMALL = ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64", "--set", "algo.minibatch_size=128",
@@ -146,7 +146,7 @@ def test_a_distributed_rank_stops_at_once_on_sigterm_and_the_handler_is_restored
 
 TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--set", "algo.batch_size=32",
             "--set", "algo.buffer_size=2000", "--set", "algo.train_freq=4", "--set", "algo.gradient_steps=2",
-            "--set", "algo.target_update_interval=50", "--set", "algo.log_interval=1"]
+            "--set", "algo.target_update_interval=50", "--set", "algo.log_every_steps=2"]
 
 
 @pytest.mark.parametrize("algo, settings", [
@@ -267,7 +267,7 @@ def test_checkpoints_are_written_after_the_metrics_row_of_their_step(tmp_path):
     """A run killed right after a checkpoint must find that step's metrics row on disk (CI caught the old
     order: checkpoint first, row second, so a resume skipped one row)."""
     model = rr.PPO("CartPole-v1", num_envs=4, num_steps=64, minibatch_size=128, update_epochs=1, seed=0)
-    model.report_steps = 256
+    model.config.log_every_steps = 256
     model.loggers.append(CSVLogger(tmp_path / "metrics.csv"))
     ckpt = _RowsAtSave(tmp_path / "ckpt", tmp_path / "metrics.csv", every=512, keep=2)
     model.learn(256 * 6, callback=ckpt, progress_bar=False)

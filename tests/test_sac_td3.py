@@ -18,7 +18,7 @@ from rapidrl.algos.td3 import TD3, smoothed_target_actions, td3_target
 from rapidrl.envs.adapters.gymnasium import SyncVecEnv
 from rapidrl.train.callbacks import EvalCallback
 
-TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_interval=5)
+TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_every_steps=5)
 LEARN = dict(hidden=(64, 64), batch_size=128)  # smaller than the defaults (256x256, 256): 4x cheaper updates in CI
 
 
@@ -126,7 +126,7 @@ def test_compiled_update_equals_eager_on_a_fixed_batch(cls):
 
     env_id = "CartPole-v1" if cls is DQN else "Pendulum-v1"
     small = dict(hidden=(8,), batch_size=16, learning_starts=10_000, buffer_size=500, seed=0)
-    eager, compiled = cls(env_id, **small), cls(env_id, compile=True, **small)  # same seed: same weights
+    eager, compiled = cls(env_id, **small), cls(env_id, torch_compile=True, **small)  # same seed: same weights
     eager.learn(64, progress_bar=False)  # random actions only: fills the buffer, no update
     batch = eager.buffer.sample(16, as_torch=True)
     outputs = []

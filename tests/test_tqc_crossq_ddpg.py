@@ -22,7 +22,7 @@ from rapidrl.train.callbacks import EvalCallback
 
 ALGOS = [TQC, CrossQ, DDPG]
 SMALL = {TQC: dict(n_critics=2, n_quantiles=5), CrossQ: dict(critic_hidden=(32, 32)), DDPG: {}}
-TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_interval=5, torch_threads=1)
+TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_every_steps=5, torch_threads=1)
 
 
 def test_quantile_huber_loss_on_hand_computed_cases():

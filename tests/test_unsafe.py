@@ -62,7 +62,7 @@ def test_numba_cache_dir_is_where_numba_writes(tmp_path):
         numba_cache.cache_dir(NotADispatcher())
 
 
-def test_fused_adam_step_equals_adam_step():
+def test_adam_kernel_step_equals_adam_step():
     torch.manual_seed(0)
     a, b = [torch.nn.Linear(5, 3) for _ in range(2)]
     b.load_state_dict(a.state_dict())
@@ -81,7 +81,7 @@ def test_fused_adam_step_equals_adam_step():
         states = [opt_b.state[p] for p in params]
         steps = [s["step"] for s in states]
         torch_private.increment_steps(steps)
-        torch_private.fused_adam_step(params, [p.grad for p in params], states, steps, opt_b.param_groups[0])
+        torch_private.adam_kernel_step(params, [p.grad for p in params], states, steps, opt_b.param_groups[0])
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
         for key in ("step", "exp_avg", "exp_avg_sq"):

@@ -20,5 +20,5 @@ Sites that stay beside the code they serve, for now, each with its own argument 
 hand-laid byte arenas and Numba's ``_nrt=False`` (``rapidrl/envs/builtin.py``, ``envs/minatar/kernels.py``), the
 GIL-free MuJoCo stepping through ctypes (``envs/mujoco.py``), ale-py's internal handle (``envs/atari.py``), the
 ``_bits_as_float32`` intrinsic of the LLM kernels (``kernels/llm_ops.py``, ``tests/test_kernels_llm.py``) and the
-CUDA-graph generator registration of the device collector (``train/device_collect.py``; needs a GPU to test).
+CUDA-graph generator registration of the device collector (``train/collect/device.py``; needs a GPU to test).
 """

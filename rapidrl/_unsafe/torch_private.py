@@ -5,7 +5,7 @@ target update, the finiteness check, the hand-written MLP backward, the distribu
 the private API directly. ``tests/test_unsafe.py`` checks every one against its public equivalent, so a torch
 upgrade that changes a signature or a semantic fails there loudly rather than as a slower or wrong run.
 
-- ``fused_adam_step``: ``torch._fused_adam_``, the kernel ``Adam(fused=True).step()`` runs, without the ~0.2 ms of
+- ``adam_kernel_step``: ``torch._fused_adam_``, the kernel ``Adam(fused=True).step()`` runs, without the ~0.2 ms of
   Python bookkeeping around it (as long as the kernel itself for RL-sized networks). Relies on its keyword
   signature (lr, beta1, beta2, weight_decay, eps, amsgrad, maximize) and on the step counters being incremented
   by the caller first (``increment_steps``: ``torch._foreach_add_``), as ``Adam.step`` does. Owner of every
@@ -34,13 +34,14 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["adam_state", "cached_numpy_views", "flatten", "fused_adam_step", "increment_steps", "largest_abs",
+__all__ = ["adam_kernel_step", "adam_state", "cached_numpy_views", "flatten", "increment_steps", "largest_abs",
            "polyak", "relu_backward", "unflatten"]
 
 
-def fused_adam_step(params: list, grads: list, states: list, steps: list, group: dict) -> None:
-    """One fused Adam step on ``params`` with their ``grads`` and Adam ``states`` (``steps`` already incremented),
-    with the hyperparameters of the parameter ``group`` (no weight decay, AMSGrad or maximize: the caller checks)."""
+def adam_kernel_step(params: list, grads: list, states: list, steps: list, group: dict) -> None:
+    """One step of PyTorch's one-kernel Adam (``Adam(fused=True)``'s ``torch._fused_adam_``) on ``params`` with their
+    ``grads`` and Adam ``states`` (``steps`` already incremented), with the hyperparameters of the parameter ``group``
+    (no weight decay, AMSGrad or maximize: the caller checks)."""
     beta1, beta2 = group["betas"]
     torch._fused_adam_(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
                        lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"], amsgrad=False,

@@ -8,7 +8,6 @@ import torch
 
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.algos.registry import register
-from rapidrl.buffers import normalize_advantages
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.train.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss
 
@@ -21,8 +20,8 @@ class A2CConfig(OnPolicyConfig, ActorCriticOptimizerConfig):
     """Optimizer learning rate."""
     gae_lambda: float = 1.0
     """GAE lambda (1.0: n-step returns, the original A2C)."""
-    normalize_advantage: bool = False
-    """Normalize advantages over the rollout."""
+    normalize_advantage: str = "none"
+    """Advantage normalisation (``OnPolicyConfig``): "none" here, as the original A2C and SB3's."""
 
     def validate(self) -> None:
         super().validate()
@@ -41,29 +40,25 @@ class A2C(OnPolicyAlgorithm):
         return self.config.make_optimizer(self.policy.parameters(), self.config.learning_rate)
 
     def _update(self) -> None:
+        """One gradient step on the whole rollout: its samples as one batch, or for a recurrent policy its N env
+        columns replayed through the recurrent layers (``rapidrl.train.recurrent``)."""
         c = self.config
-        batch = c.num_steps * c.num_envs
-        norm = "batch" if c.normalize_advantage else None
-        if self.policy.recurrent:  # the whole rollout as N sequences through the recurrent layer
-            idx = None  # all columns
-            log_probs, entropy, values = (x.reshape(-1) for x in self._score_columns(idx))
-            advantages, returns = self._columns("advantages", idx), self._columns("returns", idx)
-            if norm:
-                advantages = normalize_advantages(advantages)
+        if self.policy.recurrent:
+            mb = self._sequences.whole(c.normalize_advantage)
         else:
-            (mb,) = list(self.buffer.minibatches(batch, generator=self.torch_generator, normalize_advantages=norm))
-            with self._autocast():  # bf16 autocast under precision="bf16" (the heads return float32)
-                log_probs, entropy, values = self.policy.evaluate(mb.obs, mb.actions)
-            advantages, returns = mb.advantages, mb.returns
+            (mb,) = list(self.buffer.minibatches(c.num_steps * c.num_envs, generator=self.torch_generator,
+                                                 normalize_advantages=c.normalize_advantage))
+        with self._autocast():  # bf16 autocast under precision="bf16" (the heads return float32)
+            log_probs, entropy, values = mb.evaluate(self.policy)
         # L = -E[A log pi] + vf_coef * E[(R - V)^2] - ent_coef * E[H] (SB3's A2C; value_scale 1)
-        loss, stats = actor_critic_loss(log_probs, entropy, values, advantages, returns, ent_coef=c.ent_coef,
+        loss, stats = actor_critic_loss(log_probs, entropy, values, mb.advantages, mb.returns, ent_coef=c.ent_coef,
                                         vf_coef=c.vf_coef)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=False)  # every on-policy update keeps its .grad tensors (ppo.py)
         loss.backward()
         self._sync_grads(list(self.policy.parameters()))
         optimizer_step(self.optimizer, c.max_grad_norm)
-        if self.num_updates % c.log_every:
-            return  # scalars are read back only every log_every updates
+        if not self.reporting:
+            return  # scalars are read back at reports only (log_every_steps)
         record = {f"losses/{k}": float(v) for k, v in stats.items()}
         record["losses/explained_variance"] = self._explained_variance()
         self.record(record)

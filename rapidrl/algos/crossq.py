@@ -117,7 +117,7 @@ class CrossQ(OffPolicyAlgorithm):
         self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate, betas=betas)
         self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate, betas=betas)
         self.alpha_optimizer = adam([self.log_alpha], c.learning_rate) if self.tune_alpha else None
-        self._actor_update_fn = maybe_compile(self._actor_update, c.compile)
+        self._actor_update_fn = maybe_compile(self._actor_update, c.torch_compile)
         self._last_actor_stats = torch.zeros(4, device=self.device)
 
     # -- update ----------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ class DDPG(OffPolicyAlgorithm):
         self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
         self._online_params = [*self.actor.parameters(), *self.critic.parameters()]
         self._target_params = [*self.actor_target.parameters(), *self.critic_target.parameters()]
-        self._actor_update_fn = maybe_compile(self._actor_update, c.compile)
+        self._actor_update_fn = maybe_compile(self._actor_update, c.torch_compile)
         self._last_actor_loss = torch.zeros((), device=self.device)
         self._half_range = ((high - low) / 2).numpy()
 

@@ -120,8 +120,8 @@ class DQN(OffPolicyAlgorithm):
                 return "needs an MLP Q network (image observations use a CNN encoder)"
             if c.dueling:
                 return "needs a plain MLP Q network (dueling=False)"
-            if c.compile:
-                return "compile=True traces the autograd update (it needs gradient_backend='torch')"
+            if c.torch_compile:
+                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
             if c.precision == "bf16":
                 return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
             return None

@@ -1,7 +1,7 @@
 """IMPALA (Espeholt et al. 2018): actor-critic on off-policy rollouts corrected by V-trace.
 
 A collector thread acts with a behaviour copy of the policy while the learner trains (``async_collect``,
-``rapidrl.train.async_collect``): each rollout is one or more updates stale (policy lag >= 1). V-trace
+``rapidrl.train.collect.threaded``): each rollout is one or more updates stale (policy lag >= 1). V-trace
 (``rapidrl.buffers.vtrace_targets`` on ``rapidrl.kernels.vtrace``; truncated importance weights
 rho = min(rho_bar, pi/mu), c = min(c_bar, pi/mu)) turns it into value targets ``vs`` and policy-gradient
 advantages for the learner's current policy.
@@ -22,6 +22,7 @@ from rapidrl.buffers import normalize_advantages, vtrace_targets
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.train.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss, explained_variance
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.paths import PathChoice
 
 __all__ = ["IMPALA", "IMPALAConfig", "impala_loss"]
 
@@ -42,8 +43,8 @@ class IMPALAConfig(OnPolicyConfig, ActorCriticOptimizerConfig):
     """Truncation of the importance weights in the V-trace traces (plays the role of lambda)."""
     update_epochs: int = 1
     """Gradient steps per rollout on the whole rollout; each recomputes V-trace with the current weights."""
-    normalize_advantage: bool = True
-    """Normalize the policy-gradient advantages over the rollout (mean 0, std 1)."""
+    normalize_advantage: str = "batch"
+    """Normalisation of the policy-gradient advantages (``OnPolicyConfig``): "batch" here, over the rollout."""
     optimizer: str = "adam"
     """"adam" or "rmsprop" (the paper's)."""
 
@@ -70,8 +71,12 @@ class IMPALA(OnPolicyAlgorithm):
 
     name = "impala"
     config_class = IMPALAConfig
-    uses_gae = False
+    supports_async_collect = True
     supports_loss_masks = False
+
+    def _advantage_estimator(self) -> PathChoice:
+        return PathChoice("advantages", "vtrace", "IMPALA: V-trace targets with the learner's policy in each gradient "
+                          "step")
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         return self.config.make_optimizer(self.policy.parameters(), self.config.learning_rate)
@@ -92,16 +97,16 @@ class IMPALA(OnPolicyAlgorithm):
                                             last_values, b.terminated, b.truncated, b.final_values,
                                             gamma=c.gamma, rho_bar=c.rho_bar, c_bar=c.c_bar)
                 pg_adv = pg_adv.reshape(-1)
-                if c.normalize_advantage:
+                if c.normalize_advantage != "none":  # "minibatch" and "batch" alike: the whole rollout
                     pg_adv = normalize_advantages(pg_adv)
             loss, stats = impala_loss(log_probs, entropy, values, vs.reshape(-1), pg_adv, ent_coef=c.ent_coef,
                                       vf_coef=c.vf_coef)
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=False)  # every on-policy update keeps its .grad tensors (ppo.py)
             loss.backward()
             self._sync_grads(params)
             optimizer_step(self.optimizer, c.max_grad_norm)
-        if self.num_updates % c.log_every:
-            return
+        if not self.reporting:
+            return  # scalars are read back at reports only (log_every_steps)
         with torch.no_grad():
             rhos = (log_probs.detach().view(T, N) - b.log_probs).exp()
             ev = explained_variance(vs, values.detach())

@@ -28,8 +28,8 @@ from rapidrl.algos.ppo import PPO, PPOConfig
 from rapidrl.algos.registry import register
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.nn.policies import ActorCritic, mlp
-from rapidrl.train.algorithm import check_n_episodes
 from rapidrl.train.config import require
+from rapidrl.train.evaluation import check_n_episodes
 
 
 class MultiAgentActorCritic(ActorCritic):

@@ -7,9 +7,9 @@ replay buffer: ``_rollout``), then ``gradient_steps`` updates (``_train``) on mi
 
 The update is a function of one minibatch that performs the optimizer steps and returns its statistics as
 one tensor. It never reads a tensor back to the host (no ``.item()``): statistics are summed on the device
-and turned into Python floats once every ``log_interval`` updates. The minibatch tensors are the buffer's
-preallocated, reused tensors, so shapes are static and the update could be CUDA-graph captured; with
-``compile=True`` it runs under ``torch.compile`` (eager if compilation fails).
+and turned into Python floats at each report (every ``log_every_steps`` env steps). The minibatch tensors are the
+buffer's preallocated, reused tensors, so shapes are static and the update could be CUDA-graph captured; with
+``torch_compile=True`` it runs under ``torch.compile`` (eager if compilation fails).
 
 Precision (``rapidrl.train.precision``): under precision="bf16" the "torch" backend's forward passes and the
 acting run under bfloat16 autocast (the networks return float32; losses, parameters, Adam and replay stay
@@ -40,9 +40,10 @@ from rapidrl._unsafe.torch_private import polyak
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
-from rapidrl.train.paths import fixed
+from rapidrl.train.paths import PathChoice, fixed
 
 
 @dataclass
@@ -69,11 +70,13 @@ class OffPolicyConfig(RuntimeConfig):
     """n-step returns (computed by the replay buffer; 1: one-step TD targets)."""
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer sizes of every network."""
-    compile: bool = False
-    """Run the update under torch.compile (the "torch" gradient backend; the first update compiles for ~10-60 s,
-    then runs eagerly if compiling failed, with a warning)."""
-    log_interval: int = 100
-    """Updates between two reads of the loss statistics (each read is one host sync)."""
+    torch_compile: bool = False
+    """Run the update under ``torch.compile`` (on the "torch" gradient backend; the first update compiles for
+    ~10-60 s, then runs eagerly if compiling failed, with a warning)."""
+    log_every_steps: int = 100
+    """Env steps between two reports (``RuntimeConfig``): 100 here, since an iteration can be a single env step,
+    whose report (~1 ms for SAC) would cost more than the step; the loss statistics are then the means over the
+    gradient steps since the last report."""
     replay_storage: str = "memory"
     """Where the replay buffer lives: "memory", or "mmap" (``.npy`` files under ``replay_dir``, paged in and out
     by the OS: for a ``buffer_size`` larger than the free memory). Its size is checked against the free memory
@@ -94,7 +97,7 @@ class OffPolicyConfig(RuntimeConfig):
         require(self.replay_storage in ("memory", "mmap"),
                 f"replay_storage must be 'memory' or 'mmap', got {self.replay_storage!r}")
         check_positive(self, "num_envs", "learning_rate", "buffer_size", "batch_size", "train_freq", "gradient_steps",
-                       "n_step", "log_interval")
+                       "n_step")
         check_positive(self, "learning_starts", allow_zero=True)
         check_unit_interval(self, "gamma", "tau")
         require(self.tau > 0, "tau must be > 0 (tau = 0 would never update the target networks)")
@@ -109,6 +112,21 @@ class OffPolicyConfig(RuntimeConfig):
         require(not self.her or self.n_step == 1, "her=True relabels one-step transitions: set n_step=1")
         require(not self.her or self.buffer_size % self.num_envs == 0,
                 f"her=True needs buffer_size={self.buffer_size} to be a multiple of num_envs={self.num_envs}")
+
+    @classmethod
+    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Settings of older rapidrl versions: ``compile`` (``torch_compile``); ``log_interval`` (gradient steps
+        between reads of the statistics: ``log_every_steps``, the env steps they take at ``train_freq * num_envs``
+        env steps per ``gradient_steps``)."""
+        values = super().upgrade_legacy(values)
+        if "compile" in values:
+            values.setdefault("torch_compile", values.pop("compile"))
+        if "log_interval" in values:
+            updates = values.pop("log_interval")
+            per_update = (values.get("train_freq", cls.train_freq) * values.get("num_envs", cls.num_envs)
+                          / values.get("gradient_steps", cls.gradient_steps))
+            values.setdefault("log_every_steps", max(1, round(updates * per_update)))
+        return values
 
 
 def maybe_compile(fn: Callable, enabled: bool) -> Callable:
@@ -217,8 +235,9 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     stat_names: tuple[str, ...] = ()
-    report_steps = 100
     has_replay_buffer = True
+    _acting_forward: MLPForward | None = None
+    """The compiled MLP forward that acts on a few observations, where ``_bind_backend`` made one (DQN, SAC)."""
     multi_input = False
     """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
 
@@ -237,7 +256,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.paths["collection"] = fixed("collection", "step", "the only one: a vector-env step per call, into replay")
         self.paths["precision"] = self._resolve_precision()
         self._bind_backend()
-        self._update_fn = maybe_compile(self._update_step, c.compile)
+        self.paths["acting"] = self._acting_path()
+        self._update_fn = maybe_compile(self._update_step, c.torch_compile)
         self._stat_sum = torch.zeros(len(self.stat_names), device=self.device)
         self._stat_count = 0
         self.num_gradient_steps = 0
@@ -296,6 +316,16 @@ class OffPolicyAlgorithm(Algorithm):
     def _bind_backend(self) -> None:
         """Set up what the resolved gradient backend needs (after ``_build_networks``)."""
 
+    def _update_batch(self) -> int:
+        return self.config.batch_size
+
+    def _acting_path(self) -> PathChoice:
+        """``paths["acting"]``: how the actions of training and ``predict`` are computed on the CPU."""
+        if self._acting_forward is None:
+            return PathChoice("acting", "torch", "the PyTorch networks")
+        return PathChoice("acting", "compiled", f"the compiled MLP forward (rapidrl.nn.numba_mlp.MLPForward) for up to "
+                          f"{ACTING_FORWARD_MAX_ROWS} observations per call (faster there), the PyTorch networks above")
+
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -353,21 +383,22 @@ class OffPolicyAlgorithm(Algorithm):
 
     # -- updates ---------------------------------------------------------------------------------
     def _train_step(self) -> None:
-        """Sample, update, accumulate statistics on the device; read them every ``log_interval`` updates."""
+        """Sample, update, accumulate statistics on the device (read at the next report: ``_report_statistics``)."""
         batch = self._sample_batch()
         stats = self._after_update(batch, self._update_fn(batch))
         self.num_gradient_steps += 1
         self._stat_sum += stats
         self._stat_count += 1
-        if self._stat_count >= self.config.log_interval:
-            self._log_stats()
 
     def _sample_batch(self):
         """The minibatch of the next update (tensors on the device): the replay buffer's (offline algorithms draw
         from their dataset, ``rapidrl.algos.offline``)."""
         return self.buffer.sample(self.config.batch_size, as_torch=True)
 
-    def _log_stats(self) -> None:
+    def _report_statistics(self) -> None:
+        """The means of the statistics of the gradient steps since the last report (one host read)."""
+        if not self._stat_count:
+            return
         means = (self._stat_sum / self._stat_count).tolist()
         self.record({f"losses/{k}": v for k, v in zip(self.stat_names, means)})
         self.record({"charts/gradient_steps": float(self.num_gradient_steps)})

@@ -1,24 +1,22 @@
-"""The on-policy core shared by PPO, A2C, IMPALA and MAPPO: config fields, policy/storage set-up, rollout collection.
+"""The on-policy core shared by PPO, A2C, IMPALA and MAPPO: config fields, policy/storage set-up, the rollout.
 
-Collection has three paths, chosen once by ``collection`` (``rapidrl.train.paths``; "auto": the first that
-applies, in this order), that produce the same data in distribution:
-- "fused" (built-in classic-control envs with MLP policies on the CPU): one compiled call collects the whole
-  T x N rollout (``rapidrl.train.fused``);
-- "step": the PyTorch policy and the vector env's zero-copy outputs, for any env (a recurrent policy
-  (``recurrent="lstm"|"gru"``) collects here with a collector that carries its state, ``rapidrl.train.recurrent``;
-  PPO and A2C then update on whole env columns);
-- "device": with a ``TorchVecEnv`` the whole loop stays on the env's device (``rapidrl.train.device_collect``).
-The fused and step paths normalise observations with the statistics frozen at the start of the rollout and
-update them with the raw observations afterwards, so they agree exactly on what the learner sees. With
-``async_collect`` (PPO, IMPALA) fused or step collection runs in a collector thread with a behaviour copy of the
-policy while the learner trains (``rapidrl.train.async_collect``).
+One iteration (``_rollout``): collect T steps of N envs into ``buffer`` (``_collect``), then the advantages
+(``_advantages``: reward scaling, the bootstrap value, the observation statistics, GAE); the algorithm's
+``_update`` follows. What runs is resolved once, at construction, into ``model.paths``:
 
-The gradient backend (``gradient_backend``) is the algorithm's: PPO has "compiled" and "torch", A2C and IMPALA
-"torch" only (``_gradient_backends``). ``precision`` (``rapidrl.train.precision``) is resolved after it: "bf16"
-runs the update's forward pass and loss, and the step and device collection's acting, under bfloat16 autocast
-(the fused collector's compiled forward and ``async_collect``'s collector thread act in float32).
+- ``collection``: "fused", "step" or "device" (``rapidrl.train.collect``, which also holds each collector; the
+  fused and step paths normalise observations with the statistics frozen at the start of the rollout and update them
+  with the raw observations afterwards, so they agree exactly on what the learner sees);
+- ``async_collect``: fused or step collection in a collector thread with a behaviour copy of the policy while the
+  learner trains (``rapidrl.train.collect.threaded``; PPO and IMPALA, whose updates correct for the policy lag);
+- ``recurrent``: a recurrent policy collects with a collector that carries its state and updates on whole env
+  columns (``rapidrl.train.recurrent``; PPO and A2C);
+- ``advantages``: GAE after each rollout, or V-trace in the update (IMPALA; PPO's ``vtrace_advantages``);
+- ``gradient_backend`` (the algorithm's: PPO has "compiled" and "torch", A2C and IMPALA "torch" only) and
+  ``precision`` (``rapidrl.train.precision``), resolved after it: "bf16" runs the update's forward pass and loss,
+  and the step and device collection's acting, under bfloat16 autocast (the fused collector's compiled forward and
+  ``async_collect``'s collector thread act in float32).
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,18 +27,19 @@ import numpy as np
 import torch
 
 from rapidrl.buffers import RolloutBuffer, gae_torch
+from rapidrl.buffers.rollout import ADVANTAGE_NORMALIZATIONS
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.nn.deploy import ActorCriticMode, NormalizeObs
 from rapidrl.nn.encoders import ENCODERS
-from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic, SegmentLayout
+from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic
 from rapidrl.train.actor_critic import explained_variance
 from rapidrl.train.algorithm import Algorithm
-from rapidrl.train.async_collect import AsyncCollector, StepCollector, normalized
+from rapidrl.train.collect import COLLECTIONS, choose_collection, make_collector
+from rapidrl.train.collect.step import normalized
+from rapidrl.train.collect.threaded import AsyncCollector
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
-from rapidrl.train.paths import choose
-from rapidrl.train.recurrent import RecurrentActor, RecurrentStepCollector, episode_starts
-
-COLLECTIONS = ("auto", "device", "fused", "step")
+from rapidrl.train.paths import PathChoice
+from rapidrl.train.recurrent import RecurrentActor, RolloutSequences, predict_with_state
 
 
 @dataclass
@@ -63,6 +62,9 @@ class OnPolicyConfig(RuntimeConfig):
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip (0 disables clipping)."""
+    normalize_advantage: str = "minibatch"
+    """Advantage normalisation: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the rollout's mean and
+    std) or "none". A2C and IMPALA take each gradient step on the whole rollout, where the two modes agree."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the actor and critic MLPs."""
     shared: bool = False
@@ -88,9 +90,10 @@ class OnPolicyConfig(RuntimeConfig):
     classic-control env and an MLP policy on the CPU), "step" (the PyTorch policy and any vector env, step by
     step), "device" (a ``TorchVecEnv``: env, policy and storage on the env's device), or "auto" (the first of
     fused, step, device that applies). ``async_collect`` runs fused or step collection in a thread."""
-    log_every: int = 1
-    """Record losses and episode statistics every this many updates (PPO, IMPALA and the device path; each
-    record reads scalars back from the device, so a larger value keeps a GPU run free of host syncs)."""
+    async_collect: bool = False
+    """Collect the next rollout in a thread while updating on the last (``rapidrl.train.collect.threaded``; PPO and
+    IMPALA): the data is then one update stale (policy lag 1); the stored log-probs are the behaviour policy's, so
+    PPO's probability ratio (IMPALA's V-trace) corrects for it."""
     cuda_graph: bool = False
     """Device path on CUDA only: replay the rollout collection as one captured CUDA graph."""
     recurrent: str = "none"
@@ -116,7 +119,7 @@ class OnPolicyConfig(RuntimeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "num_envs", "num_steps", "learning_rate", "log_every")
+        check_positive(self, "num_envs", "num_steps", "learning_rate")
         check_positive(self, "ent_coef", "vf_coef", "max_grad_norm", allow_zero=True)
         check_unit_interval(self, "gamma", "gae_lambda")
         check_hidden(self.hidden, allow_empty=self.recurrent != "none")
@@ -124,6 +127,8 @@ class OnPolicyConfig(RuntimeConfig):
         require(self.squash in ("clip", "tanh"), f"squash must be 'clip' or 'tanh', got {self.squash!r}")
         require(self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         require(self.collection in COLLECTIONS, f"collection must be one of {COLLECTIONS}, got {self.collection!r}")
+        require(self.normalize_advantage in ADVANTAGE_NORMALIZATIONS, "normalize_advantage must be 'minibatch', "
+                f"'batch' or 'none', got {self.normalize_advantage!r}")
         require(self.recurrent in ("none", *CELLS),
                 f"recurrent must be 'none', 'lstm' or 'gru', got {self.recurrent!r}")
         check_positive(self, "recurrent_size")
@@ -143,23 +148,32 @@ class OnPolicyConfig(RuntimeConfig):
 
     @classmethod
     def upgrade_legacy(cls, values: dict) -> dict:
-        """``fused_rollout`` ("auto"/"always"/"never") of rapidrl before path settings: ``collection``."""
+        """Settings of older rapidrl versions: ``fused_rollout`` ("auto"/"always"/"never", before path settings:
+        ``collection``); ``log_every`` (updates: ``log_every_steps``, that many rollouts of env steps); A2C's and
+        IMPALA's ``normalize_advantage`` True/False ("batch"/"none")."""
         values = super().upgrade_legacy(values)
         if "fused_rollout" in values:
             old = values.pop("fused_rollout")
             never = "device" if values.get("env_device", "cpu") != "cpu" else "step"
             values.setdefault("collection", {"always": "fused", "never": never}.get(old, "auto"))
+        if "log_every" in values:
+            updates = values.pop("log_every")
+            rollout = values.get("num_steps", cls.num_steps) * values.get("num_envs", cls.num_envs)
+            values.setdefault("log_every_steps", 0 if updates == 1 else updates * rollout)
+        if isinstance(values.get("normalize_advantage"), bool):
+            values["normalize_advantage"] = "batch" if values["normalize_advantage"] else "none"
         return values
 
 
 class OnPolicyAlgorithm(Algorithm):
     """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C/IMPALA)."""
 
-    uses_gae: ClassVar[bool] = True
-    """Compute GAE advantages/returns after each rollout (IMPALA computes V-trace targets in its update)."""
     supports_distributed: ClassVar[bool] = True
     supports_recurrent: ClassVar[bool] = False
     """The update can train a recurrent policy on whole sequences (PPO, A2C)."""
+    supports_async_collect: ClassVar[bool] = False
+    """The update corrects for data one update stale (PPO's probability ratio, V-trace): ``async_collect`` may
+    run (PPO, IMPALA)."""
     supports_loss_masks: ClassVar[bool] = True
     """The update can leave inactive samples out (``RolloutBuffer.active``: agents that left a multi-agent
     episode); IMPALA's V-trace and recurrent policies train on whole env columns and refuse such rollouts."""
@@ -168,23 +182,8 @@ class OnPolicyAlgorithm(Algorithm):
         c = self.config
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"{self.name.upper()} needs a Box observation space, got {self.observation_space}")
-        if c.recurrent != "none":
-            require(self.supports_recurrent, f"{self.name.upper()} has no recurrent policies (PPO and A2C have)")
-            require(not getattr(c, "async_collect", False) and not getattr(c, "vtrace_advantages", False),
-                    "recurrent policies support neither async_collect nor vtrace_advantages")
-            require(c.precision != "bf16",
-                    "precision='bf16' is not supported with a recurrent policy (its update runs in float32): "
-                    "set precision='fp32' or 'auto'")
-            self.policy = RecurrentActorCritic(self.observation_space, self.action_space, c.hidden,
-                                               cell=c.recurrent, size=c.recurrent_size, activation=c.activation,
-                                               log_std_init=c.log_std_init, squash=c.squash,
-                                               encoder=c.encoder, critic_core=c.critic_recurrent,
-                                               head_hidden=c.head_hidden, ortho_init=c.ortho_init).to(self.device)
-        else:
-            self.policy = self._policy_class()(self.observation_space, self.action_space, c.hidden,
-                                               shared=c.shared, activation=c.activation,
-                                               log_std_init=c.log_std_init, squash=c.squash,
-                                               encoder=c.encoder).to(self.device)
+        advantages = self._advantage_estimator()
+        self.policy = self._make_policy(vtrace=advantages.value == "vtrace")
         # observations are kept, stored and fed in the policy's input dtype: uint8 frames for a CNN on images
         self._obs_dtype = self.policy.input_dtype
         require(not (c.normalize_obs and (self._obs_dtype == np.uint8 or self.policy.encoder_kind == "multi")),
@@ -198,66 +197,81 @@ class OnPolicyAlgorithm(Algorithm):
         self._obs = np.zeros((c.num_envs, *obs_shape), self._obs_dtype)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)
-        self.collector = self._step_collector = self.async_collector = self.device_collector = None
         self._last_obs = self._obs  # the last rollout's final observations, normalized (its bootstrap state)
-        self.paths["collection"] = collection = choose("collection", c.collection, self._collections())
-        self._make_collector(collection.value)
+        records = self._make_collection(advantages)
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
         self.paths["precision"] = self._resolve_precision()
+        self.paths.update(records)  # after the three settings, as printed
         self._bind_backend()
 
+    def _make_policy(self, vtrace: bool) -> torch.nn.Module:
+        """The policy of the config: ``RecurrentActorCritic`` (``recurrent``) or ``_policy_class()``'s. vtrace: the
+        advantages are V-trace's (no recurrent policy then)."""
+        c = self.config
+        if c.recurrent == "none":
+            return self._policy_class()(self.observation_space, self.action_space, c.hidden, shared=c.shared,
+                                        activation=c.activation, log_std_init=c.log_std_init, squash=c.squash,
+                                        encoder=c.encoder).to(self.device)
+        require(self.supports_recurrent, f"{self.name.upper()} has no recurrent policies (PPO and A2C have)")
+        require(not c.async_collect and not vtrace, "recurrent policies support neither async_collect nor "
+                "vtrace_advantages")
+        require(c.precision != "bf16", "precision='bf16' is not supported with a recurrent policy (its update runs "
+                "in float32): set precision='fp32' or 'auto'")
+        return RecurrentActorCritic(self.observation_space, self.action_space, c.hidden, cell=c.recurrent,
+                                    size=c.recurrent_size, activation=c.activation, log_std_init=c.log_std_init,
+                                    squash=c.squash, encoder=c.encoder, critic_core=c.critic_recurrent,
+                                    head_hidden=c.head_hidden, ortho_init=c.ortho_init).to(self.device)
+
     # -- paths -------------------------------------------------------------------------------------
-    def _collections(self) -> dict:
-        """The collection paths in "auto"'s order, each with its check (None: it can run; else what to change)."""
-        from rapidrl.envs import TorchVecEnv
-        from rapidrl.train.fused import fused_unavailable
+    def _advantage_estimator(self) -> PathChoice:
+        """``paths["advantages"]``: GAE after each rollout, unless the algorithm says otherwise (IMPALA, PPO's
+        ``vtrace_advantages``: V-trace in the update)."""
+        return PathChoice("advantages", "gae", "GAE after each rollout")
 
+    def _make_collection(self, advantages: PathChoice) -> dict[str, PathChoice]:
+        """The one place where collection is chosen: ``paths["collection"]`` here, and the records of what runs with
+        it, returned for ``paths``: ``async_collect``, ``recurrent`` and ``advantages`` (``_advantage_estimator``'s).
+        Then the collector: ``collector`` (the host collector, None on the device path or in a thread),
+        ``device_collector`` or ``async_collector`` (``rapidrl.train.collect``)."""
         c = self.config
-        on_device = isinstance(self.env, TorchVecEnv) or c.env_device != "cpu"
-
-        def device() -> str | None:
-            if not on_device:
-                return "needs a TorchVecEnv (env_device='cuda', or make_vec(..., vectorization='torch'))"
-            unsupported = [name for name in ("normalize_obs", "normalize_reward", "async_collect", "vtrace_advantages")
-                           if getattr(c, name, False)]
-            if unsupported:
-                return f"supports none of {', '.join(unsupported)}"
-            if self.policy.recurrent:
-                return "recurrent policies collect on the host (recurrent='none')"
-            return None
-
-        def fused() -> str | None:
-            return fused_unavailable(self.env, self.policy, self.device)
-
-        def step() -> str | None:
-            return "a TorchVecEnv returns device tensors (collection='device')" if on_device else None
-
-        return {"fused": fused, "step": step, "device": device}  # a TorchVecEnv fits only the last
-
-    def _make_collector(self, path: str) -> None:
-        from rapidrl.train.device_collect import DeviceCollector
-        from rapidrl.train.fused import FusedCollector
-
-        c = self.config
-        if path == "device":
-            self.device_collector = DeviceCollector(self.env, self.policy, c.num_steps, cuda_graph=c.cuda_graph)
-        elif getattr(c, "async_collect", False):  # a field of PPOConfig and IMPALAConfig
-
-            def make_collector(env, policy):
-                return FusedCollector(env, policy, c.num_steps) if path == "fused" else \
-                    StepCollector(env, policy, c.num_steps, self.device)
-
-            self.async_collector = AsyncCollector(make_collector, self.env, self.policy, self.obs_normalizer,
-                                                  self._obs, self._make_buffer)
+        require(not c.async_collect or self.supports_async_collect,
+                f"{self.name.upper()} has no asynchronous collection (async_collect=True needs an update that corrects "
+                "for data one update stale: PPO, IMPALA)")
+        vtrace = advantages.value == "vtrace"
+        unsupported = tuple(name for name, used in (("normalize_obs", c.normalize_obs),
+                                                     ("normalize_reward", c.normalize_reward),
+                                                     ("async_collect", c.async_collect), ("V-trace", vtrace)) if used)
+        self.paths["collection"] = choose_collection(c.collection, self.env, self.policy, self.device,
+                                                     env_device=c.env_device, device_unsupported=unsupported)
+        collection = self.paths["collection"].value
+        records = {
+            "async_collect": PathChoice("async_collect", "thread" if c.async_collect else "off",
+                                        f"async_collect={c.async_collect}"),
+            "recurrent": PathChoice("recurrent", c.recurrent, "a feed-forward policy" if c.recurrent == "none"
+                                    else "collection carries the state; updates replay whole env columns"),
+            "advantages": advantages}
+        self.collector = self.device_collector = self.async_collector = None
+        if collection == "device":
+            self.device_collector = make_collector("device", self.env, self.policy, c.num_steps, self.device,
+                                                   cuda_graph=c.cuda_graph)
+        elif c.async_collect:  # the thread's collector acts with a behaviour copy of the policy
+            self.async_collector = AsyncCollector(
+                lambda env, policy: make_collector(collection, env, policy, c.num_steps, self.device), self.env,
+                self.policy, self.obs_normalizer, self._obs, self._make_buffer)
             self.buffer = self.async_collector.slots[0].buffer
-        elif path == "fused":
-            self.collector = FusedCollector(self.env, self.policy, c.num_steps)
         else:
-            collector = RecurrentStepCollector if self.policy.recurrent else StepCollector
-            self._step_collector = collector(self.env, self.policy, c.num_steps, self.device, self.timer)
+            self.collector = make_collector(collection, self.env, self.policy, c.num_steps, self.device, self.timer,
+                                            cuda_graph=c.cuda_graph)
+        self._sequences = RolloutSequences(self.buffer, self.collector, c.burn_in) if self.policy.recurrent else None
+        """The rollout as env columns, for the update of a recurrent policy (``rapidrl.train.recurrent``)."""
+        return records
 
     def _bind_backend(self) -> None:
         """Set up what the resolved gradient backend needs (PPO binds the compiled epoch)."""
+
+    def _update_batch(self) -> int:
+        """Rows of one gradient step: the whole rollout (PPO: a minibatch)."""
+        return self.config.num_steps * self.config.num_envs
 
     def _bf16_unsupported(self) -> str | None:
         return "recurrent policies update in float32 (recurrent='none')" if self.policy.recurrent else None
@@ -291,34 +305,20 @@ class OnPolicyAlgorithm(Algorithm):
         Recurrent policies (``recurrent="lstm"|"gru"``) as sb3-contrib's: ``predict(obs, state, episode_start,
         deterministic) -> (actions, state)``, where state is the float32 array [B, S] returned by the previous call
         (None: fresh episodes) and episode_start [B] bool marks observations that begin an episode (their state is
-        reset). Feed-forward policies take neither and return the actions only.
+        reset; ``rapidrl.train.recurrent.predict_with_state``). Feed-forward policies take neither and return the
+        actions only.
         """
         if not self.policy.recurrent:
             if state is not None or episode_start is not None:
                 raise ValueError("state and episode_start apply to recurrent policies only (this one is feed-forward)")
             return super().predict(obs, deterministic=deterministic)
-        obs = np.asarray(obs)
-        shape = self.observation_space.shape
+        obs, shape = np.asarray(obs), self.observation_space.shape
         single = obs.shape == shape
         batch = obs[None] if single else obs
         if batch.shape[1:] != shape:
             raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
-        n = batch.shape[0]
-        if state is None:
-            state = self.policy.initial_state(n, self.device)
-        else:
-            state = torch.as_tensor(np.asarray(state) if not isinstance(state, torch.Tensor) else state,
-                                    dtype=torch.float32).reshape(n, -1).to(self.device)
-            self.policy.check_state(state, n)
-        starts = np.zeros(n, bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
-        if starts.shape != (n,):
-            raise ValueError(f"episode_start must have {n} entries (one per observation), got {starts.shape}")
-        with torch.no_grad():
-            x = torch.from_numpy(np.ascontiguousarray(self._normalize(batch))).to(self.device)
-            raw, _, _, state = self.policy.act(x, state, torch.from_numpy(starts).to(self.device),
-                                               deterministic=deterministic)
-            actions = self.policy.to_env_action(raw).cpu().numpy()
-        state = state.cpu().numpy()
+        actions, state = predict_with_state(self.policy, self._normalize(batch), state, episode_start, deterministic,
+                                            self.device)
         return (actions[0], state) if single else (actions, state)
 
     def deterministic_module(self) -> torch.nn.Module:
@@ -348,58 +348,65 @@ class OnPolicyAlgorithm(Algorithm):
             raw, _, _ = self.policy.act(x, deterministic=deterministic)
             return self.policy.to_env_action(raw).cpu().numpy()
 
-    # -- collection ------------------------------------------------------------------------------
-    def _reset_envs(self) -> None:
-        obs, _ = self.env.reset(seed=self._env_seed)
-        np.copyto(self._obs, obs)
-        self._needs_reset = False
-        if self.policy.recurrent:
-            self._step_collector.reset_state()
-
-    def _draw_seed(self) -> int:
-        return int(self.np_rng.integers(0, 2**31 - 1))
-
-    def _collect(self) -> None:
-        """Fill ``self.buffer`` with one rollout and compute advantages."""
+    # -- the iteration: rollout, then advantages ---------------------------------------------------
+    def _rollout(self) -> int:
+        self._schedule_update(self.progress_remaining())
         if self.device_collector is not None:
             self._collect_on_device()
-            return
+        else:
+            self._collect()
+            self._advantages()
+        if self.buffer.masked and (self.policy.recurrent or not self.supports_loss_masks):
+            what = "a recurrent policy" if self.policy.recurrent else self.name.upper()
+            raise ValueError(f"{what} trains on whole env columns and cannot leave out the rows of agents that left "
+                             "mid-episode (the env's info['active']): use a feed-forward PPO, A2C, MAPPO or IPPO")
+        return self.config.num_steps * self.config.num_envs
+
+    def _collect(self) -> None:
+        """Fill ``self.buffer`` with one rollout from the current observations (host collection; ``_last_obs`` and
+        ``_last_values``: what its bootstrap needs)."""
         if self._needs_reset:
             self._reset_envs()
-        last_values = None
-        if self.async_collector is not None:
+        if self.async_collector is not None:  # rollout k from the thread; rollout k+1 starts
             rollout = self._collect_async()
             self.buffer, self._raw_obs = rollout.buffer, rollout.raw_obs
-            self._last_obs, last_values = rollout.last_obs, rollout.last_values
+            self._last_obs, self._last_values = rollout.last_obs, rollout.last_values
+            returns, lengths = rollout.ep_returns, rollout.ep_lengths
         else:
-            if self.collector is not None:
-                with self.timer.phase("collect"):
-                    returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs,
-                                                              self.obs_normalizer, seed=self._draw_seed())
-                    self._record_episodes(returns, lengths)
-            else:
-                self._collect_per_step()
-            self._last_obs = self._normalize(self._obs)
+            col = self.collector
+            returns, lengths = col.collect(self.buffer, self._obs, self._raw_obs, self.obs_normalizer,
+                                           seed=self._draw_seed() if col.seeded else None)
+            self._last_obs, self._last_values = self._normalize(self._obs), None
+        self._record_episodes(returns, lengths)
+
+    def _advantages(self) -> None:
+        """Reward scaling, the bootstrap values, the observation statistics (with the rollout's raw observations),
+        then GAE into ``buffer.advantages`` and ``buffer.returns`` (``paths["advantages"]``: V-trace runs in the
+        update instead)."""
         c = self.config
         with self.timer.phase("advantages"):
             if self.reward_scaler is not None:
                 done = self.buffer.terminated | self.buffer.truncated
                 for t in range(c.num_steps):
                     self.buffer.rewards[t] = self.reward_scaler(self.buffer.rewards[t], done[t])
+            last_values = self._last_values
             if last_values is None:
-                source = self._step_collector or self.policy  # a recurrent collector values with its state
                 with torch.no_grad():
-                    last_values = source.value(torch.from_numpy(self._last_obs).to(self.device))
+                    last_values = self.collector.value(torch.from_numpy(self._last_obs).to(self.device))
             if self.obs_normalizer is not None:
                 self.obs_normalizer.rms.update(self._raw_obs.reshape(-1, *self._obs.shape[1:]))
-            if self.uses_gae:
+            if self.paths["advantages"].value == "gae":
                 self.buffer.compute_advantages(last_values, gamma=c.gamma, lam=c.gae_lambda)
 
-    def _collect_per_step(self) -> None:
-        """The generic path: PyTorch policy + any rapidrl vector env, one step at a time."""
-        returns, lengths = self._step_collector.collect(self.buffer, self._obs, self._raw_obs, self.obs_normalizer,
-                                                        seed=None)
-        self._record_episodes(returns, lengths)
+    def _reset_envs(self) -> None:
+        obs, _ = self.env.reset(seed=self._env_seed)
+        np.copyto(self._obs, obs)
+        self._needs_reset = False
+        if self.policy.recurrent:
+            self.collector.reset_state()
+
+    def _draw_seed(self) -> int:
+        return int(self.np_rng.integers(0, 2**31 - 1))
 
     def _collect_async(self):
         """Rollout k from the collector thread; rollout k+1 starts (with the weights published so far)."""
@@ -410,28 +417,23 @@ class OnPolicyAlgorithm(Algorithm):
                 ac.start(self._draw_seed())
             rollout = ac.wait()
             ac.start(self._draw_seed())
-        self._record_episodes(rollout.ep_returns, rollout.ep_lengths)
         return rollout
 
     def _collect_on_device(self) -> None:
-        """Device path: rollout, GAE and episode sums stay on the env's device (scalars read every log_every)."""
+        """Device path: rollout, GAE and episode sums stay on the env's device (the sums read at each report:
+        ``_report_statistics``)."""
         c, dc = self.config, self.device_collector
         if self._needs_reset:
             dc.reset(self._env_seed)
             self._needs_reset = False
         with self.timer.phase("collect"):
             dc.collect(self.buffer)
-        if self.uses_gae:
+        if self.paths["advantages"].value == "gae":
             with self.timer.phase("advantages"):
                 b = self.buffer.tensors
                 gae_torch(b.rewards, b.values, dc.last_values, b.terminated, b.truncated, gamma=c.gamma,
                           lam=c.gae_lambda, final_values=b.final_values, out_advantages=b.advantages,
                           out_returns=b.returns)
-        if self.num_updates % c.log_every == 0:
-            count, mean_return, mean_length = dc.pop_episode_stats()
-            self.num_episodes += count
-            if count:
-                self.record({"charts/episodic_return": mean_return, "charts/episodic_length": mean_length})
 
     def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
         """See ``Algorithm.learn``; with ``async_collect`` the collector thread is joined when it returns or raises."""
@@ -440,17 +442,6 @@ class OnPolicyAlgorithm(Algorithm):
         finally:
             if self.async_collector is not None:
                 self.async_collector.close()
-
-    # -- the iteration ---------------------------------------------------------------------------
-    def _rollout(self) -> int:
-        c = self.config
-        self._schedule_update(self.progress_remaining())
-        self._collect()
-        if self.buffer.masked and (self.policy.recurrent or not self.supports_loss_masks):
-            what = "a recurrent policy" if self.policy.recurrent else self.name.upper()
-            raise ValueError(f"{what} trains on whole env columns and cannot leave out the rows of agents that left "
-                             "mid-episode (the env's info['active']): use a feed-forward PPO, A2C, MAPPO or IPPO")
-        return c.num_steps * c.num_envs
 
     def _schedule_update(self, progress_remaining: float) -> None:
         """Set what the next update anneals, at the progress of the rollout's start: the learning rate (PPO
@@ -461,6 +452,15 @@ class OnPolicyAlgorithm(Algorithm):
             for g in self.optimizer.param_groups:
                 g["lr"] = lr
 
+    def _report_statistics(self) -> None:
+        """The device path's episode sums since the last report (one host read)."""
+        if self.device_collector is not None:
+            count, mean_return, mean_length = self.device_collector.pop_episode_stats()
+            self.num_episodes += count
+            if count:
+                self.record({"charts/episodic_return": mean_return, "charts/episodic_length": mean_length})
+
+    # -- the update ------------------------------------------------------------------------------
     def _train(self) -> None:
         with self.timer.phase("update"):
             self._update()
@@ -469,37 +469,6 @@ class OnPolicyAlgorithm(Algorithm):
 
     def _update(self) -> None:
         raise NotImplementedError
-
-    def _rollout_starts(self) -> torch.Tensor:
-        """[T, N] bool: the episode starts of the rollout in the buffer (recurrent collection)."""
-        b = self.buffer.tensors
-        initial = torch.from_numpy(self._step_collector.initial_starts).to(b.terminated.device)
-        return episode_starts(initial, b.terminated, b.truncated)
-
-    def _column_outputs(self, idx: torch.Tensor | None, starts: torch.Tensor,
-                        layout: SegmentLayout | None = None) -> torch.Tensor:
-        """Recurrent policies: the layers' outputs [(T - burn_in) * n, output_size] along env columns ``idx`` [n]
-        (None: all N, in order) of the rollout, replayed from the state stored at its start with its episode starts
-        (``starts``: ``_rollout_starts()``; ``layout``: ``segment_layout(starts[burn_in:])`` of those columns,
-        computed when None; ``rapidrl.train.recurrent``)."""
-        b, col = self.buffer.tensors, self._step_collector
-        if idx is None:
-            return self.policy.sequence_outputs(b.obs, col.initial_state, starts, self.config.burn_in, layout)
-        return self.policy.sequence_outputs(b.obs[:, idx], col.initial_state[idx], starts[:, idx],
-                                            self.config.burn_in, layout)
-
-    def _score_columns(self, idx: torch.Tensor | None, starts: torch.Tensor | None = None,
-                       layout: SegmentLayout | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Recurrent policies: (log_probs, entropy, values), each [(T - burn_in) * n], of the stored actions of env
-        columns ``idx`` (as ``_column_outputs``; ``starts`` computed when None)."""
-        starts = self._rollout_starts() if starts is None else starts
-        return self.policy.score_outputs(self._column_outputs(idx, starts, layout), self._columns("actions", idx))
-
-    def _columns(self, field: str, idx: torch.Tensor | None) -> torch.Tensor:
-        """Stored ``field`` of env columns ``idx`` (None: all) past the burn-in, flattened over steps and columns:
-        [(T - burn_in) * n, *field_shape]."""
-        x = getattr(self.buffer.tensors, field)[self.config.burn_in:]
-        return (x if idx is None else x[:, idx]).reshape(-1, *x.shape[2:])
 
     def _explained_variance(self) -> float:
         """1 - Var[returns - values] / Var[returns] over the rollout (NaN-free: 0 when Var[returns] = 0)."""
@@ -523,7 +492,7 @@ class OnPolicyAlgorithm(Algorithm):
                  "needs_reset": self._needs_reset or self.device_collector is not None,
                  "generator": self.torch_generator.get_state()}
         if self.policy.recurrent:
-            state["recurrent"] = self._step_collector.state_dict()
+            state["recurrent"] = self.collector.state_dict()
         return state
 
     def _load_extra_training_state(self, state: dict) -> None:
@@ -531,7 +500,7 @@ class OnPolicyAlgorithm(Algorithm):
         self._needs_reset = bool(state["needs_reset"])
         self.torch_generator.set_state(state["generator"])
         if self.policy.recurrent:
-            self._step_collector.load_state_dict(state["recurrent"])
+            self.collector.load_state_dict(state["recurrent"])
         if self.async_collector is not None:
             self.async_collector.load_state_dict(state["async"])
 

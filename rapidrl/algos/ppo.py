@@ -15,6 +15,7 @@ Two gradient backends compute the same update, chosen once at construction by ``
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -22,11 +23,10 @@ import torch
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.algos.ppo_compiled import CompiledPPOUpdate, unavailable
 from rapidrl.algos.registry import register
-from rapidrl.buffers import normalize_advantages, vtrace_targets
-from rapidrl.buffers.advantages import advantage_moments
+from rapidrl.buffers import vtrace_targets
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.recurrent import SegmentLayout, segment_layout
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.paths import PathChoice
 
 
 @dataclass
@@ -41,14 +41,8 @@ class PPOConfig(OnPolicyConfig):
     """Decay clip_coef linearly to 0 with the learning rate."""
     clip_vloss: bool = True
     """Clip the value update around the old values with the same range."""
-    norm_adv: str = "minibatch"
-    """Advantage normalization: "minibatch", "batch" or "none"."""
     target_kl: float | None = None
     """Stop the epochs of an update early when the approximate KL exceeds this (None: never)."""
-    async_collect: bool = False
-    """Collect the next rollout in a thread while updating on the last (``rapidrl.train.async_collect``): the
-    data is then one update stale (policy lag 1); the stored log-probs are the behaviour policy's, so the
-    probability ratio corrects for it."""
     vtrace_advantages: bool = False
     """Replace GAE by V-trace (importance weights clipped at 1), computed with the learner's policy and critic
     at the start of each update: advantages = V-trace policy-gradient advantages, returns = V-trace targets.
@@ -61,8 +55,6 @@ class PPOConfig(OnPolicyConfig):
         require(self.minibatch_size <= batch,
                 f"minibatch_size={self.minibatch_size} is larger than the rollout "
                 f"(num_steps * num_envs = {batch})")
-        require(self.norm_adv in ("minibatch", "batch", "none"),
-                f"norm_adv must be 'minibatch', 'batch' or 'none', got {self.norm_adv!r}")
         require(self.target_kl is None or self.target_kl > 0, f"target_kl must be > 0 or None, got {self.target_kl}")
         require(self.recurrent == "none" or self.minibatch_size % self.num_steps == 0,
                 f"with a recurrent policy a minibatch is whole env columns: minibatch_size={self.minibatch_size} "
@@ -72,10 +64,13 @@ class PPOConfig(OnPolicyConfig):
 
     @classmethod
     def upgrade_legacy(cls, values: dict) -> dict:
-        """Settings of rapidrl before path settings: ``closed_form_grads``/``fused_update`` (both on: today's
-        "auto"; either off: the PyTorch update, now ``gradient_backend="torch"``); ``bf16_update`` (now
-        ``precision="bf16"``, or "fp32")."""
+        """Settings of older rapidrl versions: ``closed_form_grads``/``fused_update`` (the compiled epoch's switches
+        before path settings; both on: today's "auto"; either off: the PyTorch update, now
+        ``gradient_backend="torch"``); ``bf16_update`` (now ``precision="bf16"``, or "fp32"); ``norm_adv`` (now
+        ``normalize_advantage``, the same values)."""
         values = super().upgrade_legacy(values)
+        if "norm_adv" in values:
+            values.setdefault("normalize_advantage", values.pop("norm_adv"))
         if "bf16_update" in values:  # rapidrl before the precision setting: bf16 autocast in PPO's update only
             bf16 = values.pop("bf16_update")
             values.setdefault("precision", "bf16" if bf16 else "fp32")
@@ -119,6 +114,7 @@ class PPO(OnPolicyAlgorithm):
     name = "ppo"
     config_class = PPOConfig
     supports_recurrent = True
+    supports_async_collect = True
     bf16_learning_tested = True
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -136,6 +132,15 @@ class PPO(OnPolicyAlgorithm):
         self._compiled = CompiledPPOUpdate(self.policy, self.optimizer) if self.gradient_backend == "compiled" \
             else None
 
+    def _update_batch(self) -> int:
+        return self.config.minibatch_size
+
+    def _advantage_estimator(self) -> PathChoice:
+        if self.config.vtrace_advantages:
+            return PathChoice("advantages", "vtrace", "vtrace_advantages=True: V-trace with the learner's policy at "
+                              "the start of each update")
+        return super()._advantage_estimator()
+
     def _schedule_update(self, progress_remaining: float) -> None:
         super()._schedule_update(progress_remaining)
         c = self.config
@@ -144,19 +149,62 @@ class PPO(OnPolicyAlgorithm):
     # -- the update ------------------------------------------------------------------------------
     def _update(self) -> None:
         c = self.config
-        if c.vtrace_advantages:
+        if self.paths["advantages"].value == "vtrace":
             self._vtrace_advantages()
-        norm = None if c.norm_adv == "none" else c.norm_adv
         if self._compiled is not None:
-            count, totals = self._compiled.update(self.buffer, self.torch_generator, c, self._clip_coef, norm)
+            count, totals = self._compiled.update(self.buffer, self.torch_generator, c, self._clip_coef,
+                                                  c.normalize_advantage)
         else:
-            count, totals = self._torch_update(self._clip_coef, norm)
-        if self.num_updates % c.log_every:
-            return  # scalars are read back only every log_every updates
+            count, totals = self._torch_update(self._clip_coef, c.normalize_advantage)
+        if not self.reporting:
+            return  # scalars are read back at reports only (log_every_steps)
         record = {f"losses/{k}": float(v) / count for k, v in totals.items()}
         record["losses/explained_variance"] = self._explained_variance()
         record["charts/learning_rate"] = self.optimizer.param_groups[0]["lr"]
         self.record(record)
+
+    def _torch_update(self, clip: float, normalize: str) -> tuple[int, dict]:
+        """The "torch" backend: ``update_epochs`` passes over the rollout's minibatches (``_minibatches``), each one
+        gradient step of autograd on ``ppo_loss`` (gradients averaged over learners, then ``optimizer_step``); the
+        epochs stop early past ``target_kl``. Returns (number of minibatches, summed statistics)."""
+        c = self.config
+        params = list(self.policy.parameters())
+        epoch = self._minibatches(normalize)
+        totals: dict[str, torch.Tensor] = {}
+        count = 0
+        for _epoch in range(c.update_epochs):
+            for mb in epoch():
+                with self._autocast():  # bf16 autocast under precision="bf16" (rapidrl.train.precision)
+                    new_logp, entropy, new_values = mb.evaluate(self.policy)
+                    loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values, mb.advantages,
+                                           mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef,
+                                           vf_coef=c.vf_coef)
+                # zeroed in place, not set to None (every on-policy update): the .grad tensors persist, so
+                # optimizer_step's zero-copy views and the learners' shared gradient buffer (rapidrl.train.ddp) stay
+                # valid, with no NumPy conversion per step and a device loop free of host work
+                self.optimizer.zero_grad(set_to_none=False)
+                loss.backward()
+                self._sync_grads(params)
+                optimizer_step(self.optimizer, c.max_grad_norm)
+                for k, v in stats.items():
+                    totals[k] = totals[k] + v if k in totals else v
+                count += 1
+                last_kl = stats["approx_kl"]
+            if c.target_kl is not None:  # every rank must take the same decision
+                kl = float(last_kl) if self.dist is None else self.dist.all_reduce_mean(float(last_kl))
+                if kl > c.target_kl:
+                    break
+        return count, totals
+
+    def _minibatches(self, normalize: str) -> Callable[[], Iterator]:
+        """A function giving one epoch's minibatches: the rollout's samples shuffled (``RolloutBuffer.minibatches``),
+        or for a recurrent policy whole env columns, ``minibatch_size // num_steps`` each, replayed from the state
+        stored at the rollout's start (``rapidrl.train.recurrent.RolloutSequences``)."""
+        c = self.config
+        if self.policy.recurrent:
+            return self._sequences.epochs(c.minibatch_size // c.num_steps, self.torch_generator, normalize)
+        return lambda: self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
+                                               normalize_advantages=normalize)
 
     @torch.no_grad()
     def _vtrace_advantages(self) -> None:
@@ -170,87 +218,3 @@ class PPO(OnPolicyAlgorithm):
                                     b.final_values, gamma=c.gamma, rho_bar=1.0, c_bar=1.0)
         b.advantages.copy_(pg_adv)
         b.returns.copy_(vs)
-
-    def _torch_update(self, clip: float, norm: str | None) -> tuple[int, dict]:
-        """The "torch" backend: per minibatch, autograd on ``ppo_loss`` (``_minibatch_gradients``, or whole sequences
-        for a recurrent policy), gradients averaged over learners, then the optimizer step. Returns (number of
-        minibatches, summed statistics)."""
-        c = self.config
-        params = list(self.policy.parameters())
-        plan = self._sequence_plan(norm) if self.policy.recurrent else None
-        totals: dict[str, torch.Tensor] = {}
-        count = 0
-        for _epoch in range(c.update_epochs):
-            epoch = self._sequence_gradients(clip, norm, plan) if plan is not None else \
-                self._minibatch_gradients(clip, norm)
-            for stats in epoch:
-                self._sync_grads(params)
-                optimizer_step(self.optimizer, c.max_grad_norm)
-                for k, v in stats.items():
-                    totals[k] = totals[k] + v if k in totals else v
-                count += 1
-                last_kl = stats["approx_kl"]
-            if c.target_kl is not None:  # every rank must take the same decision
-                kl = float(last_kl) if self.dist is None else self.dist.all_reduce_mean(float(last_kl))
-                if kl > c.target_kl:
-                    break
-        return count, totals
-
-    def _minibatch_gradients(self, clip: float, norm: str | None):
-        """One epoch of a feed-forward policy: for each minibatch set every parameter's .grad to the gradient of
-        ``ppo_loss`` and yield the minibatch's statistics."""
-        c = self.config
-        for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
-                                          normalize_advantages=norm):
-            with self._autocast():  # bf16 autocast under precision="bf16" (rapidrl.train.precision)
-                new_logp, entropy, new_values = self.policy.evaluate(mb.obs, mb.actions)
-                loss, stats = ppo_loss(new_logp, entropy, new_values, mb.log_probs, mb.values, mb.advantages,
-                                       mb.returns, clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef,
-                                       vf_coef=c.vf_coef)
-            # zeroed in place, not set to None: the .grad tensors persist, so optimizer_step's zero-copy views of
-            # them stay valid (no NumPy conversion per step; the device path's loop stays free of host work)
-            self.optimizer.zero_grad(set_to_none=False)
-            loss.backward()
-            yield stats
-
-    def _sequence_plan(self, norm: str | None) -> SequencePlan:
-        """What every epoch of a recurrent update shares (computed once per update)."""
-        c = self.config
-        starts = self._rollout_starts()
-        moments = advantage_moments(self.buffer.tensors.advantages[c.burn_in:]) if norm == "batch" else None
-        return SequencePlan(starts, segment_layout(starts[c.burn_in:]), moments)
-
-    def _sequence_gradients(self, clip: float, norm: str | None, plan: SequencePlan):
-        """``_minibatch_gradients`` for a recurrent policy: each minibatch is ``minibatch_size // num_steps`` whole env
-        columns of the rollout, replayed through the recurrent layer from the state stored at the rollout start
-        (truncated backpropagation through time over the rollout, as CleanRL's ppo_atari_lstm)."""
-        c = self.config
-        per_batch = c.minibatch_size // c.num_steps
-        perm = torch.randperm(c.num_envs, generator=self.torch_generator).to(plan.starts.device)
-        for start in range(0, c.num_envs, per_batch):
-            # one minibatch of all columns: their order cannot change the loss, so no gather
-            idx = perm[start:start + per_batch] if per_batch < c.num_envs else None
-            advantages = self._columns("advantages", idx)
-            if norm is not None:  # "minibatch": these columns' own moments
-                advantages = normalize_advantages(advantages, plan.adv_moments)
-            old = (self._columns("log_probs", idx), self._columns("values", idx), advantages,
-                   self._columns("returns", idx))
-            layout = plan.layout if idx is None else None
-            self.optimizer.zero_grad(set_to_none=True)
-            new_logp, entropy, new_values = self._score_columns(idx, plan.starts, layout)
-            loss, stats = ppo_loss(new_logp.reshape(-1), entropy.reshape(-1), new_values.reshape(-1), *old,
-                                   clip_coef=clip, clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
-            loss.backward()
-            yield stats
-
-
-@dataclass(frozen=True)
-class SequencePlan:
-    """What the epochs of one recurrent PPO update share."""
-
-    starts: torch.Tensor
-    """[T, N] bool: the rollout's episode starts."""
-    layout: SegmentLayout
-    """The segment layout of all N columns past the burn-in (``starts[burn_in:]``)."""
-    adv_moments: tuple[torch.Tensor, torch.Tensor] | None
-    """The rollout's advantage (mean, std) past the burn-in (norm_adv "batch"), else None."""

@@ -6,7 +6,7 @@ call on zero-copy NumPy views of the parameters, their ``.grad`` and the ``torch
 optimizer's state dict, checkpoints and the PyTorch backend see every step. It covers separate MLP actor and
 critic (each reading a column range of the observation row), categorical or Gaussian heads (clipped or
 tanh-squashed), float32 on the CPU, one learner; ``unavailable`` says what to change otherwise. The "torch"
-backend (``rapidrl.algos.ppo``) is its reference: ``tests/test_ppo_fused_update.py`` compares them.
+backend (``rapidrl.algos.ppo``) is its reference: ``tests/test_ppo_compiled_update.py`` compares them.
 """
 
 from __future__ import annotations
@@ -90,10 +90,11 @@ class CompiledPPOUpdate:
         self._bound = (tensors, kernel)
         return kernel
 
-    def update(self, buffer, generator: torch.Generator, config, clip: float, norm: str | None
+    def update(self, buffer, generator: torch.Generator, config, clip: float, normalize: str
                ) -> tuple[int, dict[str, float]]:
-        """``config.update_epochs`` epochs over ``buffer`` (stopping early past ``target_kl``); returns (number of
-        minibatches, summed statistics by ``STAT_NAMES``)."""
+        """``config.update_epochs`` epochs over ``buffer`` (stopping early past ``target_kl``), advantages normalized by
+        ``normalize`` ("minibatch", "batch" or "none"); returns (number of minibatches, summed statistics by
+        ``STAT_NAMES``)."""
         c, policy, group = config, self.policy, self.optimizer.param_groups[0]
         kernel = self.kernel()
         flat = {f: buffer.flat(f) for f in ("obs", "actions", "log_probs", "values", "advantages", "returns")}
@@ -106,12 +107,12 @@ class CompiledPPOUpdate:
             with torch.no_grad():
                 old_log_probs = old_log_probs + policy.squash_log_jacobian(flat["actions"])
         adv = flat["advantages"][buffer.active_indices()] if buffer.masked else flat["advantages"]
-        if norm == "batch":  # the rollout's moments (normalize_advantages' definition; the kernel divides by these)
+        if normalize == "batch":  # the rollout's moments (normalize_advantages' definition; the kernel divides by them)
             mean, std = advantage_moments(adv)
             batch_stats = (float(mean), float(std) + ADVANTAGE_EPS)
         else:
             batch_stats = (0.0, 1.0)
-        mode = {None: NORM_NONE, "minibatch": NORM_MINIBATCH, "batch": NORM_BATCH}[norm]
+        mode = {"none": NORM_NONE, "minibatch": NORM_MINIBATCH, "batch": NORM_BATCH}[normalize]
         sums, count = np.zeros(len(STAT_NAMES)), 0
         for _epoch in range(c.update_epochs):
             perm = buffer.active_permutation(generator) if buffer.masked else buffer.permutation(generator)

@@ -19,8 +19,8 @@ Acting. Epsilon-greedy with epsilon falling linearly from ``exploration_initial_
 over ``exploration_fraction`` of the ``learn`` call (held for a rollout, set at its start), on per-env
 counter-based random streams (``rapidrl.kernels.exploration``: the same Q values give the same actions on every
 path). Collection (``collection``, recorded in ``model.paths``): "fused" runs the whole rollout in one compiled call
-on an env written as Numba functions, the MLP Q network's forward inside the loop (``rapidrl.train.fused_q``);
-"step" is the PyTorch Q network and any vector env, step by step (``rapidrl.train.async_collect.StepCollector``;
+on an env written as Numba functions, the MLP Q network's forward inside the loop (``rapidrl.train.collect.fused_q``);
+"step" is the PyTorch Q network and any vector env, step by step (``rapidrl.train.collect.step.StepCollector``;
 CNN Q networks).
 """
 
@@ -42,7 +42,7 @@ from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.algorithm import Algorithm
-from rapidrl.train.async_collect import StepCollector
+from rapidrl.train.collect.step import StepCollector
 from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 from rapidrl.train.paths import choose
 from rapidrl.train.schedules import linear_decay
@@ -173,7 +173,7 @@ class PQN(Algorithm):
         self._act_counters = np.zeros(c.num_envs, np.uint64)
         self.actor = EpsilonGreedyActor(self._q_values, c.num_envs, self._act_keys, self._act_counters,
                                         self._obs_dtype)
-        from rapidrl.train.fused_q import FusedQCollector, fused_q_unavailable
+        from rapidrl.train.collect.fused_q import FusedQCollector, fused_q_unavailable
 
         self.paths["collection"] = choose("collection", c.collection, {
             "fused": lambda: fused_q_unavailable(self.env, self.q_net, self.device), "step": lambda: None})
@@ -186,6 +186,9 @@ class PQN(Algorithm):
 
     def trainable_modules(self) -> list[torch.nn.Module]:
         return [self.q_net]
+
+    def _update_batch(self) -> int:
+        return self.config.minibatch_size
 
     def _q_values(self, obs: torch.Tensor) -> torch.Tensor:
         """Q [B, A] (float32) of observations [B, *obs_shape] as stored (an MLP takes them flattened)."""
@@ -245,7 +248,7 @@ class PQN(Algorithm):
         count = 0
         with self.timer.phase("update"):
             for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
-                                              normalize_advantages=None, epochs=c.update_epochs):
+                                              normalize_advantages="none", epochs=c.update_epochs):
                 with self._autocast():  # bf16 autocast under precision="bf16" (the Q network returns float32)
                     q = self._q_values(mb.obs).gather(1, mb.actions.unsqueeze(1)).squeeze(1)  # [B]
                     loss = pqn_loss(q, mb.returns)
@@ -254,6 +257,8 @@ class PQN(Algorithm):
                 optimizer_step(self.optimizer, c.max_grad_norm)
                 totals += torch.stack([loss.detach(), q.detach().mean()])
                 count += 1
+        if not self.reporting:
+            return  # scalars are read back at reports only (log_every_steps)
         td_loss, q_mean = (totals / count).tolist()
         self.record({"losses/td_loss": td_loss, "losses/q_values": q_mean, "charts/epsilon": self.actor.epsilon,
                      "charts/learning_rate": self.optimizer.param_groups[0]["lr"]})

@@ -97,8 +97,8 @@ class SAC(OffPolicyAlgorithm):
             faster = self._auto_bf16_over_compiled()  # 256x256 on native bf16: torch + bf16 measured faster
             if faster is not None:
                 return faster
-            if self.config.compile:
-                return "compile=True traces the autograd update (it needs gradient_backend='torch')"
+            if self.config.torch_compile:
+                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
             if self.config.precision == "bf16":
                 return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
             return None

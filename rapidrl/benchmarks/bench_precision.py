@@ -2,7 +2,7 @@
 ``torch.compile``, through the algorithms' own update code (``rapidrl.train.precision``).
 
 Each case times one gradient step of a real model on a fixed minibatch it collected itself (forward, loss,
-backward, gradient clipping, fused Adam): PPO's ``_update`` on a rollout of exactly one minibatch (one epoch),
+backward, gradient clipping, the Adam step): PPO's ``_update`` on a rollout of exactly one minibatch (one epoch),
 DQN's and SAC's ``_update_step`` on one sampled batch. Contenders are variants of the same model, interleaved in
 one process at the harness's torch threads (1 by default):
 
@@ -59,8 +59,7 @@ def _ppo(env_id: str, batch: int, **kw) -> Callable[[], Callable[[], None]]:
         if compile_:
             _compile_policy(model)
         model.learn(batch, progress_bar=False)  # one rollout and one update
-        model.num_updates = 1  # no logging in the timed updates (log_every=1 would read scalars back every call)
-        model.config.log_every = 10**9
+        model.reporting = False  # no logging in the timed updates (a report reads scalars back every call)
         return model._update
 
     return build
@@ -143,5 +142,5 @@ def cases(ctx: Context) -> Iterator[Case]:
         "rapidrl": _offpolicy("SAC", MUJOCO, 256),
         "rapidrl/torch": _offpolicy("SAC", MUJOCO, 256, gradient_backend="torch"),
         "rapidrl/bf16": _offpolicy("SAC", MUJOCO, 256, precision="bf16"),
-        "rapidrl/compile": _offpolicy("SAC", MUJOCO, 256, gradient_backend="torch", compile=True),
+        "rapidrl/compile": _offpolicy("SAC", MUJOCO, 256, gradient_backend="torch", torch_compile=True),
     }, {"env": MUJOCO, "network": "256x256", "batch": 256})

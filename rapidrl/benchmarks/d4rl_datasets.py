@@ -34,8 +34,7 @@ def medium_checkpoint(run: Path, target: float, episodes: int, step: int | None)
     """(step, path, deterministic return) of the checkpoint of ``run`` with a saved replay buffer whose return is
     closest to ``target`` (or the one at ``step``)."""
     from rapidrl.algos.registry import get_algorithm
-    from rapidrl.train.algorithm import load_checkpoint
-    from rapidrl.train.checkpoint import buffer_dir, list_checkpoints
+    from rapidrl.train.checkpoint import buffer_dir, list_checkpoints, load_checkpoint
 
     found = [(s, p) for s, p in list_checkpoints(run / "checkpoints") if buffer_dir(p).is_dir()]
     if step is not None:

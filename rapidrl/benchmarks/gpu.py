@@ -1,7 +1,7 @@
 """GPU throughput: ``python -m rapidrl.benchmarks.gpu [--envs 4096,16384] [--steps N] [--cuda-graph] [--heavy]``.
 
 For each env count, PPO on CartPole-v1 with a ``TorchVecEnv`` on the GPU (env, policy, rollout storage and
-GAE on the device; scalars read every ``log_every`` updates) trains for a fixed number of env steps after a
+GAE on the device; scalars read every 50 updates: ``log_every_steps``) trains for a fixed number of env steps after a
 warm-up; prints env steps per second (and the collect/update split) as a table and writes JSON.
 
 ``--heavy`` adds the heavy-network workloads with their networks on the GPU, rapidrl (fp32 and bf16) against
@@ -26,8 +26,8 @@ def run(num_envs: int, steps: int, cuda_graph: bool) -> dict:
     num_steps = 16
     batch = num_envs * num_steps
     model = rr.PPO(env, num_envs=num_envs, num_steps=num_steps, minibatch_size=batch // 4, update_epochs=4,
-                   learning_rate=1e-3, device="cuda", env_device="cuda", log_every=50, cuda_graph=cuda_graph,
-                   torch_threads=None, seed=0)
+                   learning_rate=1e-3, device="cuda", env_device="cuda", log_every_steps=50 * batch,
+                   cuda_graph=cuda_graph, torch_threads=None, seed=0)
     model.learn(2 * batch, progress_bar=False)  # warm-up: kernels, allocator, graph capture
     import torch
 

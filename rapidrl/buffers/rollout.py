@@ -21,6 +21,7 @@ nothing extra.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -33,13 +34,14 @@ from rapidrl.buffers.advantages import normalize_advantages as _normalize_advant
 from rapidrl.kernels import gae_into
 from rapidrl.kernels.validation import check_int
 
-__all__ = ["RolloutBatch", "RolloutBuffer", "RolloutStorage"]
+__all__ = ["ADVANTAGE_NORMALIZATIONS", "RolloutBatch", "RolloutBuffer", "RolloutStorage"]
 
 _FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values",
            "advantages", "returns", "active")
 _ADDED = _FIELDS[:8]  # written by add(), in its argument order
 _BATCH = ("obs", "actions", "log_probs", "values", "advantages", "returns")
-_NORMALIZE = ("minibatch", "batch", None)
+ADVANTAGE_NORMALIZATIONS = ("minibatch", "batch", "none")
+"""The values of ``minibatches(normalize_advantages=...)``, and of the on-policy configs' ``normalize_advantage``."""
 
 
 class RolloutBatch(NamedTuple):
@@ -51,6 +53,10 @@ class RolloutBatch(NamedTuple):
     values: torch.Tensor  # [M]
     advantages: torch.Tensor  # [M], normalized as asked
     returns: torch.Tensor  # [M]
+
+    def evaluate(self, policy) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs, entropy, values) [M] of the stored actions under ``policy`` (``ActorCritic.evaluate``)."""
+        return policy.evaluate(self.obs, self.actions)
 
 
 class RolloutStorage(NamedTuple):
@@ -259,7 +265,7 @@ class RolloutBuffer:
 
     # -- minibatches -------------------------------------------------------------------------------
     def minibatches(self, batch_size: int, *, generator: torch.Generator | np.random.Generator | None = None,
-                    normalize_advantages: str | None = "minibatch", epochs: int = 1) -> Iterator[RolloutBatch]:
+                    normalize_advantages: str = "minibatch", epochs: int = 1) -> Iterator[RolloutBatch]:
         """Yield shuffled minibatches of the full rollout, ``epochs`` passes over all T*N samples.
 
         batch_size: 1 .. T*N. Each epoch is one random permutation cut into ceil(T*N / batch_size)
@@ -267,7 +273,8 @@ class RolloutBuffer:
         T*N the last minibatch of the epoch is smaller (T*N mod batch_size samples).
         generator: torch.Generator, numpy Generator, or None (torch's global generator).
         normalize_advantages: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the mean and
-        std of the whole rollout) or None. Std is the population std (+1e-8), so a 1-sample minibatch
+        std of the whole rollout) or "none" (``ADVANTAGE_NORMALIZATIONS``; None, rapidrl's earlier spelling of
+        "none", is taken with a DeprecationWarning). Std is the population std (+1e-8), so a 1-sample minibatch
         gives 0, not NaN. The stored advantages are never modified.
         Yields ``RolloutBatch`` views of reused tensors (overwritten by the next minibatch). A ``masked`` rollout
         yields fresh tensors holding its active samples only (each once per epoch).
@@ -275,8 +282,15 @@ class RolloutBuffer:
         total = self.num_steps * self.num_envs
         batch_size = check_int("batch_size", batch_size, low=1, high=total)
         epochs = check_int("epochs", epochs, low=1)
-        if normalize_advantages not in _NORMALIZE:
-            raise ValueError(f"normalize_advantages must be one of {_NORMALIZE}, got {normalize_advantages!r}")
+        if normalize_advantages is None:
+            warnings.warn('minibatches(normalize_advantages=None) is now spelled normalize_advantages="none"',
+                          DeprecationWarning, stacklevel=2)
+            normalize_advantages = "none"
+        if normalize_advantages not in ADVANTAGE_NORMALIZATIONS:
+            raise ValueError(f"normalize_advantages must be one of {ADVANTAGE_NORMALIZATIONS}, "
+                             f"got {normalize_advantages!r}")
+        if normalize_advantages == "none":
+            normalize_advantages = None
         if generator is not None and not isinstance(generator, (torch.Generator, np.random.Generator)):
             raise TypeError(f"generator must be a torch.Generator, numpy Generator or None, "
                             f"got {type(generator).__name__}")

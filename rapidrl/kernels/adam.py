@@ -1,4 +1,4 @@
-"""The bookkeeping around a fused Adam step in one compiled call (CPU, float32): global-norm gradient
+"""The bookkeeping around PyTorch's one-kernel Adam step in one compiled call (CPU, float32): global-norm gradient
 clipping and the per-parameter step counters.
 
 PyTorch's ``clip_grad_norm_`` plus the step-counter increment before ``torch._fused_adam_`` are ~20 small

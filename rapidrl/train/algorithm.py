@@ -1,24 +1,26 @@
-"""What every algorithm shares: env set-up, seeding, the ``learn`` driver, predict/evaluate, save/load.
+"""What every algorithm shares: env set-up, seeding, the ``learn`` driver, predict, save/load.
 
 An algorithm subclass supplies ``config_class`` (a dataclass), ``_build()`` (networks, optimizers,
 storage), ``_rollout()`` (collect experience once, returning the env steps taken) and ``_train()`` (update on
-it). Everything else, callbacks, timing, progress, logging, evaluation and checkpoints, lives here once.
+it). Everything else, callbacks, timing, progress and logging, lives here once; evaluation
+(``rapidrl.train.evaluation``), the path settings (``rapidrl.train.path_settings``) and the checkpoint file format
+(``rapidrl.train.checkpoint``) are mixins and functions beside it.
 
 One iteration of ``learn``: ``_rollout()``; ``num_timesteps`` grows by its steps; callbacks' ``on_rollout_end``;
-``_train()``; ``num_updates`` grows by one; ``on_update_end``; at a report step the finiteness check and the
-metrics flush (``report_steps``); ``on_update_logged``.
+``_train()``; ``num_updates`` grows by one; at a report, the statistics the update accumulated
+(``_report_statistics``) and the finiteness check; ``on_update_end``; at a report the metrics flush;
+``on_update_logged``. Reports come every ``log_every_steps`` env steps (``RuntimeConfig``): after the first iteration
+at or after each multiple of it, and after the last; ``reporting`` says during ``_train`` whether this iteration
+reports (an update reads its statistics back from the device only then).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import os
-import pickle
-import tempfile
-from collections import OrderedDict, deque
+from collections import deque
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,16 +33,23 @@ from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs import VecEnvBase
 from rapidrl.envs.registry import qualified_id
 from rapidrl.train.callbacks import Callback, as_callback
+from rapidrl.train.checkpoint import (
+    FORMAT_VERSION,
+    atomic_torch_save,
+    check_plain,
+    env_state,
+    load_checkpoint,
+    set_env_state,
+)
 from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
+from rapidrl.train.evaluation import Evaluation, check_finite_observations, make_env
 from rapidrl.train.finite import non_finite_loss
-from rapidrl.train.paths import PathChoice, choose, describe
-from rapidrl.train.precision import autocast, heavy_networks, native_bf16, resolve_precision
-from rapidrl.train.progress import EvaluationProgress, TrainingProgress
+from rapidrl.train.path_settings import PathSettings
+from rapidrl.train.paths import PathChoice, describe
+from rapidrl.train.progress import TrainingProgress
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
 
-FORMAT_VERSION = 1
-EVAL_SEED_OFFSET = 10_000  # evaluation envs and generators are seeded apart from training's (seed + 10_000 + ...)
 _log = logging.getLogger("rapidrl")
 
 
@@ -48,27 +57,7 @@ class NonFiniteError(FloatingPointError):
     """Training produced a NaN or inf loss or parameter."""
 
 
-def _make_env(env_id: str, num_envs: int, seed: int | None, device: str, env_kwargs: dict):
-    from rapidrl.envs import make_vec
-
-    return make_vec(env_id, num_envs, seed=seed, device=device, flatten_observations=True, **env_kwargs)
-
-
-def check_finite_observations(obs: np.ndarray, what: str) -> None:
-    """ValueError naming the first non-finite entry of float observations ``obs`` ([B, *obs_shape])."""
-    if obs.dtype.kind == "f" and not np.isfinite(obs).all():
-        index = tuple(int(k) for k in np.argwhere(~np.isfinite(obs))[0])
-        raise ValueError(f"{what}: observation {index[0]} is not finite (obs[{', '.join(map(str, index))}] = "
-                         f"{obs[index]}); the policy needs finite observations")
-
-
-def check_n_episodes(n_episodes) -> None:
-    """``evaluate``'s episode count: a positive int (not a bool)."""
-    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes <= 0:
-        raise ValueError(f"n_episodes must be a positive int, got {n_episodes!r}")
-
-
-class Algorithm:
+class Algorithm(PathSettings, Evaluation):
     """Base class of PPO, A2C, DQN, SAC, TD3 (see each for the hyperparameters)."""
 
     name: ClassVar[str] = "algorithm"
@@ -76,17 +65,6 @@ class Algorithm:
     supports_distributed: ClassVar[bool] = False  # True where every gradient step calls _sync_grads
     has_replay_buffer: ClassVar[bool] = False
     """``save`` takes ``include_buffer=True`` and writes the replay buffer beside the model (off-policy)."""
-    # Env steps between two reports (finiteness check, metrics flush to history and loggers, progress bar):
-    # after the first iteration that reaches each multiple of it (0: after every iteration). Off-policy
-    # iterations can be a single env step, for which that bookkeeping (~1 ms for SAC) would cost more than
-    # the step. Callbacks run after every iteration; the ones that save check finiteness themselves.
-    report_steps: ClassVar[int] = 0
-    bf16_learning_tested: ClassVar[bool] = False
-    """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
-    (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
-    bf16_beats_compiled: ClassVar[bool] = False
-    """The bf16 torch update measured faster than the compiled float32 backend on heavy networks (SAC), so "auto"
-    for both settings gives torch + bf16 where the hardware has native bf16 (``_auto_bf16_over_compiled``)."""
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):
@@ -119,7 +97,7 @@ class Algorithm:
         env_seed = None if config.seed is None else seed + 100_003 * rank
         if isinstance(env, str):
             self.env_id = env
-            self.env = _make_env(env, config.num_envs, env_seed, config.env_device, self.env_kwargs)
+            self.env = make_env(env, config.num_envs, env_seed, config.env_device, self.env_kwargs)
         elif isinstance(env, VecEnvBase):
             self.env_id = getattr(env, "env_id", None)
             if env.num_envs != config.num_envs:
@@ -144,74 +122,15 @@ class Algorithm:
         self._schedule: tuple[int, int] | None = None  # (first step, total) of the current learn call
         self._saved_clock: dict | None = None  # the learn call's timer at the checkpoint loaded (``PhaseTimer.state``)
         self._env_seed = env_seed
+        self.reporting = True
+        """Whether the current iteration ends with a report (``log_every_steps``; set by ``learn`` before ``_train``):
+        an update records its statistics then. True outside ``learn``."""
         self.paths: dict[str, PathChoice] = {}
         """The implementation of each path setting that runs, and why (``rapidrl.train.paths``; filled by _build)."""
         self._build()
         _log.info("%s paths: %s", self.name, describe(self.paths))
         if self.dist is not None:
             self.dist.setup(self)
-
-    def _gradient_backends(self) -> dict:
-        """The gradient backends this algorithm has, preferred first: name -> check (None when it can run with
-        these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC)."""
-        return {"torch": lambda: None}
-
-    def _resolve_gradient_backend(self) -> PathChoice:
-        """``paths["gradient_backend"]`` from the config's setting (``rapidrl.train.paths.choose``)."""
-        requested, candidates = self.config.gradient_backend, self._gradient_backends()
-        if requested != "auto" and requested not in candidates:
-            raise ConfigError(f"gradient_backend={requested!r} cannot run here: {self.name.upper()} has no "
-                              f"{requested} backend (it has {', '.join(candidates)})")
-        return choose("gradient_backend", requested, candidates)
-
-    def _resolve_precision(self) -> PathChoice:
-        """``paths["precision"]`` from the config's setting, after the gradient backend (rapidrl.train.precision)."""
-        return resolve_precision(self.config.precision, device=self.device, gradient_backend=self.gradient_backend,
-                                 tested=self.bf16_learning_tested,
-                                 heavy=heavy_networks(self.trainable_modules(), self._update_batch()),
-                                 unsupported=self._bf16_unsupported())
-
-    def _auto_bf16_over_compiled(self) -> str | None:
-        """Why the compiled backend steps aside under gradient_backend="auto" and precision="auto" (None: it does
-        not): for algorithms whose bf16 torch update measured faster than their compiled float32 one
-        (``bf16_beats_compiled``; ``rapidrl bench precision``), where "auto" would take bf16 (native bf16, the
-        learning tests, heavy networks). A check of the compiled backend calls it first."""
-        c = self.config
-        if not (self.bf16_beats_compiled and c.precision == "auto" and c.gradient_backend == "auto"):
-            return None
-        if native_bf16(self.device) or not self.bf16_learning_tested \
-                or heavy_networks(self.trainable_modules(), self._update_batch()):
-            return None
-        return ("precision='auto' takes bf16, whose torch update measured faster than the compiled float32 one "
-                "here (rapidrl bench precision)")
-
-    def _update_batch(self) -> int:
-        """Rows of one gradient step (the minibatch, or the whole rollout): what bf16's gain depends on."""
-        c = self.config
-        for name in ("minibatch_size", "batch_size"):
-            if hasattr(c, name):
-                return int(getattr(c, name))
-        return int(c.num_steps * c.num_envs)
-
-    def _bf16_unsupported(self) -> str | None:
-        """Why these settings cannot run in bf16 at all (a recurrent policy), else None."""
-        return None
-
-    @property
-    def precision(self) -> str:
-        """The precision that runs ("fp32" or "bf16"; ``paths["precision"]`` says why)."""
-        choice = self.paths.get("precision")
-        return "fp32" if choice is None else choice.value
-
-    def _autocast(self):
-        """The arithmetic context of the resolved precision on the model's device: bfloat16 autocast (device type
-        from the model's device: "cpu" or "cuda") for "bf16", nothing for "fp32"."""
-        return autocast(self.device, self.precision)
-
-    @property
-    def gradient_backend(self) -> str:
-        """The gradient backend that runs ("compiled" or "torch"; ``paths["gradient_backend"]`` says why)."""
-        return self.paths["gradient_backend"].value
 
     def trainable_modules(self) -> list[torch.nn.Module]:
         """The modules whose parameters are trained (and kept identical across distributed ranks).
@@ -338,10 +257,11 @@ class Algorithm:
                 with self._autocast():  # acting in the resolved precision (the update sets its own)
                     self.num_timesteps += self._rollout()
                 keep_going = cb.on_rollout_end(self)
+                self.reporting = report = self.num_timesteps >= min(report_at, target)
                 self._train()
                 self.num_updates += 1
-                report = self.num_timesteps >= min(report_at, target)
                 if report:
+                    self._report_statistics()
                     self._check_finite()
                 keep_going = cb.on_update_end(self) and keep_going
                 if report or not keep_going:
@@ -353,15 +273,22 @@ class Algorithm:
                 cb.on_update_logged(self)  # checkpoints come after the logs they resume
                 if not keep_going:
                     break
+        self.reporting = True
         cb.on_training_end(self)
         return self
 
+    def _report_statistics(self) -> None:
+        """At a report, after ``_train``: record what the updates since the last report accumulated on the device
+        (off-policy statistics, the device path's episode sums); the on-policy updates record theirs in
+        ``_train`` when ``reporting``. Nothing by default."""
+
     def _next_report(self) -> int:
-        """The env step count at or after which the next report is due (multiples of ``report_steps``, so a
-        resumed run reports at the same steps as an uninterrupted one)."""
-        if not self.report_steps:
+        """The env step count at or after which the next report is due (multiples of ``log_every_steps``, so a
+        resumed run reports at the same steps as an uninterrupted one; 0: after every iteration)."""
+        every = self.config.log_every_steps
+        if not every:
             return self.num_timesteps
-        return (self.num_timesteps // self.report_steps + 1) * self.report_steps
+        return (self.num_timesteps // every + 1) * every
 
     def progress_remaining(self) -> float:
         """1 at the start of the current ``learn`` call, falling linearly to 0 at its end (for schedules)."""
@@ -384,96 +311,11 @@ class Algorithm:
         actions = self._policy_actions(obs, deterministic)
         return actions[0] if single else actions
 
-    def _get_eval_env(self, n: int):
-        if self._eval_env is not None and self._eval_env.num_envs == n:
-            return self._eval_env
-        if self.env_id is None:
-            raise ValueError("evaluate() needs eval_env=... when the model was built from an env without an id")
-        # an env class may name the settings of its evaluation env (Atari: no episodic life, unclipped rewards)
-        kwargs = {**self.env_kwargs, **getattr(self.env, "eval_overrides", {})}
-        self._eval_env = _make_env(self.env_id, n, self.seed + EVAL_SEED_OFFSET, "cpu", kwargs)
-        return self._eval_env
-
-    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, progress: bool = False
-                 ) -> tuple[float, float]:
-        """Mean and std of the return of ``n_episodes`` full episodes on separate eval envs.
-
-        Runs n_episodes envs in parallel (one batched env: Atari's C++ thread pool, a built-in env's kernel) and
-        counts each env's first episode only (no bias towards short episodes). Rewards are the env's raw rewards
-        (no scaling). The eval env is built with the env class's ``eval_overrides`` (Atari: real scores, whole
-        games, FIRE after a lost life; docs/atari.md). deterministic: the policy's mode (greedy); False samples
-        actions as in training (DQN: epsilon-greedy at the current epsilon) from generators seeded by the eval seed,
-        so a sampled score is reproducible too and training's random streams are left as they were. progress: a
-        live line with the episodes finished, the steps taken and the mean return so far (``rapidrl train``/``eval``
-        turn it on).
-        """
-        check_n_episodes(n_episodes)
-        env = self._get_eval_env(n_episodes)
-        obs, seed = self._reset_for_evaluation(env)
-        with self._evaluation_rngs(seed, deterministic):
-            return self._evaluate_episodes(env, obs, n_episodes, deterministic, progress)
-
-    def _reset_for_evaluation(self, env) -> tuple[np.ndarray, int]:
-        """Reset an eval env with this update's evaluation seed: (first observations, the seed). The seed moves with
-        ``num_updates``, so the evaluations along a run see different episodes, and repeats at the same update."""
-        seed = self.seed + EVAL_SEED_OFFSET + self.num_updates
-        obs, _ = env.reset(seed=seed)
-        return obs, seed
-
-    @contextlib.contextmanager
-    def _evaluation_rngs(self, seed: int, deterministic: bool):
-        """A sampled (``deterministic=False``) evaluation draws its actions from generators seeded by ``seed``, and
-        training's streams (torch's global generator, ``np_rng``) are restored afterwards: the same model and seed
-        give the same sampled score, and evaluating never changes what training does next."""
-        if deterministic:
-            yield
-            return
-        saved_np_rng = self.np_rng
-        self.np_rng = np.random.default_rng(seed)
-        cuda = [self.device] if self.device.type == "cuda" else []
-        try:
-            with torch.random.fork_rng(devices=cuda):
-                torch.default_generator.manual_seed(seed)
-                if cuda:
-                    with torch.cuda.device(self.device):
-                        torch.cuda.manual_seed(seed)
-                yield
-        finally:
-            self.np_rng = saved_np_rng
-
-    def _evaluate_episodes(self, env, obs, n_episodes: int, deterministic: bool, progress: bool
-                           ) -> tuple[float, float]:
-        """The episode loop of ``evaluate`` on an eval env already reset to ``obs``."""
-        returns = np.zeros(n_episodes)
-        finished = np.zeros(n_episodes, dtype=bool)
-        starts = np.ones(n_episodes, dtype=bool)
-        act = self._episode_actor(n_episodes, deterministic)
-        with EvaluationProgress(n_episodes, f"eval {self.env_id or ''}".strip(), enabled=progress) as bar:
-            steps = 0
-            while not finished.all():
-                obs = np.asarray(obs)
-                check_finite_observations(obs, f"evaluate (step {steps} of {self.env_id or 'the eval env'})")
-                actions = act(obs, starts)
-                obs, rewards, term, trunc, _ = env.step(actions)
-                returns += np.where(finished, 0.0, rewards)
-                starts = term | trunc
-                newly = starts & ~finished
-                finished |= starts
-                steps += 1
-                if progress and (newly.any() or steps % 100 == 0):
-                    bar.update(int(finished.sum()), steps, float(returns[finished].mean()) if finished.any() else None)
-        return float(returns.mean()), float(returns.std())
-
     def deterministic_module(self) -> torch.nn.Module:
         """A frozen CPU module mapping flat raw observations ``x [B, O]`` float32 to the actions
         ``predict(obs, deterministic=True)`` returns (what ``rapidrl.export`` writes; ``rapidrl.nn.deploy`` has
         the pieces). ValueError where the algorithm has no exportable policy."""
         raise ValueError(f"exporting {self.name!r} models is not supported")
-
-    def _episode_actor(self, n: int, deterministic: bool):
-        """``act(obs [n, ...], episode_starts [n] bool) -> actions`` for stepping ``n`` envs through episodes
-        (a recurrent policy keeps its state in the closure; a feed-forward one ignores the starts)."""
-        return lambda obs, starts: self._policy_actions(obs, deterministic)
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, *, training_state: bool = False) -> Path:
@@ -565,83 +407,3 @@ class Algorithm:
 
     def _load_extra_training_state(self, state: dict[str, Any]) -> None:
         pass
-
-
-def env_state(env) -> dict[str, Any]:
-    """What fixes the env's future exactly (``VecEnvBase.state_dict``: the built-in families' arenas), or {} for
-    envs that cannot be captured, which a resumed run resets."""
-    state = env.state_dict() if isinstance(env, VecEnvBase) else None
-    return {} if state is None else state
-
-
-def set_env_state(env, state: dict[str, Any]) -> bool:
-    """Inverse of ``env_state``, in place; False (nothing restored) for an empty state."""
-    if not state:
-        return False
-    env.load_state_dict(state)
-    return True
-
-
-_PLAIN_SCALARS = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
-
-
-def check_plain(obj, where: str = "checkpoint") -> None:
-    """Raise TypeError unless ``obj`` is made of tensors and plain Python values only (dicts and OrderedDicts with
-    str or int keys, lists, tuples, bool, int, float, str, bytes, None, torch dtypes, devices and sizes): what
-    ``torch.load(weights_only=True)`` reads back.
-
-    A NumPy scalar or array, a dataclass or any other object would make the file unreadable (PyTorch refuses
-    to unpickle it without running code), so it is refused here, at write time, naming where it sits."""
-    if isinstance(obj, torch.Tensor) or type(obj) in _PLAIN_SCALARS:
-        return
-    if type(obj) in (dict, OrderedDict):
-        for key, value in obj.items():
-            if type(key) not in (str, int):
-                raise TypeError(f"{where} has a key of type {type(key).__name__} ({key!r}); a checkpoint's dict "
-                                "keys must be str or int")
-            check_plain(value, f"{where}.{key}")
-        return
-    if type(obj) in (list, tuple):
-        for i, value in enumerate(obj):
-            check_plain(value, f"{where}[{i}]")
-        return
-    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-    raise TypeError(f"{where} is a {kind}; a checkpoint holds tensors and plain Python values only (convert NumPy "
-                    "arrays with torch.from_numpy and NumPy scalars with float()/int())")
-
-
-def atomic_torch_save(obj, path: Path) -> None:
-    """torch.save to a temp file in the same directory, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """torch.load with weights_only=True (no code runs); clear errors for missing, corrupt or foreign files."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no model file at {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for corrupt/foreign files
-        # PyTorch's advice for objects other than tensors (weights_only=False) would run the file's code: not repeated
-        if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):
-            raise ValueError(f"{path} is not a rapidrl model file: it holds objects other than tensors and plain "
-                             "Python values, which are not loaded (loading them would run the file's code)") from None
-        detail = "" if "weights_only" in str(e) else f": {(str(e).splitlines() or [''])[0][:200]}"
-        raise ValueError(f"{path} is not a readable rapidrl model file ({type(e).__name__}{detail})") from None
-    if not isinstance(payload, dict) or payload.get("format") != "rapidrl":
-        raise ValueError(f"{path} is not a rapidrl model file")
-    if payload.get("version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format version {payload.get('version')}, this rapidrl reads {FORMAT_VERSION}")
-    return payload

@@ -1,22 +1,36 @@
-"""Resumable checkpoints of a run: periodic + final, keep-last-k, never half-written, never non-finite.
+"""Checkpoints: the model file format, and resumable checkpoints of a run.
 
-Files are ``checkpoints/step_<000000012345>.pt`` (plus ``<file>.buffer/``, the replay buffer of off-policy
-algorithms, so that their resume is exact too) written with ``Algorithm.save(..., training_state=True)``
-(temp file + fsync + rename, so every file in the directory always loads). A checkpoint is only written
-when the latest losses and every parameter are finite: after a non-finite loss the newest checkpoint is
-the last good one.
+The file format (``Algorithm.save``/``load``): one ``torch.save`` of a dict of tensors and plain Python values only
+(``check_plain`` refuses anything else at write time, so ``torch.load(weights_only=True)`` reads every file back
+without running code: ``load_checkpoint``), written atomically (``atomic_torch_save``: temp file + fsync + rename).
+``FORMAT_VERSION`` is the layout's version; the env's state (``env_state``) is what a resumed run needs of it.
+
+Resumable checkpoints of a run (``Checkpointer``): periodic + final, keep-last-k, never half-written, never
+non-finite. Files are ``checkpoints/step_<000000012345>.pt`` (plus ``<file>.buffer/``, the replay buffer of
+off-policy algorithms, so that their resume is exact too) written with ``Algorithm.save(..., training_state=True)``,
+so every file in the directory always loads. A checkpoint is only written when the latest losses and every
+parameter are finite: after a non-finite loss the newest checkpoint is the last good one.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import tempfile
+from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
+import torch
+
+from rapidrl.envs import VecEnvBase
 from rapidrl.train.callbacks import Callback
 from rapidrl.train.finite import training_is_finite
 
+FORMAT_VERSION = 1
+"""The layout of a model file (``Algorithm.save``); ``load_checkpoint`` reads this version only."""
 _NAME = re.compile(r"^step_(\d+)\.pt$")
 
 
@@ -98,3 +112,84 @@ class Checkpointer(Callback):
         for _, path in found[: max(0, len(found) - max(self.keep, 1))]:
             path.unlink(missing_ok=True)
             shutil.rmtree(buffer_dir(path), ignore_errors=True)
+
+
+# -- the file format --------------------------------------------------------------------------
+def env_state(env) -> dict[str, Any]:
+    """What fixes the env's future exactly (``VecEnvBase.state_dict``: the built-in families' arenas), or {} for
+    envs that cannot be captured, which a resumed run resets."""
+    state = env.state_dict() if isinstance(env, VecEnvBase) else None
+    return {} if state is None else state
+
+
+def set_env_state(env, state: dict[str, Any]) -> bool:
+    """Inverse of ``env_state``, in place; False (nothing restored) for an empty state."""
+    if not state:
+        return False
+    env.load_state_dict(state)
+    return True
+
+
+_PLAIN_SCALARS = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def check_plain(obj, where: str = "checkpoint") -> None:
+    """Raise TypeError unless ``obj`` is made of tensors and plain Python values only (dicts and OrderedDicts with
+    str or int keys, lists, tuples, bool, int, float, str, bytes, None, torch dtypes, devices and sizes): what
+    ``torch.load(weights_only=True)`` reads back.
+
+    A NumPy scalar or array, a dataclass or any other object would make the file unreadable (PyTorch refuses
+    to unpickle it without running code), so it is refused here, at write time, naming where it sits."""
+    if isinstance(obj, torch.Tensor) or type(obj) in _PLAIN_SCALARS:
+        return
+    if type(obj) in (dict, OrderedDict):
+        for key, value in obj.items():
+            if type(key) not in (str, int):
+                raise TypeError(f"{where} has a key of type {type(key).__name__} ({key!r}); a checkpoint's dict "
+                                "keys must be str or int")
+            check_plain(value, f"{where}.{key}")
+        return
+    if type(obj) in (list, tuple):
+        for i, value in enumerate(obj):
+            check_plain(value, f"{where}[{i}]")
+        return
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    raise TypeError(f"{where} is a {kind}; a checkpoint holds tensors and plain Python values only (convert NumPy "
+                    "arrays with torch.from_numpy and NumPy scalars with float()/int())")
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    """torch.save to a temp file in the same directory, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """torch.load with weights_only=True (no code runs); clear errors for missing, corrupt or foreign files."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file at {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt/foreign files
+        # PyTorch's advice for objects other than tensors (weights_only=False) would run the file's code: not repeated
+        if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):
+            raise ValueError(f"{path} is not a rapidrl model file: it holds objects other than tensors and plain "
+                             "Python values, which are not loaded (loading them would run the file's code)") from None
+        detail = "" if "weights_only" in str(e) else f": {(str(e).splitlines() or [''])[0][:200]}"
+        raise ValueError(f"{path} is not a readable rapidrl model file ({type(e).__name__}{detail})") from None
+    if not isinstance(payload, dict) or payload.get("format") != "rapidrl":
+        raise ValueError(f"{path} is not a rapidrl model file")
+    if payload.get("version") != FORMAT_VERSION:
+        raise ValueError(f"{path} has format version {payload.get('version')}, this rapidrl reads {FORMAT_VERSION}")
+    return payload

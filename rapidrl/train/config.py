@@ -53,16 +53,19 @@ def config_from_dict(cls, values: dict[str, Any]):
 
 def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with the settings of older rapidrl versions renamed to today's (``cls.upgrade_legacy``, where the
-    config class has one); a copy, with a DeprecationWarning naming what changed."""
+    config class has one); a copy, with a DeprecationWarning naming what changed (a renamed setting, or an old value
+    of a setting: A2C's ``normalize_advantage=True``)."""
     upgrade = getattr(cls, "upgrade_legacy", None)
     if upgrade is None:
         return dict(values)
     new = upgrade(dict(values))
     renamed = sorted(set(values) - set(new))
-    if renamed:
-        warnings.warn(f"{cls.__name__}: {', '.join(renamed)} replaced by "
-                      f"{', '.join(f'{k}={new[k]!r}' for k in sorted(set(new) - set(values)))} "
-                      "(rapidrl.train.paths)", DeprecationWarning, stacklevel=3)
+    changed = sorted(k for k in set(values) & set(new) if type(values[k]) is not type(new[k]) or values[k] != new[k])
+    if renamed or changed:
+        old = [*renamed, *(f"{k}={values[k]!r}" for k in changed)]
+        now = sorted((set(new) - set(values)) | set(changed))
+        warnings.warn(f"{cls.__name__}: {', '.join(old)} replaced by {', '.join(f'{k}={new[k]!r}' for k in now)} "
+                      "(a setting of an older rapidrl)", DeprecationWarning, stacklevel=3)
     return new
 
 
@@ -119,18 +122,28 @@ class RuntimeConfig:
     flush_denormal: bool = True
     """Flush denormal floats to zero in this thread's CPU arithmetic (torch.set_flush_denormal) at
     construction. Optimizer moments of weights that stop receiving gradients decay into the denormal
-    range, where CPU arithmetic is ~10x slower: without this a fused Adam step of a 256x256 DQN grew from
+    range, where CPU arithmetic is ~10x slower: without this an Adam step of a 256x256 DQN grew from
     0.1 ms to 0.8 ms during training. False leaves the process setting alone."""
     gradient_backend: str = "auto"
-    """How updates compute their gradients (``rapidrl.train.paths``): "compiled" (the CPU backend in Numba, where
-    the algorithm has one and the networks fit it), "torch" (PyTorch autograd: every network, device and precision)
-    or "auto" (compiled wherever it applies). ``model.paths`` says which ran and why."""
+    """How updates compute their gradients (``rapidrl.train.paths``): "compiled" (the CPU backend written in Numba,
+    its backward by hand, where the algorithm has one and the networks fit it; not ``torch.compile``, which is the
+    off-policy ``torch_compile`` setting on the "torch" backend), "torch" (PyTorch autograd: every network, device
+    and precision) or "auto" (compiled wherever it applies). ``model.paths`` says which ran and why."""
     precision: str = "fp32"
     """Arithmetic of the networks in updates and training rollouts (``rapidrl.train.precision``): "fp32", "bf16"
     (matmuls and convolutions under bfloat16 autocast; parameters, optimizer state and storage stay float32; needs
     the "torch" gradient backend) or "auto" (bf16 where the device has native bfloat16, the update runs on the
     torch backend, the algorithm's bf16 learning tests pass and the networks are large; else fp32).
-    ``model.paths["precision"]`` says which runs and why."""
+    ``model.paths["precision"]`` says which runs and why. Unlike ``gradient_backend`` and ``collection``, whose
+    "auto" picks among implementations of the same float32 arithmetic, the default is "fp32": "auto" changes the
+    arithmetic with the machine, so a config trains the same numbers everywhere unless it asks for "auto" (the
+    Atari and offline presets do)."""
+    log_every_steps: int = 0
+    """Env steps between two reports (counted over all envs): the update's loss statistics read back from the
+    device (one host sync), the finiteness check, the metrics flushed to history and loggers, the progress bar.
+    A report follows the first iteration (a rollout and its update) at or after each multiple, and the last one;
+    0 reports after every iteration (the on-policy default: every update). A larger value keeps a GPU run free of
+    host syncs. Callbacks run after every iteration; the ones that save check finiteness themselves."""
     keep_heap: bool = True
     """glibc only: keep freed heap memory for reuse instead of returning it to the OS (mallopt trim and mmap
     thresholds of 1 GiB, ``rapidrl._unsafe.malloc``) at construction. Otherwise every update's large
@@ -151,6 +164,8 @@ class RuntimeConfig:
                 f"seed must be a non-negative int or None, got {self.seed!r}")
         require(self.torch_threads is None or (isinstance(self.torch_threads, int) and self.torch_threads >= 0),
                 f"torch_threads must be an int >= 0 or None, got {self.torch_threads!r}")
+        require(isinstance(self.log_every_steps, int) and not isinstance(self.log_every_steps, bool)
+                and self.log_every_steps >= 0, f"log_every_steps must be an int >= 0, got {self.log_every_steps!r}")
 
 
 def apply_runtime(config: RuntimeConfig) -> None:

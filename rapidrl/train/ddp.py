@@ -7,9 +7,10 @@ every rank takes the same optimizer step and the parameters stay bitwise identic
 algorithm calls ``Algorithm._sync_grads``), without wrapping the policy in DDP's module.
 
 Gradients are averaged with one ``all_reduce`` on one flat buffer (DDP's single bucket). After the first
-call every parameter's ``.grad`` is a view of that buffer (DDP's ``gradient_as_bucket_view``): PPO's backward
-(``zero_grad(set_to_none=False)``) accumulates straight into it and nothing is copied. Where the ``.grad``
-tensors are replaced (``zero_grad(set_to_none=True)``: A2C, IMPALA), they are copied in once and re-pointed.
+call every parameter's ``.grad`` is a view of that buffer (DDP's ``gradient_as_bucket_view``): the on-policy
+updates (PPO, A2C, IMPALA) zero their gradients in place (``zero_grad(set_to_none=False)``), so each backward
+accumulates straight into the buffer and nothing is copied. Only the ``.grad`` tensors autograd created before
+that first call are copied in once and re-pointed.
 
 Backend: ``nccl`` when the algorithm's parameters are on a CUDA device, else ``gloo``; the environment
 variable ``RAPIDRL_DIST_BACKEND`` (or ``from_env(backend=...)``) overrides. The process group is created
@@ -144,7 +145,7 @@ class DistributedContext:
         if key != self._grad_key:
             self._make_grad_buffer(params, key)
         for p, view in zip(params, self._grad_views):
-            if p.grad is not view:  # autograd replaced it: copy in once, then keep the view
+            if p.grad is not view:  # the first call: autograd's own .grad, copied in once, then the view stays
                 view.copy_(p.grad)
                 p.grad = view
         flat = self._grad_flat

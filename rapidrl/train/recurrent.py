@@ -1,71 +1,26 @@
-"""Rollout collection with a recurrent policy (``rapidrl.nn.recurrent.RecurrentActorCritic``).
+"""What a recurrent policy (``recurrent="lstm"|"gru"``) changes outside collection: acting with a state
+(``predict_with_state``, ``RecurrentActor``) and the update's view of a rollout as whole env columns
+(``RolloutSequences``).
 
-The collector carries the policy's state ``[N, S]`` and the episode-start flags ``[N]`` from step to step and
-from rollout to rollout. What an update needs to replay a rollout exactly is kept per rollout:
-
-- ``initial_state`` [N, S]: the state entering the rollout's first step;
-- ``initial_starts`` [N] bool: which envs start an episode at that step.
-
-The starts of later steps are not stored: ``episode_starts[t] = terminated[t - 1] | truncated[t - 1]``
-(``episode_starts`` below). Truncated episodes bootstrap from the value of their true final observation taken
-with the state that observation was reached with (the state after the last step of the episode), never a
-fresh one.
+Collection carries the state (``rapidrl.train.collect.recurrent``) and keeps, per rollout, the state entering its
+first step and which envs start an episode there. An update replays each env column from that state: the starts
+of later steps are rebuilt from the stored episode ends (``episode_starts``), so the first epoch's ratios are
+exactly 1. A minibatch is a set of whole columns (truncated backpropagation through time over the rollout, as
+CleanRL's ppo_atari_lstm); ``burn_in`` steps at the start of each column only warm the state up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from rapidrl.train.async_collect import StepCollector
+from rapidrl.buffers.advantages import advantage_moments, normalize_advantages
+from rapidrl.nn.recurrent import SegmentLayout, segment_layout
 
-
-class RecurrentStepCollector(StepCollector):
-    """``StepCollector`` for a recurrent policy: same interface, plus ``state``/``starts`` across rollouts."""
-
-    def __init__(self, env, policy, num_steps: int, device: torch.device, timer=None):
-        super().__init__(env, policy, num_steps, device, timer)
-        n = env.num_envs
-        self.state = policy.initial_state(n, device)
-        """State [N, S] entering the next step."""
-        self.starts = np.ones(n, np.bool_)
-        """Envs whose next observation is the first of an episode."""
-        self.initial_state = self.state.clone()
-        self.initial_starts = self.starts.copy()
-        self._next_state = self.state
-
-    def reset_state(self) -> None:
-        """Every env starts a new episode (after ``env.reset``)."""
-        self.state.zero_()
-        self.starts[:] = True
-
-    def collect(self, buffer, obs, raw_obs, obs_normalizer, seed):
-        self.initial_state.copy_(self.state)
-        np.copyto(self.initial_starts, self.starts)
-        return super().collect(buffer, obs, raw_obs, obs_normalizer, seed)
-
-    def _act(self, obs: torch.Tensor):
-        starts = torch.from_numpy(self.starts).to(self.device)
-        raw, logp, values, self._next_state = self.policy.act(obs, self.state, starts)
-        return raw, logp, values
-
-    def _final_values(self, final_obs: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
-        index = torch.from_numpy(np.flatnonzero(mask)).to(self.device)
-        return self.policy.value(final_obs, self._next_state.index_select(0, index))
-
-    def _advance(self, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        self.state = self._next_state
-        np.logical_or(terminated, truncated, out=self.starts)
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy.value(obs, self.state, torch.from_numpy(self.starts).to(self.device))
-
-    def state_dict(self) -> dict:
-        return {"state": self.state.detach().cpu().clone(), "starts": torch.from_numpy(self.starts.copy())}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.state = d["state"].to(self.device).clone()
-        np.copyto(self.starts, d["starts"].numpy())
+__all__ = ["RecurrentActor", "RolloutSequences", "SequenceBatch", "episode_starts", "predict_with_state"]
 
 
 def episode_starts(initial_starts: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
@@ -86,3 +41,116 @@ class RecurrentActor:
     def __call__(self, obs: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
         raw, _, _, self.state = self.policy.act(obs, self.state, starts, deterministic=self.deterministic)
         return raw
+
+
+def predict_with_state(policy, obs: np.ndarray, state, episode_start, deterministic: bool, device
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """``predict`` of a recurrent policy, as sb3-contrib's: obs [B, ...] (normalized as the policy takes them),
+    state [B, S] (None: fresh episodes) and episode_start [B] bool (None: none starts) -> (env actions [B, ...],
+    the state after this step [B, S] float32)."""
+    n = obs.shape[0]
+    if state is None:
+        state = policy.initial_state(n, device)
+    else:
+        state = torch.as_tensor(np.asarray(state) if not isinstance(state, torch.Tensor) else state,
+                                dtype=torch.float32).reshape(n, -1).to(device)
+        policy.check_state(state, n)
+    starts = np.zeros(n, bool) if episode_start is None else np.asarray(episode_start, dtype=bool).reshape(-1)
+    if starts.shape != (n,):
+        raise ValueError(f"episode_start must have {n} entries (one per observation), got {starts.shape}")
+    with torch.no_grad():
+        x = torch.from_numpy(np.ascontiguousarray(obs)).to(device)
+        raw, _, _, state = policy.act(x, state, torch.from_numpy(starts).to(device), deterministic=deterministic)
+        actions = policy.to_env_action(raw).cpu().numpy()
+    return actions, state.cpu().numpy()
+
+
+@dataclass
+class SequenceBatch:
+    """Whole env columns of a rollout: what the update's loss reads, past the burn-in and flattened over steps and
+    columns ([(T - burn_in) * n]), like a ``RolloutBatch`` of flat samples, and what replaying them needs."""
+
+    obs: torch.Tensor
+    """[T, n, *obs_shape]: the columns' observations, burn-in included."""
+    actions: torch.Tensor
+    """[(T - burn_in) * n, *action_shape]."""
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    """Normalized as asked."""
+    returns: torch.Tensor
+    initial_state: torch.Tensor
+    """[n, S]: the state entering each column's first step."""
+    starts: torch.Tensor
+    """[T, n] bool: the columns' episode starts."""
+    layout: SegmentLayout | None
+    """``segment_layout(starts[burn_in:])`` when known (else computed by the replay)."""
+    burn_in: int
+
+    def evaluate(self, policy) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs, entropy, values) [(T - burn_in) * n] of the stored actions, replaying the columns through the
+        recurrent layers from their initial state (``RecurrentActorCritic.sequence_outputs``)."""
+        h = policy.sequence_outputs(self.obs, self.initial_state, self.starts, self.burn_in, self.layout)
+        log_probs, entropy, values = policy.score_outputs(h, self.actions)
+        return log_probs.reshape(-1), entropy.reshape(-1), values.reshape(-1)
+
+
+class RolloutSequences:
+    """The rollout in ``buffer`` as its N env columns, for the update of a recurrent policy (module docstring).
+
+    collector: the ``RecurrentStepCollector`` that fills ``buffer`` (its ``initial_state`` [N, S] and
+    ``initial_starts`` [N] of the rollout); burn_in: the first steps of each column only warm the state up.
+    """
+
+    def __init__(self, buffer, collector, burn_in: int):
+        self.buffer, self.collector, self.burn_in = buffer, collector, burn_in
+
+    def starts(self) -> torch.Tensor:
+        """[T, N] bool: the rollout's episode starts."""
+        b = self.buffer.tensors
+        initial = torch.from_numpy(self.collector.initial_starts).to(b.terminated.device)
+        return episode_starts(initial, b.terminated, b.truncated)
+
+    def field(self, name: str, idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Stored ``name`` of env columns ``idx`` [n] (None: all N, in order) past the burn-in, flattened over steps
+        and columns: [(T - burn_in) * n, *field_shape]."""
+        x = getattr(self.buffer.tensors, name)[self.burn_in:]
+        return (x if idx is None else x[:, idx]).reshape(-1, *x.shape[2:])
+
+    def batch(self, idx: torch.Tensor | None, starts: torch.Tensor | None = None, layout: SegmentLayout | None = None,
+              normalize: str = "none", moments: tuple | None = None) -> SequenceBatch:
+        """Env columns ``idx`` (None: all N, in order) as a ``SequenceBatch``. starts: ``starts()`` when already
+        computed; normalize: the advantages' normalisation ("minibatch": these columns' own moments, "batch":
+        ``moments``, the rollout's, "none")."""
+        starts = self.starts() if starts is None else starts
+        advantages = self.field("advantages", idx)
+        if normalize != "none":
+            advantages = normalize_advantages(advantages, moments)
+        b, state = self.buffer.tensors, self.collector.initial_state
+        return SequenceBatch(b.obs if idx is None else b.obs[:, idx], self.field("actions", idx),
+                             self.field("log_probs", idx), self.field("values", idx), advantages,
+                             self.field("returns", idx), state if idx is None else state[idx],
+                             starts if idx is None else starts[:, idx], layout, self.burn_in)
+
+    def whole(self, normalize: str = "none") -> SequenceBatch:
+        """All N columns in order, advantages normalized over them ("minibatch" and "batch" alike): one batch."""
+        return self.batch(None, normalize=normalize)
+
+    def epochs(self, columns: int, generator: torch.Generator, normalize: str
+               ) -> Callable[[], Iterator[SequenceBatch]]:
+        """A function giving one epoch's minibatches: the N columns in an order drawn from ``generator``, cut into
+        minibatches of ``columns`` columns each. The starts, the layout of all N columns and the "batch" moments
+        are computed here once, for every epoch of the update."""
+        starts = self.starts()
+        layout = segment_layout(starts[self.burn_in:])
+        moments = advantage_moments(self.buffer.tensors.advantages[self.burn_in:]) if normalize == "batch" else None
+        n = starts.shape[1]
+
+        def epoch() -> Iterator[SequenceBatch]:
+            perm = torch.randperm(n, generator=generator).to(starts.device)
+            for start in range(0, n, columns):
+                # one minibatch of all columns: their order cannot change the loss, so no gather
+                idx = perm[start:start + columns] if columns < n else None
+                yield self.batch(idx, starts, layout if idx is None else None, normalize, moments)
+
+        return epoch

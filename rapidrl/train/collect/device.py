@@ -4,8 +4,8 @@ Every step is a fixed sequence of tensor ops on the device: policy ``act``, env 
 ``torch.where``), the value of every final observation (used where an episode was truncated; computing it
 for all envs avoids a data-dependent branch), writes into the buffer's tensors at step ``t``, and running
 sums of finished episodes (count, return, length). Nothing comes back to the host: the learner computes GAE
-with ``gae_torch`` on the same tensors and reads the episode sums (three scalars) every ``log_every``
-updates with ``pop_episode_stats``.
+with ``gae_torch`` on the same tensors and reads the episode sums (three scalars) at each report
+(``log_every_steps``) with ``pop_episode_stats``.
 
 On CUDA, ``cuda_graph=True`` records the whole T-step rollout once as a CUDA graph and replays it (one
 launch instead of thousands of small kernels). It requires an env built with ``validate_actions=False``

@@ -1,4 +1,4 @@
-"""Fused rollout collection: one compiled call collects a whole T x N rollout on a built-in env.
+"""Fused collection: one compiled call collects a whole T x N rollout on an env written as Numba functions.
 
 Per step, inside Numba: normalize observations, run the actor and critic MLPs reading the PyTorch
 weights zero-copy (``param.detach().numpy()`` views, so optimizer steps are seen without copying), sample
@@ -22,6 +22,7 @@ import math
 import gymnasium as gym
 import numba
 import numpy as np
+import torch
 
 from rapidrl.envs.core import kernels as env_kernels
 from rapidrl.envs.core.kernels import step_envs, unpack
@@ -36,6 +37,7 @@ from rapidrl.kernels.distributions import (
 from rapidrl.kernels.mlp import ACTIVATION_CODES
 from rapidrl.kernels.mlp import forward as mlp_forward
 from rapidrl.nn.numba_mlp import mlp_arrays
+from rapidrl.train.timing import PhaseTimer
 
 
 @numba.njit(cache=True)
@@ -207,7 +209,7 @@ def fused_unavailable(env, policy, device) -> str | None:
 
 
 def fused_env_unavailable(env, device) -> str | None:
-    """None when a fused collector (this module's, PQN's ``rapidrl.train.fused_q``) can step ``env`` inside its
+    """None when a fused collector (this module's, PQN's ``rapidrl.train.collect.fused_q``) can step ``env`` inside its
     compiled loop with networks on ``device``, else what to change (``fused_unavailable``'s env and device part)."""
     from rapidrl.envs import NumbaVecEnv
 
@@ -238,9 +240,13 @@ class FusedCollector:
     thread while PyTorch trains in another.
     """
 
-    def __init__(self, env, policy, num_steps: int):
+    seeded = True
+    """Every rollout takes a seed (Numba's generator is reseeded with it): the learner draws one per rollout."""
+
+    def __init__(self, env, policy, num_steps: int, timer: PhaseTimer | None = None):
         n, obs_dim = env.num_envs, policy.obs_dim
         self.env, self.policy = env, policy
+        self.timer = timer if timer is not None else PhaseTimer()
         self.discrete = policy.discrete
         self._collect_discrete, self._collect_continuous = _collectors(env.kernel_key)
         self.arena = env.arena
@@ -264,11 +270,21 @@ class FusedCollector:
 
     def collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int
                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Fill ``buffer`` (a full rollout, advantages not computed) starting from ``obs`` [N, O].
+        """Fill ``buffer`` (a full rollout, advantages not computed) starting from ``obs`` [N, O] (timed as the phase
+        "collect").
 
         On return ``obs`` holds the observations after the last step and ``raw_obs`` [T, N, O] the
         un-normalized observations of every step. Returns (returns, lengths) of the episodes that ended.
         """
+        with self.timer.phase("collect"):
+            return self._collect(buffer, obs, raw_obs, obs_normalizer, seed)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Values [N] of the observations after the rollout (its bootstrap): the policy's critic."""
+        return self.policy.value(obs)
+
+    def _collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
         buffer.reset()
         norm = obs_normalizer
         if norm is not None:

@@ -6,8 +6,8 @@ Per step, inside Numba: the Q network's forward (``rapidrl.kernels.mlp.forward_n
 the greedy value of every env (``rapidrl.kernels.exploration.epsilon_greedy_row``: the same draws of the same
 counter-based streams as the step collector's ``epsilon_greedy``, so the same Q values give the same actions); the
 env's compiled step (``rapidrl.envs.core.kernels``); storage; max_a Q of the final observation of every truncated
-episode; episode statistics. As ``rapidrl.train.fused`` does for the actor-critic policies, the env kernel's key is a
-compile-time constant bound by ``_collector(key)`` (one collector per env, cached on disk).
+episode; episode statistics. As ``rapidrl.train.collect.fused`` does for the actor-critic policies, the env kernel's
+key is a compile-time constant bound by ``_collector(key)`` (one collector per env, cached on disk).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rapidrl.kernels.cache import invalidate_stale_cache
 from rapidrl.kernels.exploration import epsilon_greedy_row
 from rapidrl.kernels.mlp import ACTIVATION_CODES, forward, forward_norm
 from rapidrl.nn.numba_mlp import mlp_arrays, norm_arrays
-from rapidrl.train.fused import _record_episodes, fused_env_unavailable
+from rapidrl.train.collect.fused import _record_episodes, fused_env_unavailable
 
 __all__ = ["FusedQCollector", "fused_q_unavailable"]
 
@@ -93,7 +93,8 @@ invalidate_stale_cache(collect_epsilon_greedy, [m.__file__ for m in (env_kernels
 
 @functools.cache
 def _collector(key: str):
-    """``collect_epsilon_greedy`` bound to env kernel ``key`` (arguments spelled out, as ``rapidrl.train.fused``)."""
+    """``collect_epsilon_greedy`` bound to env kernel ``key`` (arguments spelled out, as
+    ``rapidrl.train.collect.fused``)."""
 
     @numba.njit(cache=True, nogil=True)
     def collect(arena, ws, bs, gammas, betas, ln_eps, norm, act, epsilon, keys, counters, b_obs, b_actions, b_values,
@@ -107,7 +108,7 @@ def _collector(key: str):
 
 def fused_q_unavailable(env, q_net, device) -> str | None:
     """None when ``FusedQCollector`` can run ``q_net`` (a ``QNetwork``) on ``env``, else what to change: the env
-    conditions of ``rapidrl.train.fused`` and a plain MLP Q network (with or without LayerNorms) on the CPU."""
+    conditions of ``rapidrl.train.collect.fused`` and a plain MLP Q network (with or without LayerNorms) on the CPU."""
     why = fused_env_unavailable(env, device)
     if why is not None:
         return why

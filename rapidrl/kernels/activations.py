@@ -3,7 +3,7 @@
 tanh(x) = x P(x^2) / Q(x^2) on [-7.905, 7.905], clamped outside (where float32 tanh rounds to +-1): the rational
 minimax approximation that Eigen uses for float tanh. It is pure arithmetic, so loops over it vectorise, while
 libm's ``tanhf`` (what ``np.tanh`` compiles to in Numba) is a call per element and ~10x slower here. Max error
-2.6e-7 against float64 tanh, about 2 ulp (tests/test_ppo_fused_update.py).
+2.6e-7 against float64 tanh, about 2 ulp (tests/test_ppo_compiled_update.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ global-norm clipping and PyTorch's Adam update on zero-copy NumPy views of the p
 
 This is PPO's "compiled" gradient backend. The reference is the "torch" backend of ``rapidrl.algos.ppo``: autograd
 on ``ppo_loss`` (the one definition of the loss) and ``rapidrl.nn.optim.optimizer_step``; tests
-(``tests/test_ppo_fused_update.py``) compare parameters, Adam moments and statistics after whole updates. The
+(``tests/test_ppo_compiled_update.py``) compare parameters, Adam moments and statistics after whole updates. The
 gradient of the loss with respect to the network outputs is derived by hand below (``_ppo_epoch``'s loss head:
 dL/dr = -A where the unclipped term is the max, else 0; dlogp/dlogits = onehot - softmax, the entropy term adds
 ent_coef/B * p (log p + H); for a Gaussian dlogp/dmu = z/sigma, dlogp/dlog_std = z^2 - 1).

@@ -270,3 +270,17 @@ def test_docs_offline_examples_run(tmp_path, monkeypatch):
     assert lines[0].endswith(" 50.0") and lines[1].startswith("300 return ")
     assert lines[2] == "None (1,)" and lines[3] == "400 200 dataset+step"
     assert scope["again"].num_timesteps == 400 and scope["again"].dataset is not None
+
+
+def test_rapidrl_train_reports_the_normalised_score(datasets, tmp_path, capsys):
+    from rapidrl import cli
+    from rapidrl.runs.layout import read_summary
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "bc", "Pendulum-v1", "--timesteps", "20", "--headless", "--eval-episodes", "2",
+                     "--run-dir", str(run), "--set", "algo.dataset=test/pendulum/expert-v0",
+                     "--set", "algo.hidden=[16, 16]", "--set", "algo.torch_threads=1"]) == 0
+    summary = read_summary(run)
+    assert summary["eval_score"] == pytest.approx(100 * (summary["eval_mean"] + 1200) / 1020)
+    assert f"normalised score: {summary['eval_score']:.1f} (0: -1200.0, random; 100: -180.0, expert; " \
+           "test/pendulum/expert-v0)" in capsys.readouterr().out

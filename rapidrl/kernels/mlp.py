@@ -69,24 +69,23 @@ def _linear_blas(x, w, b, out, act):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
+def _layer(x, w, b, out, act):  # pragma: no cover
+    """out = act(x w^T + b), x [R, I] -> out [R, O]: scalar loops below ``BLAS_MIN_ROWS`` rows, BLAS from there."""
+    if x.shape[0] >= BLAS_MIN_ROWS:
+        _linear_blas(x, w, b, out, act)
+    else:
+        _linear(x, w, b, out, act)
+
+
+@numba.njit(cache=True, nogil=True)
 def forward(x, ws, bs, act, hs, out):  # pragma: no cover
     """MLP forward: x [R, I] -> out[:R] [R, O], the hidden activations into hs[l][:R]."""
-    rows = x.shape[0]
-    blas = rows >= BLAS_MIN_ROWS
-    n_hidden = len(hs)
-    no_act = np.int64(0)  # a typed int, not a literal 0: one specialization of each layer
+    rows, n_hidden = x.shape[0], len(hs)
     cur = x
     for layer in range(n_hidden):
-        h = hs[layer][:rows]
-        if blas:
-            _linear_blas(cur, ws[layer], bs[layer], h, act)
-        else:
-            _linear(cur, ws[layer], bs[layer], h, act)
-        cur = h
-    if blas:
-        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
-    else:
-        _linear(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
+        _layer(cur, ws[layer], bs[layer], hs[layer][:rows], act)
+        cur = hs[layer][:rows]
+    _layer(cur, ws[n_hidden], bs[n_hidden], out[:rows], np.int64(0))  # typed 0 (no activation): one specialization
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -143,23 +142,14 @@ def forward_norm(x, ws, bs, gammas, betas, eps, act, hs, out):  # pragma: no cov
     """``forward`` of an MLP with a LayerNorm between every hidden layer and its activation (``Linear -> LayerNorm ->
     act``: ``rapidrl.nn.policies.mlp(layer_norm=True)``, PQN's networks). gammas, betas: tuples of the L - 1
     LayerNorms' weights and biases [out_l]; eps: their epsilon. Forward only (no ``backward`` through the norms)."""
-    rows = x.shape[0]
-    blas = rows >= BLAS_MIN_ROWS
-    n_hidden = len(hs)
-    no_act = np.int64(0)
+    rows, n_hidden, no_act = x.shape[0], len(hs), np.int64(0)
     cur = x
     for layer in range(n_hidden):
         h = hs[layer][:rows]
-        if blas:
-            _linear_blas(cur, ws[layer], bs[layer], h, no_act)
-        else:
-            _linear(cur, ws[layer], bs[layer], h, no_act)
+        _layer(cur, ws[layer], bs[layer], h, no_act)
         _layer_norm_act(h, gammas[layer], betas[layer], eps, act)
         cur = h
-    if blas:
-        _linear_blas(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
-    else:
-        _linear(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
+    _layer(cur, ws[n_hidden], bs[n_hidden], out[:rows], no_act)
 
 
 # The kernels inline the activations of another module: recompile them when it changes.

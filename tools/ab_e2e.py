@@ -3,7 +3,9 @@ DQN CartPole and SAC Pendulum (bench_offpolicy.job_train), rapidrl from checkout
 rlox, each run in its own fresh process (``rapidrl.benchmarks.isolated``'s child protocol) at 1 and all torch
 threads, contenders interleaved; the table gives each contender's best median SPS and the ratios.
 
-    python tools/ab_e2e.py --a ../wt-pre28 --b . [--seeds 0,1] [--python ../bench-venv/bin/python]
+    python tools/ab_e2e.py --a ../wt-pre28 --b . [--seeds 0,1] [--python ../bench-venv/bin/python] [--peer none]
+
+``--peer none`` leaves rlox out (an interpreter without it): the table then has A and B only.
 """
 
 from __future__ import annotations
@@ -30,18 +32,23 @@ def main() -> int:
     p.add_argument("--threads", default="1,2", help="torch thread counts; each contender's best counts (default 1,2)")
     p.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated runs among: {', '.join(JOBS)}")
     p.add_argument("--python", default=sys.executable, help="the interpreter (one with rlox installed)")
+    p.add_argument("--peer", default="rlox", choices=("rlox", "none"), help="the peer run beside A and B")
     args = p.parse_args()
-    contenders = {"A rapidrl": (Path(args.a), "rapidrl"), "B rapidrl": (Path(args.b), "rapidrl"),
-                  "rlox": (Path(args.b), "rlox")}
-    print("| run | A rapidrl SPS | B rapidrl SPS | rlox SPS | B/A | A/rlox | B/rlox | eval A / B / rlox |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    contenders = {"A rapidrl": (Path(args.a), "rapidrl"), "B rapidrl": (Path(args.b), "rapidrl")}
+    if args.peer == "rlox":
+        contenders["rlox"] = (Path(args.b), "rlox")
+        print("| run | A rapidrl SPS | B rapidrl SPS | rlox SPS | B/A | A/rlox | B/rlox | eval A / B / rlox |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+    else:
+        print("| run | A rapidrl SPS | B rapidrl SPS | B/A | eval A / B |")
+        print("|---|---:|---:|---:|---|")
     for name in args.jobs.split(","):
         target, kw = JOBS[name]
         sps: dict[str, dict[int, list[float]]] = {c: {} for c in contenders}
         evals: dict[str, list[float]] = {c: [] for c in contenders}
         for k, seed in enumerate(int(s) for s in args.seeds.split(",")):
             for t in (int(x) for x in args.threads.split(",")):
-                order = list(contenders)[k % 3:] + list(contenders)[:k % 3]
+                order = list(contenders)[k % len(contenders):] + list(contenders)[:k % len(contenders)]
                 for c in order:
                     checkout, lib = contenders[c]
                     r = run_isolated(target, {**kw, "lib": lib, "seed": seed}, torch_threads=t,
@@ -50,10 +57,14 @@ def main() -> int:
                     evals[c].append(r.get("eval", float("nan")))
                     print(f"  {name} {c} seed {seed} threads {t}: {r['sps']:,.0f} SPS", file=sys.stderr, flush=True)
         best = {c: max(statistics.median(v) for v in by_t.values()) for c, by_t in sps.items()}
-        a, b, x = best["A rapidrl"], best["B rapidrl"], best["rlox"]
+        a, b = best["A rapidrl"], best["B rapidrl"]
         ev = " / ".join(f"{statistics.median(evals[c]):.0f}" for c in contenders)
-        print(f"| {name} | {a:,.0f} | {b:,.0f} | {x:,.0f} | {b / a:.2f}x | {a / x:.2f}x | {b / x:.2f}x | {ev} |",
-              flush=True)
+        if "rlox" in best:
+            x = best["rlox"]
+            print(f"| {name} | {a:,.0f} | {b:,.0f} | {x:,.0f} | {b / a:.2f}x | {a / x:.2f}x | {b / x:.2f}x | {ev} |",
+                  flush=True)
+        else:
+            print(f"| {name} | {a:,.0f} | {b:,.0f} | {b / a:.2f}x | {ev} |", flush=True)
     return 0
 
 

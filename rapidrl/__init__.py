@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from rapidrl._lazy import lazy_exports
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it
@@ -36,22 +38,12 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:  # an algorithm (or its config) registered by a module of its own: rapidrl.algos.registry
-        found = importlib.import_module("rapidrl.algos.registry").by_class_name(name) if name[:1].isupper() else None
-        if found is None:
-            raise AttributeError(f"module 'rapidrl' has no attribute {name!r}")
-        globals()[name] = found
-        return found
-    mod = importlib.import_module(module)
-    value = mod if module.endswith("." + name) else getattr(mod, name)
-    globals()[name] = value
-    return value
+def _registered(name: str):
+    """An algorithm (or its config) registered by a module of its own (``rapidrl.algos.registry``), or None."""
+    return importlib.import_module("rapidrl.algos.registry").by_class_name(name) if name[:1].isupper() else None
 
 
-def __dir__():
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), fallback=_registered)
 
 
 if TYPE_CHECKING:  # pragma: no cover

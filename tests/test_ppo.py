@@ -220,3 +220,17 @@ def test_bad_learn_arguments():
         model.learn(100, resume=True)
     with pytest.raises(ValueError, match="obs must have shape"):
         model.predict(np.zeros((2, 7), np.float32))
+
+
+def test_the_loop_shown_in_the_ppo_docs_is_the_code():
+    """docs/ppo.md's "Reading the code" shows PPO._torch_update's loop: it must stay the code, line for line."""
+    import inspect
+    import textwrap
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "ppo.md").read_text()
+    marker = "<!-- PPO._torch_update: tests/test_ppo.py checks that this block is the code -->\n```python\n"
+    assert marker in doc
+    shown = doc.split(marker, 1)[1].split("```", 1)[0]
+    code = textwrap.dedent(inspect.getsource(rr.PPO._torch_update))
+    assert shown.strip() and textwrap.indent(shown, "    ") in code

@@ -5,7 +5,7 @@ Imported lazily: ``import rapidrl.dist`` loads neither torch.distributed nor Ray
 
 from __future__ import annotations
 
-import importlib
+from rapidrl._lazy import lazy_exports
 
 _LAZY = {
     "DistributedContext": "rapidrl.train.ddp",
@@ -15,14 +15,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rapidrl.dist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -20,8 +20,7 @@ Adapters and device envs are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-
+from rapidrl._lazy import lazy_exports
 from rapidrl.envs.align import AlignmentReport, align
 from rapidrl.envs.check import CheckReport, EnvContractError, check
 from rapidrl.envs.core.base import ClosedEnvError, ResetNeeded, VecEnvBase
@@ -41,14 +40,4 @@ __all__ = ["AlignmentReport", "BuiltinVecEnv", "CheckReport", "ClosedEnvError", 
            "align", "check", "list_builtin_envs", "list_envs", "make_vec", "register"]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rapidrl.envs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

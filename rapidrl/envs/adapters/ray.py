@@ -42,7 +42,7 @@ from rapidrl.envs.adapters.gymnasium import (
     resolve_env_fns,
     step_env,
 )
-from rapidrl.envs.adapters.subprocess import EnvWorkerError
+from rapidrl.envs.adapters.subprocess import ClosedWhenCollected, EnvWorkerError
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int, check_scalar
@@ -106,7 +106,7 @@ class _EnvWorker:
 _RemoteEnvWorker = ray.remote(max_restarts=0)(_EnvWorker)
 
 
-class RayVecEnv(VecEnvBase):
+class RayVecEnv(ClosedWhenCollected, VecEnvBase):
     """N Gymnasium environments stepped by ``num_workers`` Ray actors (see the module docstring).
 
     Args:
@@ -235,12 +235,6 @@ class RayVecEnv(VecEnvBase):
                 ray.kill(actor)
         self.actors = []
         super().close_extras(**kwargs)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass  # interpreter shutdown: Ray may already be gone
 
     # -- failures ---------------------------------------------------------------------------------
     def _slices(self):

@@ -205,7 +205,18 @@ def _close_all_at_exit() -> None:
         env.close()
 
 
-class SubprocVecEnv(VecEnvBase):
+class ClosedWhenCollected:
+    """A vector env whose workers (processes, Ray actors) must not outlive it: ``close()`` when it is
+    garbage-collected (``SubprocVecEnv``, ``RayVecEnv``)."""
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass  # interpreter shutdown: modules (Ray) may already be gone
+
+
+class SubprocVecEnv(ClosedWhenCollected, VecEnvBase):
     """N Gymnasium environments stepped in worker processes that write into shared memory.
 
     Args:
@@ -434,12 +445,6 @@ class SubprocVecEnv(VecEnvBase):
         for conn in conns:
             conn.close()
         super().close_extras(**kwargs)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass  # interpreter shutdown: modules may already be gone
 
     # -- internals --------------------------------------------------------------------------------
     def _check_all_idle(self, what: str) -> None:

@@ -9,8 +9,9 @@ first R rows (R = rows of x) and ``backward`` reads them (they are the inputs of
 
 ``forward_norm`` is the forward of an MLP with a LayerNorm before every hidden activation (PQN's Q networks).
 
-Callers: the fused rollout collectors (``rapidrl.train.fused``; PQN's ``rapidrl.train.fused_q``), the compiled PPO
-epoch (``rapidrl.kernels.ppo_update``), DQN's and SAC's compiled updates and acting (``rapidrl.nn.numba_mlp``).
+Callers: the fused rollout collectors (``rapidrl.train.collect.fused``; PQN's ``rapidrl.train.collect.fused_q``), the
+compiled PPO epoch (``rapidrl.kernels.ppo_update``), DQN's and SAC's compiled updates and acting
+(``rapidrl.nn.numba_mlp``).
 ``tests/test_kernels_mlp.py`` compares forward and backward with PyTorch's autograd.
 """
 

@@ -7,7 +7,13 @@ An algorithm has a few *path settings*, each a string: ``"auto"`` or the name of
   autograd on that definition, for every network, device and precision. An algorithm has at most these two.
 - ``collection`` (on-policy): ``"fused"`` (one compiled call per rollout on a built-in env), ``"step"`` (the
   PyTorch policy and any vector env, step by step) or ``"device"`` (env, policy and storage on the env's
-  device). ``async_collect`` runs ``fused`` or ``step`` in a collector thread.
+  device); ``rapidrl.train.collect`` holds each collector and the choice.
+- ``precision`` (``rapidrl.train.precision``): float32 or bfloat16 arithmetic, resolved after the backend.
+
+Beside the settings, ``model.paths`` records what else switches the code that runs, so that it says everything:
+on-policy ``async_collect`` ("thread" or "off"), ``recurrent`` (the cell or "none") and ``advantages`` ("gae" after
+each rollout, or "vtrace" in the update); off-policy ``acting`` ("compiled": the compiled MLP forward for a few
+observations per call, else "torch").
 
 ``choose`` resolves one setting: "auto" takes the first candidate (in the algorithm's order of preference) that
 applies, and records why the faster ones did not; an explicit name that cannot run here is a ``ConfigError``

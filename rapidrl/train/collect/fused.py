@@ -80,6 +80,38 @@ def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std,
 
 
 @numba.njit(cache=True, nogil=True)
+def _observe(t, obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, head, values):
+    """The policy's input and outputs at step t: the raw observations obs [N, O] into raw_obs[t], normalized into
+    b_obs[t]; the actor MLP's outputs into head [N, A] and the critic's into values [N, 1]."""
+    raw_obs[t] = obs
+    _normalize(obs, mean, std, clip, use_norm, b_obs[t])
+    mlp_forward(b_obs[t], aws, abs_, act, ahs, head)
+    mlp_forward(b_obs[t], cws, cbs, act, chs, values)
+
+
+@numba.njit(cache=True, nogil=True)
+def step_and_store(env_code, env, actions, t, b_rewards, b_terminated, b_truncated):
+    """Step every env with ``actions`` (``step_envs``; env: the arena's ``ArenaViews``, ``unpack``) and store step t's
+    rewards and episode-end flags [N] (the fused collectors', PQN's included)."""
+    step_envs(env_code, env.state, actions, env.params, env.elapsed, env.rng_key, env.rng_counter, env.next_step_mode,
+              env.needs_reset, env.obs, env.rewards, env.terminated, env.truncated, env.final_obs, env.ep_return,
+              env.ep_length, env.done_return, env.done_length, env.done)
+    b_rewards[t] = env.rewards
+    b_terminated[t] = env.terminated
+    b_truncated[t] = env.truncated
+
+
+@numba.njit(cache=True, nogil=True)
+def _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
+                 ep_l, ep_count):
+    """After step t: the values of the final observations of truncated episodes into b_final_values[t], and the
+    episodes that ended into the episode statistics."""
+    _final_values(scratch_obs, env.final_obs, env.terminated, env.truncated, mean, std, clip, use_norm, cws, cbs, chs,
+                  act, values, b_final_values[t])
+    _record_episodes(env.done, env.done_return, env.done_length, ep_r, ep_l, ep_count)
+
+
+@numba.njit(cache=True, nogil=True)
 def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                      b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                      b_final_values, raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count):
@@ -90,29 +122,20 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
     logits [N, A], values [N, 1], scratch_obs [N, O] are scratch.
     """
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
-    (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(env_code, arena)
+    env = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
     for t in range(n_steps):
-        raw_obs[t] = obs
-        _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-        mlp_forward(b_obs[t], aws, abs_, act, ahs, logits)
-        mlp_forward(b_obs[t], cws, cbs, act, chs, values)
+        _observe(t, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, logits,
+                 values)
         for i in range(n_envs):
             lse = log_sum_exp(logits[i])
             a = categorical_sample(logits[i], lse, np.random.random())  # noqa: NPY002
             b_actions[t, i] = a
             b_log_probs[t, i] = logits[i, a] - lse
             b_values[t, i] = values[i, 0]
-        step_envs(env_code, state, b_actions[t], params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                  obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-                  done)
-        b_rewards[t] = rewards
-        b_terminated[t] = terminated
-        b_truncated[t] = truncated
-        _final_values(scratch_obs, final_obs, terminated, truncated, mean, std, clip, use_norm, cws, cbs, chs, act,
-                      values, b_final_values[t])
-        _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count)
+        step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
+        _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
+                     ep_l, ep_count)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -123,15 +146,12 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
     """As ``collect_discrete`` for Box actions: raw Gaussian samples stored in b_actions [T, N, A],
     env actions (clipped, or tanh-scaled to [low, high]) in ``env_actions`` [N, A]."""
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
-    (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(env_code, arena)
+    env = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
     n_dims = means.shape[1]
     for t in range(n_steps):
-        raw_obs[t] = obs
-        _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-        mlp_forward(b_obs[t], aws, abs_, act, ahs, means)
-        mlp_forward(b_obs[t], cws, cbs, act, chs, values)
+        _observe(t, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, means,
+                 values)
         for i in range(n_envs):
             logp = 0.0
             for d in range(n_dims):
@@ -149,15 +169,9 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
                     env_actions[i, d] = min(max(raw, low[d]), high[d])
             b_log_probs[t, i] = logp
             b_values[t, i] = values[i, 0]
-        step_envs(env_code, state, env_actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                  obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-                  done)
-        b_rewards[t] = rewards
-        b_terminated[t] = terminated
-        b_truncated[t] = truncated
-        _final_values(scratch_obs, final_obs, terminated, truncated, mean, std, clip, use_norm, cws, cbs, chs, act,
-                      values, b_final_values[t])
-        _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count)
+        step_and_store(env_code, env, env_actions, t, b_rewards, b_terminated, b_truncated)
+        _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
+                     ep_l, ep_count)
 
 
 # The collectors inline the core's step loop: recompile them whenever its source changes (an env's own functions

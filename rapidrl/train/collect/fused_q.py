@@ -19,13 +19,14 @@ import numpy as np
 from torch import nn
 
 from rapidrl.envs.core import kernels as env_kernels
-from rapidrl.envs.core.kernels import step_envs, unpack
+from rapidrl.envs.core.kernels import unpack
 from rapidrl.kernels import exploration, mlp
 from rapidrl.kernels.cache import invalidate_stale_cache
 from rapidrl.kernels.exploration import epsilon_greedy_row
 from rapidrl.kernels.mlp import ACTIVATION_CODES, forward, forward_norm
 from rapidrl.nn.numba_mlp import mlp_arrays, norm_arrays
-from rapidrl.train.collect.fused import _record_episodes, fused_env_unavailable
+from rapidrl.train.collect import fused
+from rapidrl.train.collect.fused import _record_episodes, fused_env_unavailable, step_and_store
 
 __all__ = ["FusedQCollector", "fused_q_unavailable"]
 
@@ -52,8 +53,8 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
     keys, counters: [N] uint64 acting streams (counters advance by 2 per step). hs, q [N, A]: scratch.
     b_values[t] = max_a Q(obs[t]); b_final_values[t] = max_a Q(final obs) where truncated and not terminated, else 0.
     """
-    (state, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards, terminated,
-     truncated, final_obs, ep_return, ep_length, done_return, done_length, done) = unpack(env_code, arena)
+    env = unpack(env_code, arena)
+    obs, terminated, truncated, final_obs = env.obs, env.terminated, env.truncated, env.final_obs
     n_steps, n_envs = b_values.shape
     for t in range(n_steps):
         b_obs[t] = obs
@@ -63,12 +64,7 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
             counters[i] += _TWO
             b_actions[t, i] = a
             b_values[t, i] = m
-        step_envs(env_code, state, b_actions[t], params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
-                  obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length,
-                  done)
-        b_rewards[t] = rewards
-        b_terminated[t] = terminated
-        b_truncated[t] = truncated
+        step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
         need = False
         for i in range(n_envs):
             b_final_values[t, i] = 0.0
@@ -81,14 +77,15 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
                     for k in range(1, q.shape[1]):
                         m = max(m, q[i, k])
                     b_final_values[t, i] = m
-        _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count)
+        _record_episodes(env.done, env.done_return, env.done_length, ep_r, ep_l, ep_count)
 
 
-# The collector inlines the env core's step loop, the MLP and the epsilon-greedy choice: recompile it whenever their
-# source changes (an env's own functions are covered by its kernel key).
+# The collector inlines the env core's step loop (through the fused collectors' step_and_store), the MLP and the
+# epsilon-greedy choice: recompile it whenever their source changes (an env's own functions are covered by its
+# kernel key).
 invalidate_stale_cache(collect_epsilon_greedy, [m.__file__ for m in (env_kernels, env_kernels._bookkeeping,
                                                                       env_kernels._arena, env_kernels.rng, exploration,
-                                                                      mlp, mlp.activations)])
+                                                                      mlp, mlp.activations, fused)])
 
 
 @functools.cache

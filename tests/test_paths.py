@@ -204,6 +204,32 @@ def test_every_pqn_collection_runs_or_is_refused(case):
     assert model.num_updates == 2 and "losses/td_loss" in model.metrics
 
 
+def test_paths_record_what_else_switches_the_code():
+    """Beside the three settings, model.paths records async_collect, recurrent and advantages (on-policy) and acting
+    (off-policy); what cannot run together is an error naming it."""
+    def values(model):
+        return {k: p.value for k, p in model.paths.items()}
+
+    assert values(rr.PPO("CartPole-v1", **SMALL_ON)) == {
+        "collection": "fused", "gradient_backend": "compiled", "precision": "fp32", "async_collect": "off",
+        "recurrent": "none", "advantages": "gae"}
+    ppo = rr.PPO("CartPole-v1", async_collect=True, vtrace_advantages=True, **SMALL_ON)
+    assert (values(ppo)["async_collect"], values(ppo)["advantages"]) == ("thread", "vtrace")
+    ppo.async_collector.close()
+    assert values(rr.A2C("CartPoleNoVel-v1", recurrent="gru", num_envs=4, hidden=(16,)))["recurrent"] == "gru"
+    impala = rr.IMPALA("CartPole-v1", num_envs=4, num_steps=8, hidden=(16, 16), seed=0)
+    assert (values(impala)["async_collect"], values(impala)["advantages"]) == ("thread", "vtrace")
+    impala.async_collector.close()
+    assert values(rr.DQN("CartPole-v1", **SMALL_OFF))["acting"] == "compiled"
+    assert values(rr.DQN("CartPole-v1", gradient_backend="torch", **SMALL_OFF))["acting"] == "torch"
+    assert values(rr.TD3("Pendulum-v1", **SMALL_OFF))["acting"] == "torch"
+    with pytest.raises(ConfigError, match="A2C has no asynchronous collection"):
+        rr.A2C("CartPole-v1", async_collect=True, num_envs=4)
+    torch_env = rr.make_vec("CartPole-v1", 4, seed=0, vectorization="torch")
+    with pytest.raises(ConfigError, match="device.*supports none of async_collect, V-trace advantages"):
+        rr.IMPALA(torch_env, num_envs=4, num_steps=8)
+
+
 def test_torch_compile_needs_the_torch_backend():
     with pytest.raises(ConfigError, match="torch_compile=True traces the autograd update"):
         rr.SAC("Pendulum-v1", torch_compile=True, gradient_backend="compiled", **SMALL_OFF)

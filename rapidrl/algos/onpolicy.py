@@ -240,7 +240,8 @@ class OnPolicyAlgorithm(Algorithm):
         vtrace = advantages.value == "vtrace"
         unsupported = tuple(name for name, used in (("normalize_obs", c.normalize_obs),
                                                      ("normalize_reward", c.normalize_reward),
-                                                     ("async_collect", c.async_collect), ("V-trace", vtrace)) if used)
+                                                     ("async_collect", c.async_collect), ("V-trace advantages", vtrace))
+                            if used)
         self.paths["collection"] = choose_collection(c.collection, self.env, self.policy, self.device,
                                                      env_device=c.env_device, device_unsupported=unsupported)
         collection = self.paths["collection"].value

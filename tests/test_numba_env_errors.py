@@ -118,7 +118,8 @@ def test_not_a_jitted_function():
 
 def test_contract_table_names_every_function_once():
     for multi in (False, True):
-        assert [c.name for c in contracts(multi)] == ["reset", "step", "observe"]
+        assert [c.name for c in contracts(multi)] == ["reset", "step", "observe", "mask"]
+        assert [c.optional for c in contracts(multi)] == [False, False, False, True]  # action masks: docs/masks.md
     assert contracts(True)[1].args[-1] == "rewards"
 
 

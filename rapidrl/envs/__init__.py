@@ -5,8 +5,8 @@ Layout (dependencies point down the list; see docs/envs.md):
 - ``core/``: the one vector-env core: ``VecEnvBase`` and the arena of outputs, autoreset and episode statistics
   (``bookkeeping``), action validation, and the public authoring API: ``NumbaEnv`` (an env as Numba functions on
   one env's state) batched by the compiled loop into a ``NumbaVecEnv``;
-- ``classic/``, ``minatar/``, ``pomdp/``, ``multiagent/`` (the row layout and MPE): the families written on it
-  (``classic`` with its PyTorch twin, ``TorchVecEnv``);
+- ``classic/``, ``minatar/``, ``pomdp/``, ``masked/`` (action masks), ``multiagent/`` (the row layout and MPE): the
+  families written on it (``classic`` with its PyTorch twin, ``TorchVecEnv``);
 - ``engines/``: external simulators batched into the same contract (``atari.py``: ale-py's C++ vector env;
   ``mujoco.py``: N ``MjData``);
 - ``adapters/``: any Gymnasium env in process (``gymnasium.py``), in worker processes (``subprocess.py``), in Ray

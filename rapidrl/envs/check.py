@@ -15,6 +15,12 @@ The contract (docs/envs.md):
   a step where no episode ended, as Gymnasium's wrapper does): the return and length of the episode that ended,
   equal to the sum and count of the rewards ``step`` returned since that row's last episode (rows marked inactive
   by ``info["active"]`` do not count); with ``strict_episodes`` every episode end carries them;
+- action masks (an env whose reset and step infos hold ``info["action_mask"]``, docs/masks.md): a bool ``[N, M]``
+  (M: n of a Discrete space, ``sum(nvec)`` of a MultiDiscrete one) with at least one valid action in every row, and
+  in SAME_STEP ``info["final_action_mask"]`` of the same shape (a finished game's final state may have none valid);
+  ``check`` then steps with actions sampled from the masked distribution on random logits (the compiled sampler of
+  the fused collectors, ``rapidrl.kernels.distributions``) and fails if a sampled action is ever invalid; the masks
+  are part of the determinism check;
 - bad input: actions of the wrong shape or out of range raise an exception (checked on rapidrl's envs by default:
   Gymnasium's own vector envs do not promise it);
 - indices in range: an env written as Numba functions (``NumbaVecEnv``) first runs the same actions in the
@@ -35,6 +41,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
+
+from rapidrl.envs.core.actions import mask_sizes
+from rapidrl.kernels.distributions import apply_action_mask, categorical_sample, log_sum_exp
 
 __all__ = ["CheckReport", "EnvContractError", "check"]
 
@@ -58,11 +67,12 @@ class CheckReport:
     statistics: bool
     bad_input: bool
     bounds_checked: bool = False
+    action_masks: bool = False
 
     def __str__(self) -> str:
         parts = [f"{self.env}: {self.num_envs} envs, {self.autoreset_mode}, {self.steps} steps, {self.episodes} "
                  f"episode ends ({self.terminated} terminated, {self.truncated} truncated)"]
-        checked = [name for name in ("determinism", "statistics", "bad_input", "bounds_checked")
+        checked = [name for name in ("determinism", "statistics", "bad_input", "bounds_checked", "action_masks")
                    if getattr(self, name)]
         return parts[0] + (f"; checked {', '.join(checked)}" if checked else "")
 
@@ -98,9 +108,58 @@ def _check_rows(space: gym.Space, x: np.ndarray, what: str) -> None:
             _fail(f"{what}[{i}] = {row!r} is not in the observation space {space}")
 
 
-def _rollout(envs, actions: list, seed: int, checks: bool, strict: bool, statistics: bool) -> tuple[list, dict]:
-    """Reset with ``seed``, step through ``actions``; check each output (if ``checks``); return the outputs and the
-    episode counts."""
+def _check_mask(mask, n: int, sizes: list[int], what: str, require_valid) -> np.ndarray:
+    """``mask`` is a bool [n, sum(sizes)] array with a valid action in every component of the rows ``require_valid``
+    (True: all, False: none, or a bool [n]); returns it as NumPy."""
+    m = _np(mask)
+    width = sum(sizes)
+    if m.shape != (n, width) or m.dtype != np.bool_:
+        _fail(f"{what} must be a bool array of shape ({n}, {width}), got {m.dtype} {m.shape}")
+    if np.any(require_valid):
+        start = 0
+        for size in sizes:
+            none = ~m[:, start:start + size].any(1) & require_valid
+            if none.any():
+                _fail(f"{what}: row {int(np.flatnonzero(none)[0])} has no valid action"
+                      + (f" in component [{start}, {start + size})" if len(sizes) > 1 else ""))
+            start += size
+    return m
+
+
+class _MaskedActions:
+    """Actions sampled from the masked categorical distribution on random logits (seeded), as the fused collectors
+    sample (``apply_action_mask``, ``log_sum_exp``, ``categorical_sample``); fails when one is invalid."""
+
+    def __init__(self, space: gym.Space, n: int, seed: int):
+        self.space, self.n, self.sizes = space, n, mask_sizes(space)
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, mask: np.ndarray, where: str, free: np.ndarray) -> np.ndarray:
+        """Actions for ``mask`` [n, M]; rows ``free`` [n] (NEXT_STEP reset steps: their actions are not used) get any
+        action."""
+        out = np.zeros((self.n, len(self.sizes)), np.int64)
+        logits = self.rng.standard_normal((self.n, sum(self.sizes))).astype(np.float32)
+        u = self.rng.random((self.n, len(self.sizes)))
+        for i in range(self.n):
+            start = 0
+            for c, size in enumerate(self.sizes):
+                row, valid = logits[i, start:start + size], mask[i, start:start + size]
+                apply_action_mask(row, valid)
+                a = categorical_sample(row, log_sum_exp(row), u[i, c])
+                if not valid[a] and not free[i]:
+                    _fail(f"{where}: the masked sampler picked invalid action {a} for row {i}")
+                out[i, c] = a
+                start += size
+        if isinstance(self.space, gym.spaces.Discrete):
+            return out[:, 0] + int(self.space.start)
+        if isinstance(self.space, gym.spaces.MultiDiscrete):
+            return (out.reshape(self.n, *self.space.shape) + self.space.start).astype(self.space.dtype)
+        return out.reshape(self.n, *self.space.shape).astype(self.space.dtype)
+
+
+def _rollout(envs, actions, seed: int, checks: bool, strict: bool, statistics: bool) -> tuple[list, dict]:
+    """Reset with ``seed``, step through ``actions`` (a list of batches, or ``(steps, _MaskedActions)``: actions
+    sampled from each step's masks); check each output (if ``checks``); return the outputs and the episode counts."""
     n = envs.num_envs
     same_step = envs.metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
     obs_space = envs.single_observation_space
@@ -114,11 +173,22 @@ def _rollout(envs, actions: list, seed: int, checks: bool, strict: bool, statist
             _fail(f"reset() returned observations of shape {obs.shape}, expected ({n}, *{obs_space.shape})")
         _check_rows(obs_space, obs, "reset() observation")
     out.append(obs.copy())
+    sizes = mask_sizes(envs.single_action_space)
+    masked = "action_mask" in reset[1]
+    if masked and sizes is None:
+        _fail(f"reset() info holds 'action_mask' but the action space {envs.single_action_space} takes no masks "
+              "(Discrete, MultiDiscrete or MultiBinary)")
+    mask = _check_mask(reset[1]["action_mask"], n, sizes, "reset() info['action_mask']", True) if masked else None
+    sampled = isinstance(actions, tuple)
+    steps, sampler = actions if sampled else (len(actions), None)
+    if sampled and not masked:
+        _fail("reset() info holds no 'action_mask' (the env's has_action_masks said it has masks)")
     ret = np.zeros(n, np.float32)  # manual episode statistics
     length = np.zeros(n, np.int64)
     ended_before = np.zeros(n, bool)  # NEXT_STEP: rows whose episode ended on the previous step
     counts = {"episodes": 0, "terminated": 0, "truncated": 0}
-    for t, a in enumerate(actions):
+    for t in range(steps):
+        a = sampler(mask, f"step {t}", ended_before) if sampled else actions[t]
         result = envs.step(a)
         if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict)):
             _fail(f"step() must return (obs, rewards, terminated, truncated, info dict), got {result!r:.80}")
@@ -182,6 +252,19 @@ def _rollout(envs, actions: list, seed: int, checks: bool, strict: bool, statist
         counts["truncated"] += int(trunc.sum())
         ended_before = done.copy() if done is not None and not same_step else np.zeros(n, bool)
         record = [obs.copy(), rewards.copy(), term.copy(), trunc.copy()]
+        if masked:
+            if "action_mask" not in info:
+                _fail(f"{where}: info holds no 'action_mask' (reset's did)")
+            # NEXT_STEP: a row whose episode ended shows its final observation, whose state may have no valid action
+            mask = _check_mask(info["action_mask"], n, sizes, f"{where}: info['action_mask']",
+                               True if same_step or done is None else ~done)
+            record.append(mask.copy())
+            if same_step and done is not None and done.any():
+                if "final_action_mask" not in info:
+                    _fail(f"{where}: SAME_STEP info of an env with action masks must hold 'final_action_mask'")
+                final_mask = _check_mask(info["final_action_mask"], n, sizes, f"{where}: info['final_action_mask']",
+                                         False)
+                record.append(final_mask[done].copy())
         final = info.get("final_obs") if same_step else None
         if final is not None and done is not None and done.any() and final.dtype != object:
             record.append(_np(final)[done].copy())
@@ -221,7 +304,8 @@ def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, action
         envs: any ``gymnasium.vector.VectorEnv`` (reset and stepped here; not closed).
         seed: the reset seed (and the action sampler's).
         steps: steps per run; the run happens twice when ``determinism``.
-        actions: a list of batched actions to step with (default: ``steps`` samples of ``envs.action_space``).
+        actions: a list of batched actions to step with (default: ``steps`` samples of ``envs.action_space``; for an
+            env with action masks, ``steps`` samples of the masked distribution on random logits, each checked valid).
         determinism: a second run from ``reset(seed=seed)`` must give the same outputs bit for bit.
         statistics: check ``info["episode"]``/``info["_episode"]`` against the rewards.
         strict_episodes: every episode end carries its statistics (False for envs whose learner episodes are not
@@ -244,25 +328,38 @@ def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, action
         want = batch_space(single, n)
         if batched.shape != want.shape or batched.dtype != want.dtype:
             _fail(f"{name}_space {batched} is not single_{name}_space {single} batched over {n} envs ({want})")
-    if actions is None:
-        sampler = batch_space(envs.single_action_space, n)
-        sampler.seed(seed)
-        actions = [sampler.sample() for _ in range(steps)]
+    masked = "action_mask" in envs.reset(seed=seed)[1]
+    if actions is None and masked:
+        if mask_sizes(envs.single_action_space) is None:
+            _fail(f"reset() info holds 'action_mask' but the action space {envs.single_action_space} takes no masks")
+
+        def actions_of():  # a fresh sampler per run: every run draws the same numbers
+            return steps, _MaskedActions(envs.single_action_space, n, seed)
+    else:
+        if actions is None:
+            space = batch_space(envs.single_action_space, n)
+            space.seed(seed)
+            actions = [space.sample() for _ in range(steps)]
+        listed = actions
+
+        def actions_of():
+            return listed
     from rapidrl.envs.core.numba_env import NumbaVecEnv
 
     bounds_checked = bounds_check and isinstance(envs, NumbaVecEnv)
     if bounds_checked and not envs.debug:
         twin = envs.bounds_checked()
         try:
-            _rollout(twin, actions, seed, False, strict_episodes, False)
+            _rollout(twin, actions_of(), seed, False, strict_episodes, False)
         finally:
             twin.close()
-    first, counts = _rollout(envs, actions, seed, True, strict_episodes, statistics)
+    first, counts = _rollout(envs, actions_of(), seed, True, strict_episodes, statistics)
+    taken = len(first) - 1
     if require_episode_end and counts["episodes"] == 0:
-        _fail(f"no episode ended in {len(actions)} steps: autoreset and statistics were not exercised (pass more "
+        _fail(f"no episode ended in {taken} steps: autoreset and statistics were not exercised (pass more "
               "steps or a shorter max_episode_steps)")
     if determinism:
-        second, _ = _rollout(envs, actions, seed, False, strict_episodes, False)
+        second, _ = _rollout(envs, actions_of(), seed, False, strict_episodes, False)
         for t, (a, b) in enumerate(zip(first, second)):
             if not _same(a, b):
                 _fail(f"not deterministic: a second run from reset(seed={seed}) with the same actions differs at "
@@ -273,6 +370,6 @@ def check(envs: gym.vector.VectorEnv, *, seed: int = 0, steps: int = 300, action
         bad_input = isinstance(envs, VecEnvBase)
     if bad_input:
         _check_bad_input(envs, seed)
-    return CheckReport(getattr(envs, "env_id", type(envs).__name__), n, mode.name, len(actions),
+    return CheckReport(getattr(envs, "env_id", type(envs).__name__), n, mode.name, taken,
                        counts["episodes"], counts["terminated"], counts["truncated"], determinism, statistics,
-                       bool(bad_input), bounds_checked)
+                       bool(bad_input), bounds_checked, masked)

@@ -147,8 +147,14 @@ def _make(env_id: str, num_envs: int, vectorization, device, device_type: str, f
 
 
 def _make_gymnasium(env_id: str, num_envs: int, vectorization: str, flatten: bool, common: dict, env_kwargs: dict):
-    """N Gymnasium envs of ``env_id`` through an adapter ("sync", "subprocess" or "ray")."""
+    """N Gymnasium envs of ``env_id`` through an adapter ("sync", "subprocess" or "ray"). ``action_masks`` (a
+    keyword of ``SyncVecEnv``, not of the env) goes to the adapter."""
     source, count = env_id, num_envs
+    env_kwargs = dict(env_kwargs)
+    adapter_kwargs = {"action_masks": env_kwargs.pop("action_masks")} if "action_masks" in env_kwargs else {}
+    if adapter_kwargs and vectorization != "sync":
+        raise ValueError(f"action_masks is taken by vectorization='sync' only (the {vectorization!r} adapter steps "
+                         "its envs without masks)")
     if flatten:
         import functools
 
@@ -164,6 +170,6 @@ def _make_gymnasium(env_id: str, num_envs: int, vectorization: str, flatten: boo
         from rapidrl.envs.adapters.ray import RayVecEnv as cls
     else:
         from rapidrl.envs.adapters.subprocess import SubprocVecEnv as cls
-    env = cls(source, count, **common, **env_kwargs)
+    env = cls(source, count, **common, **adapter_kwargs, **env_kwargs)
     env.env_id = env_id
     return env

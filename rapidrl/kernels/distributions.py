@@ -20,9 +20,12 @@ HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 LOG_2 = math.log(2.0)
 SOFTPLUS_THRESHOLD = 20.0
 """Above this, softplus(x) is x (``torch.nn.functional.softplus``'s default threshold)."""
+MASKED_LOGIT = -1e9
+"""The logit of an invalid action (``rapidrl.nn.distributions.MASKED_LOGIT``, the same number)."""
 
-__all__ = ["categorical_entropy", "categorical_sample", "gaussian_entropy", "gaussian_log_density",
-           "gaussian_log_prob", "log_sum_exp", "softplus", "squashed_gaussian_log_prob", "tanh_log_jacobian"]
+__all__ = ["MASKED_LOGIT", "apply_action_mask", "categorical_entropy", "categorical_sample", "gaussian_entropy",
+           "gaussian_log_density", "gaussian_log_prob", "log_sum_exp", "masked_max", "nth_valid", "softplus",
+           "squashed_gaussian_log_prob", "tanh_log_jacobian"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -90,10 +93,52 @@ def categorical_entropy(logits, lse):  # pragma: no cover
 @numba.njit(cache=True, nogil=True)
 def categorical_sample(logits, lse, u):  # pragma: no cover
     """The category of one row of logits [K] (``log_sum_exp`` ``lse``) that a uniform draw u in [0, 1) picks by
-    inverse CDF: the first k with u < p_0 + ... + p_k (the last category if rounding leaves u above the sum)."""
+    inverse CDF: the first k with u < p_0 + ... + p_k (if rounding leaves u above the sum, the last category of
+    non-zero probability: never a masked one)."""
     acc = 0.0
+    last = logits.shape[0] - 1
     for k in range(logits.shape[0]):
-        acc += math.exp(np.float64(logits[k]) - lse)
+        p = math.exp(np.float64(logits[k]) - lse)
+        acc += p
         if u < acc:
             return k
-    return logits.shape[0] - 1
+        if p > 0.0:
+            last = k
+    return last
+
+
+@numba.njit(cache=True, nogil=True)
+def apply_action_mask(logits, mask):  # pragma: no cover
+    """One row of logits (or Q values) [K] in place: ``MASKED_LOGIT`` where ``mask`` [K] is False (the twin of
+    ``rapidrl.nn.distributions.apply_action_mask``). The categorical functions above then give invalid actions
+    probability 0 (their exp underflows to 0 exactly), entropy and log-probabilities over the valid ones only."""
+    for k in range(logits.shape[0]):
+        if not mask[k]:
+            logits[k] = MASKED_LOGIT
+
+
+@numba.njit(cache=True, nogil=True)
+def masked_max(values, mask):  # pragma: no cover
+    """(argmax, max) of one row of values [K] over the valid entries of ``mask`` [K] (the first maximal index); (-1,
+    0.0) when none is valid (``rapidrl.nn.distributions.masked_max``'s value there)."""
+    best, m = -1, 0.0
+    for k in range(values.shape[0]):
+        if mask[k] and (best < 0 or values[k] > m):
+            best, m = k, values[k]
+    return best, m
+
+
+@numba.njit(cache=True, nogil=True)
+def nth_valid(mask, u):  # pragma: no cover
+    """The valid action of ``mask`` [K] that a uniform draw u in [0, 1) picks uniformly (the floor(u * V)-th of the
+    V valid ones); -1 when none is valid."""
+    count = 0
+    for k in range(mask.shape[0]):
+        count += mask[k]
+    pick = min(int(u * count), count - 1)
+    for k in range(mask.shape[0]):
+        if mask[k]:
+            if pick == 0:
+                return k
+            pick -= 1
+    return -1

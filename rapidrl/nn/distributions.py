@@ -1,5 +1,6 @@
 """The action distributions' formulas in PyTorch, one definition each: diagonal Gaussian log-density and entropy,
-the tanh squash's log-Jacobian, the squashed Gaussian built from them, categorical log-probabilities and entropy.
+the tanh squash's log-Jacobian, the squashed Gaussian built from them, categorical log-probabilities and entropy, and
+action masks on them.
 
 Every PyTorch caller (``rapidrl.nn.policies``, ``rapidrl.nn.qnets``, ...) uses these. Compiled code uses their
 Numba twins, ``rapidrl.kernels.distributions``; ``tests/test_distributions.py`` compares the two over ordinary
@@ -16,8 +17,16 @@ from torch.nn import functional
 LOG_2PI = math.log(2.0 * math.pi)
 LOG_2 = math.log(2.0)
 
-__all__ = ["LOG_2", "LOG_2PI", "categorical_entropy", "categorical_log_probs", "gaussian_entropy",
-           "gaussian_log_density", "gaussian_log_prob", "squashed_gaussian_log_prob", "tanh_log_jacobian"]
+MASKED_LOGIT = -1e9
+"""The logit given to an invalid action. Its probability exp(MASKED_LOGIT - logsumexp) is exactly 0 in float32 and
+bfloat16 (and float64) for any valid logits above -1e9 + 100, so log-probabilities, entropy and sampling cover the
+valid actions only, and being finite it keeps entropy's 0 * log 0 terms 0 (never NaN) and gradients 0. The masked
+distribution is computed from logits, never from renormalised probabilities (sb3-contrib issue 322: float32
+probabilities that drifted off the simplex at 992 actions)."""
+
+__all__ = ["LOG_2", "LOG_2PI", "MASKED_LOGIT", "apply_action_mask", "categorical_entropy", "categorical_log_probs",
+           "gaussian_entropy", "gaussian_log_density", "gaussian_log_prob", "masked_max", "split_action_mask",
+           "squashed_gaussian_log_prob", "tanh_log_jacobian"]
 
 
 def gaussian_log_density(z: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
@@ -50,8 +59,34 @@ def squashed_gaussian_log_prob(z: torch.Tensor, log_std: torch.Tensor, u: torch.
 
 
 def categorical_log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """log softmax over the last dimension: logits [..., K] -> log-probabilities [..., K]."""
+    """log softmax over the last dimension: logits [..., K] -> log-probabilities [..., K] (masked logits from
+    ``apply_action_mask``: the masked distribution's, ``MASKED_LOGIT - logsumexp`` at invalid actions)."""
     return torch.log_softmax(logits, -1)
+
+
+def apply_action_mask(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """logits (or Q values) [..., K] with ``MASKED_LOGIT`` where ``mask`` [..., K] (bool) is False; ``logits`` itself
+    when mask is None. The categorical functions of this module then describe the distribution over the valid
+    actions only, and max/argmax pick a valid action (twin: ``rapidrl.kernels.distributions.apply_action_mask``)."""
+    return logits if mask is None else logits.masked_fill(~mask, MASKED_LOGIT)
+
+
+def masked_max(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """max over the valid entries of values [..., K] -> [...]; 0 where no entry is valid (the value of a state where
+    nothing can be done: a finished game's final state), ``values.max(-1)`` when mask is None (twin:
+    ``rapidrl.kernels.distributions.masked_max``)."""
+    if mask is None:
+        return values.max(-1).values
+    best = apply_action_mask(values, mask).max(-1).values
+    return torch.where(mask.any(-1), best, torch.zeros_like(best))
+
+
+def split_action_mask(mask: torch.Tensor | None, sizes: list[int]) -> list[torch.Tensor | None]:
+    """A MultiDiscrete space's mask [..., sum(sizes)] (the components' masks side by side, sb3-contrib's layout) as
+    one mask per component; ``[None] * len(sizes)`` for None."""
+    if mask is None:
+        return [None] * len(sizes)
+    return list(torch.split(mask, sizes, dim=-1))
 
 
 def categorical_entropy(log_probs: torch.Tensor) -> torch.Tensor:

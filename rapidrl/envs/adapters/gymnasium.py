@@ -13,6 +13,13 @@ identical, and record flags and statistics through the env core (``VecEnvBase._r
 - the per-env ``info`` dicts returned by the wrapped envs are **not** gathered: merging N Python dicts
   every step costs more than a cheap env step. ``info`` holds only the keys above.
 
+Action masks (docs/masks.md): a Gymnasium env that states its valid actions, through an ``action_masks()`` method
+(sb3-contrib's convention, found through wrappers) or through ``info["action_mask"]`` of ``reset`` and ``step``
+(Gymnasium's Taxi), gives them to ``SyncVecEnv`` (``action_masks="method"`` / ``"info"``; the default ``"auto"``
+takes the method where the env has one, ``False`` none): its ``info["action_mask"]`` / ``action_masks()`` then hold
+them (bool ``[N, M]``, M = n of a Discrete space, ``sum(nvec)`` of a MultiDiscrete one), and
+``info["final_action_mask"]`` those of the final observations.
+
 Observations must be fixed-shape arrays: ``Box``, ``Discrete``, ``MultiDiscrete`` or ``MultiBinary``.
 Other spaces (``Dict``, ``Tuple``, ``Text``, ``Graph``, ``Sequence``) raise a ``TypeError``; flatten them
 first (``gymnasium.wrappers.FlattenObservation``). Actions must be ``Discrete`` or ``Box``.
@@ -27,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from rapidrl.envs.core.actions import mask_sizes
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int
@@ -93,23 +101,75 @@ def check_spaces(env: gym.Env, index: int, reference: gym.Env | None = None) -> 
 
 class EnvOutputs:
     """The arrays ``step_env``/``reset_env`` write into (row ``i`` belongs to env ``i``): views of the arena, or an
-    actor's own arrays (Ray)."""
+    actor's own arrays (Ray). With action masks: ``action_mask``/``final_action_mask`` [N, M] and ``maskers[i]``,
+    env i's ``masker`` (None: no masks)."""
 
-    __slots__ = ("final_obs", "needs_reset", "obs", "rewards", "terminated", "truncated")
+    __slots__ = ("action_mask", "final_action_mask", "final_obs", "maskers", "needs_reset", "obs", "rewards",
+                 "terminated", "truncated")
 
-    def __init__(self, obs, final_obs, rewards, terminated, truncated, needs_reset):
+    def __init__(self, obs, final_obs, rewards, terminated, truncated, needs_reset, action_mask=None,
+                 final_action_mask=None, maskers=None):
         self.obs, self.final_obs, self.rewards = obs, final_obs, rewards
         self.terminated, self.truncated, self.needs_reset = terminated, truncated, needs_reset
+        self.action_mask, self.final_action_mask, self.maskers = action_mask, final_action_mask, maskers
 
     @classmethod
-    def of(cls, env: VecEnvBase) -> EnvOutputs:
+    def of(cls, env: VecEnvBase, maskers=None) -> EnvOutputs:
         a = env.arrays
-        return cls(a.obs, a.final_obs, a.rewards, a.terminated, a.truncated, a.needs_reset)
+        return cls(a.obs, a.final_obs, a.rewards, a.terminated, a.truncated, a.needs_reset, a.action_mask,
+                   a.final_action_mask, maskers)
+
+
+def mask_source(env: gym.Env, action_masks) -> str | None:
+    """Where ``env``'s action masks come from: "method" (its ``action_masks()``, through wrappers), "info"
+    (``info["action_mask"]``) or None, for the ``action_masks`` setting ("auto", "method", "info" or False)."""
+    if action_masks not in ("auto", "method", "info", False, None):
+        raise ValueError(f"action_masks must be 'auto', 'method', 'info' or False, got {action_masks!r}")
+    if not action_masks:
+        return None
+    if action_masks == "info":
+        source = "info"
+    else:
+        try:
+            has_method = callable(env.get_wrapper_attr("action_masks"))
+        except AttributeError:
+            has_method = False
+        if not has_method and action_masks == "method":
+            raise TypeError(f"action_masks='method' but {env} has no action_masks() method")
+        source = "method" if has_method else None
+    if source is not None and mask_sizes(env.action_space) is None:
+        raise TypeError(f"action masks need a Discrete, MultiDiscrete or MultiBinary action space, got "
+                        f"{env.action_space}")
+    return source
+
+
+def masker(env: gym.Env, source: str | None, width: int):
+    """``read(info) -> bool [width]``: the valid actions of ``env``'s current state from ``source``
+    (``mask_source``), checked; None for None."""
+    if source is None:
+        return None
+    method = env.get_wrapper_attr("action_masks") if source == "method" else None
+
+    def read(info: dict) -> np.ndarray:
+        if method is not None:
+            mask = method()
+        elif "action_mask" in info:
+            mask = info["action_mask"]
+        else:
+            raise KeyError(f"{env}: action_masks='info' but its info holds no 'action_mask' (keys: {sorted(info)})")
+        mask = np.asarray(mask).reshape(-1)
+        if mask.shape != (width,):
+            raise ValueError(f"{env}: the action mask must have {width} entries, got {mask.shape}")
+        return mask.astype(bool, copy=False)
+
+    return read
 
 
 def reset_env(env: gym.Env, i: int, out: EnvOutputs, seed, options) -> None:
     """Reset env ``i`` with ``seed``/``options`` (the caller then clears its counters: ``VecEnvBase._clear``)."""
-    out.obs[i], _ = env.reset(seed=seed, options=options)
+    out.obs[i], info = env.reset(seed=seed, options=options)
+    if out.maskers is not None:
+        out.action_mask[i] = out.maskers[i](info)
 
 
 def step_env(env: gym.Env, i: int, action, out: EnvOutputs, same_step: bool) -> None:
@@ -120,17 +180,24 @@ def step_env(env: gym.Env, i: int, action, out: EnvOutputs, same_step: bool) -> 
     ``out.final_obs[i]`` and the env is reset at once, so ``out.obs[i]`` is the first observation of the next
     episode. Statistics and the autoreset flags are the core's (``VecEnvBase._record`` on these rows).
     """
+    masks = out.maskers[i] if out.maskers is not None else None
     if out.needs_reset[i]:
-        out.obs[i], _ = env.reset()
+        out.obs[i], info = env.reset()
+        if masks is not None:
+            out.action_mask[i] = masks(info)
         return
-    obs, reward, terminated, truncated, _ = env.step(action)
+    obs, reward, terminated, truncated, info = env.step(action)
     out.rewards[i] = reward
     out.terminated[i] = terminated
     out.truncated[i] = truncated
     if same_step and (terminated or truncated):
         out.final_obs[i] = obs
-        obs, _ = env.reset()
+        if masks is not None:
+            out.final_action_mask[i] = masks(info)
+        obs, info = env.reset()
     out.obs[i] = obs
+    if masks is not None:
+        out.action_mask[i] = masks(info)
 
 
 class SyncVecEnv(VecEnvBase):
@@ -144,11 +211,13 @@ class SyncVecEnv(VecEnvBase):
             ``action_space``. ``reset(seed=...)`` overrides it.
         autoreset_mode: ``SAME_STEP`` (default) or ``NEXT_STEP`` (Gymnasium's default), see module doc.
         copy: return copies instead of views of the preallocated outputs.
+        action_masks: where the envs' action masks come from (module docstring): "auto" (an ``action_masks()``
+            method if the env has one, else none), "method", "info" (``info["action_mask"]``) or False (none).
         **env_kwargs: forwarded to ``gymnasium.make`` (e.g. ``max_episode_steps=50``).
     """
 
     def __init__(self, env_id_or_fns, num_envs=None, *, seed=None, autoreset_mode=AutoresetMode.SAME_STEP,
-                 copy: bool = False, **env_kwargs):
+                 copy: bool = False, action_masks="auto", **env_kwargs):
         fns, default_name = resolve_env_fns(env_id_or_fns, num_envs, env_kwargs)
         autoreset_mode = parse_autoreset_mode(autoreset_mode)  # checked before any env exists
         self._initial_seed = None if seed is None else check_int("seed", seed, low=0)
@@ -164,12 +233,20 @@ class SyncVecEnv(VecEnvBase):
             raise
         first = self.envs[0]
         self.env_id = env_name(first, default_name)
+        try:
+            source = mask_source(first, action_masks)
+        except BaseException:
+            for env in self.envs:
+                env.close()
+            raise
+        width = sum(mask_sizes(first.action_space)) if source is not None else 0
         super().__init__(first.observation_space, first.action_space, len(fns), autoreset_mode=autoreset_mode,
-                         copy=copy, render_mode=first.render_mode)
+                         copy=copy, render_mode=first.render_mode, mask_size=width)
         if self._initial_seed is not None:
             self.action_space.seed(self._initial_seed)
             self.single_action_space.seed(self._initial_seed)
-        self._out = EnvOutputs.of(self)
+        maskers = None if source is None else [masker(env, source, width) for env in self.envs]
+        self._out = EnvOutputs.of(self, maskers)
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._actions = np.zeros(self.action_space.shape, dtype=self.single_action_space.dtype)
 

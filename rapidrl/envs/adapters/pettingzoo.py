@@ -6,6 +6,11 @@ observations of any shape, flattened; Discrete or 1-D Box actions), otherwise a 
 differs. The global state is the env's ``state()`` when it has one, else the concatenation of the agents' local
 observations (zeros in the slots of agents that are not present).
 
+Action masks (docs/masks.md): an env whose observations are PettingZoo's ``{"observation": Box, "action_mask":
+...}`` dicts (the classic envs' convention) with Discrete actions gives its masks: the row observations are built
+from ``"observation"``, and ``info["action_mask"]`` / ``action_masks()`` hold each row's ``"action_mask"`` (all
+actions valid for rows without an observation: their actions are not sent to the env).
+
 Agents that leave mid-episode: on the step an agent terminates or is truncated its row carries the real final
 reward, flag and observation (``info["final_obs"]``); afterwards, until its copy resets (when no agent is left),
 the row is inactive (``info["active"]`` False): observation zeros, reward 0, ``terminated`` True, no episode
@@ -56,6 +61,13 @@ class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
             raise TypeError(f"env_fn must return a PettingZoo ParallelEnv, got {type(first).__name__}")
         agents = list(first.possible_agents)
         obs_space, act_space = first.observation_space(agents[0]), first.action_space(agents[0])
+        self._masked = (isinstance(obs_space, gym.spaces.Dict) and set(obs_space.spaces) == {"observation",
+                                                                                            "action_mask"})
+        if self._masked:
+            if not isinstance(act_space, gym.spaces.Discrete):
+                raise ValueError(f"observations with an 'action_mask' need Discrete actions, got {act_space} for "
+                                 f"agent {agents[0]!r}")
+            obs_space = obs_space["observation"]
         if not isinstance(obs_space, gym.spaces.Box):
             raise ValueError(f"observation spaces must be Box for parameter sharing, got {obs_space} "
                              f"for agent {agents[0]!r}")
@@ -63,7 +75,10 @@ class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
                 or (isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1)):
             raise ValueError(f"action spaces must be Discrete or 1-D Box, got {act_space} for agent {agents[0]!r}")
         for a in agents[1:]:
-            if not _same_space(first.observation_space(a), obs_space):
+            other = first.observation_space(a)
+            if self._masked and isinstance(other, gym.spaces.Dict) and "observation" in other.spaces:
+                other = other["observation"]
+            if not _same_space(other, obs_space):
                 raise ValueError(f"parameter sharing needs one observation space for all agents: agent {a!r} has "
                                  f"{first.observation_space(a)}, agent {agents[0]!r} has {obs_space}")
             if not _same_space(first.action_space(a), act_space):
@@ -74,7 +89,7 @@ class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
         self._has_state = isinstance(state_space, gym.spaces.Box)
         state_dim = int(np.prod(state_space.shape)) if self._has_state else len(agents) * o
         super().__init__(row_observation_space(o, len(agents), state_dim), act_space, int(num_copies) * len(agents),
-                         copy=copy)
+                         copy=copy, mask_size=int(act_space.n) if self._masked else 0)
         self._init_multiagent(num_copies=int(num_copies), num_agents=len(agents), local_obs_dim=o,
                               state_dim=state_dim, agent_names=agents)
         self.seed = seed
@@ -86,9 +101,16 @@ class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
         n, o = self.num_agents, self.local_obs_dim
         rows = out[e * n:(e + 1) * n]
         rows[:] = 0.0
+        masks = self._action_mask[e * n:(e + 1) * n] if self._masked else None
         for i, name in enumerate(self.agent_names):
             if name in obs:
-                rows[i, :o] = np.asarray(obs[name], np.float32).reshape(-1)
+                agent_obs = obs[name]
+                if masks is not None:
+                    masks[i] = np.asarray(agent_obs["action_mask"]).reshape(-1).astype(bool)
+                    agent_obs = agent_obs["observation"]
+                rows[i, :o] = np.asarray(agent_obs, np.float32).reshape(-1)
+            elif masks is not None:
+                masks[i] = True  # no observation, no action sent: any action will do
             rows[i, o + i] = 1.0
         if self._has_state:
             state = np.asarray(self.envs[e].state(), np.float32).reshape(-1)
@@ -147,10 +169,12 @@ class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
             rows = slice(e * n, (e + 1) * n)
             if copy_ended[e]:
                 self._final_obs[rows] = self._obs[rows]
+                self._final_action_mask[rows] = self._action_mask[rows]
                 self._reset_copy(e, None)
             else:
                 done_rows = np.flatnonzero(self._done[rows]) + e * n
                 self._final_obs[done_rows] = self._obs[done_rows]
+                self._final_action_mask[done_rows] = self._action_mask[done_rows]
                 gone = ~self._alive[rows]
                 self._obs[rows][gone, :o] = 0.0
         return self._step_result()

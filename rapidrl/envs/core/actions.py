@@ -73,6 +73,18 @@ def check_actions(actions, space: gym.Space, num_envs: int) -> np.ndarray:
     raise TypeError(f"unsupported action space {space}")
 
 
+def mask_sizes(space: gym.Space) -> list[int] | None:
+    """The widths of the action masks of ``space``'s components, side by side in a mask row (sb3-contrib's layout):
+    Discrete [n]; MultiDiscrete nvec; MultiBinary 2 per entry; None for a space without masks (Box)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return [int(space.n)]
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return [int(n) for n in space.nvec.ravel()]
+    if isinstance(space, gym.spaces.MultiBinary):
+        return [2] * int(np.prod(space.shape))
+    return None
+
+
 @numba.njit(cache=True, inline="always")
 def first_bad_discrete(actions, n, num_actions):
     """-2 if ``actions`` is not [n], else the index of the first action outside [0, num_actions), or -1."""

@@ -29,12 +29,16 @@ ep_length      int32 [R]
 done_return    float32 [R]         return and length of the episodes that ended this step (where ``done``)
 done_length    int32 [R]
 done           bool [R]            rows whose episode ended this step
+action_mask    bool [R, M]         the valid actions of each row's current observation (M = 0: the env states
+                                   no action masks; ``rapidrl.envs.core.numba_env``'s ``mask`` function)
+final_mask     bool [R, M]         SAME_STEP: the valid actions at the final observation of rows whose episode
+                                   ended this step (``final_action_mask``; all False where none is valid)
 =============  ==================  ===========================================================================
 
-The header (``HEADER_WORDS`` int64 words) records the sizes, the shapes of ``state`` and ``obs``, the action size
-and the byte offset of every array (64-byte aligned), so compiled code reads the layout from the arena itself and a
-stored arena can be checked against the env it is loaded into. dtypes of ``state`` and ``obs`` are compile-time
-constants of the env's kernels (``rapidrl.envs.core.kernels``); the others are fixed.
+The header (``HEADER_WORDS`` int64 words) records the sizes, the shapes of ``state`` and ``obs``, the action size,
+the mask width M (``H_MASK``) and the byte offset of every array (64-byte aligned), so compiled code reads the
+layout from the arena itself and a stored arena can be checked against the env it is loaded into. dtypes of ``state``
+and ``obs`` are compile-time constants of the env's kernels (``rapidrl.envs.core.kernels``); the others are fixed.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ import numpy as np
 
 ArenaViews = namedtuple("ArenaViews", [
     "state", "params", "elapsed", "rng_key", "rng_counter", "next_step_mode", "needs_reset", "obs", "rewards",
-    "terminated", "truncated", "final_obs", "ep_return", "ep_length", "done_return", "done_length", "done"])
+    "terminated", "truncated", "final_obs", "ep_return", "ep_length", "done_return", "done_length", "done",
+    "action_mask", "final_action_mask"])
 """Views of an arena's arrays (NumPy from ``ArenaLayout.views``, Numba from ``kernels.unpack``)."""
 
 ARRAYS = tuple(f for f in ArenaViews._fields if f != "next_step_mode")  # stored arrays, header offset order
@@ -58,7 +63,8 @@ H_MAGIC, H_ENVS, H_ROWS, H_NEXT_STEP, H_PARAMS, H_ACTIONS, H_STATE_NDIM, H_OBS_N
 H_STATE_SHAPE = 8
 H_OBS_SHAPE = H_STATE_SHAPE + MAX_STATE_NDIM
 H_OFFSETS = H_OBS_SHAPE + MAX_OBS_NDIM  # then one offset per array in ARRAYS order and the total size
-HEADER_WORDS = -(-(H_OFFSETS + len(ARRAYS) + 1) // 8) * 8  # 64-byte multiple
+H_MASK = H_OFFSETS + len(ARRAYS) + 1  # the mask width M (after the offsets and the total size)
+HEADER_WORDS = -(-(H_MASK + 1) // 8) * 8  # 64-byte multiple
 HEADER_BYTES = 8 * HEADER_WORDS
 
 
@@ -78,6 +84,7 @@ class ArenaLayout:
     obs_dtype: np.dtype
     num_params: int = 1
     action_size: int = 0  # Discrete: number of actions; Box: number of components (the compiled checks read it)
+    mask_size: int = 0  # M: the width of a row's action mask (Discrete: the number of actions); 0: no action masks
 
     def __post_init__(self):
         object.__setattr__(self, "state_dtype", np.dtype(self.state_dtype))
@@ -98,7 +105,8 @@ class ArenaLayout:
                 "elapsed": ((e,), i32), "rng_key": ((e,), u64), "rng_counter": ((e,), u64), "needs_reset": ((e,), b),
                 "obs": (obs, self.obs_dtype), "rewards": ((r,), f32), "terminated": ((r,), b),
                 "truncated": ((r,), b), "final_obs": (obs, self.obs_dtype), "ep_return": ((r,), f32),
-                "ep_length": ((r,), i32), "done_return": ((r,), f32), "done_length": ((r,), i32), "done": ((r,), b)}
+                "ep_length": ((r,), i32), "done_return": ((r,), f32), "done_length": ((r,), i32), "done": ((r,), b),
+                "action_mask": ((r, self.mask_size), b), "final_action_mask": ((r, self.mask_size), b)}
 
     def offsets(self) -> list[int]:
         """Byte offset of every array (``ARRAYS`` order, 64-byte aligned), then the total size."""
@@ -117,6 +125,7 @@ class ArenaLayout:
         hdr[[H_MAGIC, H_ENVS, H_ROWS, H_NEXT_STEP, H_PARAMS, H_ACTIONS]] = (
             MAGIC, self.num_envs, self.rows, int(next_step_mode), self.num_params, self.action_size)
         hdr[H_STATE_NDIM], hdr[H_OBS_NDIM] = len(self.state_shape), 1 + len(self.obs_shape)
+        hdr[H_MASK] = self.mask_size
         hdr[H_STATE_SHAPE:H_STATE_SHAPE + len(self.state_shape)] = self.state_shape
         hdr[H_OBS_SHAPE:H_OBS_SHAPE + 1 + len(self.obs_shape)] = (self.rows, *self.obs_shape)
         offsets = self.offsets()

@@ -10,6 +10,11 @@ overwrites (``copy=True`` at construction returns fresh copies instead). The ``i
   dense array of the observation dtype.
 - ``info["episode"] = {"r": float32[N], "l": int32[N]}``: return and length of episodes that ended this step,
   valid where ``info["_episode"]`` is True (the layout of Gymnasium's RecordEpisodeStatistics).
+- action masks, for an env that states which actions are valid (``has_action_masks``; docs/masks.md):
+  ``info["action_mask"]`` bool ``[N, M]``, the valid actions of the observations returned (also in ``reset``'s
+  info, and ``action_masks()``, sb3-contrib's name), and in SAME_STEP ``info["final_action_mask"]``, those of
+  ``info["final_obs"]`` (valid where ``info["_final_obs"]``; a row may have no valid action there, e.g. a finished
+  game). M is the number of actions of a Discrete space, ``sum(nvec)`` of a MultiDiscrete one.
 
 Envs stepped in Python write the engine's observations, rewards, terminated and truncated flags into the arena
 and call ``_record()``: the core's compiled bookkeeping (``rapidrl.envs.core.bookkeeping``) then adds the time
@@ -74,6 +79,7 @@ class VecEnvBase(gym.vector.VectorEnv):
         render_mode: str | None = None,
         layout: ArenaLayout | None = None,
         buffer=None,
+        mask_size: int = 0,
     ):
         self.num_envs = check_num_envs(num_envs)
         self.single_observation_space = single_observation_space
@@ -89,7 +95,7 @@ class VecEnvBase(gym.vector.VectorEnv):
 
         if layout is None:
             layout = ArenaLayout(self.num_envs, self.num_envs, (), np.uint8, single_observation_space.shape,
-                                 single_observation_space.dtype)
+                                 single_observation_space.dtype, mask_size=mask_size)
         if layout.rows != self.num_envs:
             raise ValueError(f"the arena has {layout.rows} rows for {self.num_envs} envs")
         self.layout = layout
@@ -103,6 +109,13 @@ class VecEnvBase(gym.vector.VectorEnv):
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             self._info["final_obs"] = self._final_obs
             self._info["_final_obs"] = self._done
+        self._action_mask, self._final_action_mask = a.action_mask, a.final_action_mask
+        self.has_action_masks = layout.mask_size > 0
+        """The env states which actions are valid (``action_masks()``, ``info["action_mask"]``)."""
+        if self.has_action_masks:
+            self._info["action_mask"] = self._action_mask
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                self._info["final_action_mask"] = self._final_action_mask
         self._all_rows = np.arange(self.num_envs, dtype=np.int64)
 
     # -- helpers for subclasses -------------------------------------------------------------------
@@ -147,10 +160,27 @@ class VecEnvBase(gym.vector.VectorEnv):
         return self._obs.copy(), self._rewards.copy(), self._terminated.copy(), self._truncated.copy(), info
 
     def _reset_result(self):
-        """(obs, info) after a reset; the info holds no finished episodes. The env is ready to step."""
+        """(obs, info) after a reset; the info holds no finished episodes (and the action masks of an env that has
+        them). The env is ready to step."""
         self._done[:] = False
         self._ready = True
-        return (self._obs.copy() if self.copy else self._obs), {}
+        info = {}
+        if self.has_action_masks:
+            info["action_mask"] = self._action_mask.copy() if self.copy else self._action_mask
+        return (self._obs.copy() if self.copy else self._obs), info
+
+    @property
+    def action_mask_size(self) -> int:
+        """M, the width of a row's action mask (0: the env states no action masks)."""
+        return self.layout.mask_size
+
+    def action_masks(self) -> np.ndarray:
+        """bool [N, M]: the valid actions of each row's current observation (sb3-contrib's ``action_masks()``): a
+        view the next ``step``/``reset`` overwrites (a copy with ``copy=True``). ValueError for an env without
+        action masks (``has_action_masks``)."""
+        if not self.has_action_masks:
+            raise ValueError(f"{type(self).__name__} states no action masks (has_action_masks is False)")
+        return self._action_mask.copy() if self.copy else self._action_mask
 
     # -- exact resume ------------------------------------------------------------------------------
     def state_dict(self) -> dict | None:

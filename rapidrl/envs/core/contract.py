@@ -66,11 +66,12 @@ _STEP = FunctionContract("step", ("state", "i", "actions", "params", "elapsed", 
 _STEP_ROWS = FunctionContract("step", (*_STEP.args, "rewards"),
                               "terminated (a bool; it writes its rows' rewards into rewards)", _is_number)
 _OBSERVE = FunctionContract("observe", ("state", "i", "obs"), _NOTHING, lambda t: t == types.none)
+_MASK = FunctionContract("mask", ("state", "i", "mask_out"), _NOTHING, lambda t: t == types.none, optional=True)
 
 
 def contracts(multiagent: bool) -> tuple[FunctionContract, ...]:
     """The contracts of a single-agent or multi-agent env's functions, in the order they are checked."""
-    return (_RESET, _STEP_ROWS if multiagent else _STEP, _OBSERVE)
+    return (_RESET, _STEP_ROWS if multiagent else _STEP, _OBSERVE, _MASK)
 
 
 def _array(dtype, ndim: int) -> types.Array:
@@ -85,7 +86,7 @@ def argument_types(env) -> dict[str, types.Type]:
             "actions": _array(np.int64, 1) if env.action_kind == "discrete" else _array(np.float32, 2),
             "params": _array(np.float64, 1), "elapsed": _array(np.int32, 1), "rng_key": _array(np.uint64, 1),
             "rng_counter": _array(np.uint64, 1), "obs": _array(obs.dtype, 1 + len(obs.shape)),
-            "rewards": _array(np.float32, 1)}
+            "rewards": _array(np.float32, 1), "mask_out": _array(np.bool_, 2)}
 
 
 def _where(fn) -> str:

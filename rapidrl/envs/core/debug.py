@@ -50,7 +50,8 @@ def _python_key(key: str) -> str:
     python_key = key + "@python"
     fns = kernels.functions(key)
     kernels.register(python_key, fns._replace(reset=fns.reset.py_func, step=fns.step.py_func,
-                                              observe=fns.observe.py_func))
+                                              observe=fns.observe.py_func,
+                                              mask=None if fns.mask is None else fns.mask.py_func))
     return python_key
 
 
@@ -63,10 +64,11 @@ def _replay(key: str, arena: np.ndarray, args: tuple) -> None:
         for i in range(a.elapsed.shape[0]):
             kernels.step_env.py_func(key, i, agents, a.state, args[0], a.params, a.elapsed, a.rng_key, a.rng_counter,
                                      a.next_step_mode, a.needs_reset, a.obs, a.rewards, a.terminated, a.truncated,
-                                     a.final_obs, a.ep_return, a.ep_length, a.done_return, a.done_length, a.done)
+                                     a.final_obs, a.ep_return, a.ep_length, a.done_return, a.done_length, a.done,
+                                     a.action_mask, a.final_action_mask)
     else:
         kernels.reset_envs.py_func(key, a.state, a.params, a.elapsed, a.rng_key, a.rng_counter, a.needs_reset, a.obs,
-                                   a.ep_return, a.ep_length, *args)
+                                   a.ep_return, a.ep_length, *args, a.action_mask)
 
 
 def call_checked(env_id: str, key: str, kernel, arena: np.ndarray, *args):
@@ -83,8 +85,8 @@ def call_checked(env_id: str, key: str, kernel, arena: np.ndarray, *args):
         except IndexError as replayed:
             message = describe_index_error(env_id, key, replayed)
         if message is None:
-            message = (f"{env_id}: an index out of bounds in its reset, step or observe ({e}); the replay in Python "
-                       "did not find it: run the functions' py_func on the state to find it")
+            message = (f"{env_id}: an index out of bounds in its reset, step, observe or mask ({e}); the replay in "
+                       "Python did not find it: run the functions' py_func on the state to find it")
         raise IndexError(message) from None
 
 
@@ -93,6 +95,8 @@ def describe_index_error(env_id: str, key: str, error: IndexError) -> str | None
     None when its traceback passes through none of the env's functions."""
     fns = kernels.functions(key)
     names = {fns.reset.__code__: "reset", fns.step.__code__: "step", fns.observe.__code__: "observe"}
+    if fns.mask is not None:
+        names[fns.mask.__code__] = "mask"
     loops = {kernels.step_env.py_func.__code__, kernels.reset_envs.py_func.__code__}
     frame, env = None, None
     tb = error.__traceback__

@@ -28,6 +28,16 @@ A multi-agent env (``agents > 1``: env i owns rows ``i * agents .. i * agents + 
 actions) has ``step(state, i, actions, params, elapsed, rng_key, rng_counter, rewards) -> terminated``, writing its
 rows' rewards itself, and ``observe`` writes its rows.
 
+Action masks (docs/masks.md): an env whose valid actions depend on its state (a Discrete action space) also names
+
+    mask(state, i, mask_out)                                          # write mask_out[i] (bool [N, n]) from the state
+
+called wherever ``observe`` is (after each step and reset, and for the final observation of an episode that ends):
+``mask_out[i, a]`` True where action a is valid. At least one action must be valid in a state the agent acts in (a
+finished episode's final state may have none). The vector env then returns the masks (``info["action_mask"]``,
+``action_masks()``), every discrete algorithm acts on the valid actions only, and the fused collectors mask inside
+their compiled loop.
+
 Compiled code finds an env's functions by its kernel key (``NumbaEnv.kernel_key``): the functions' qualified
 names, the dtypes, and a hash of their modules' source files (plus ``cache_dependencies`` and closure contents),
 so an edit recompiles and the compiled kernels cache on disk. Functions whose source cannot be read (defined in
@@ -75,6 +85,8 @@ class NumbaEnv:
         state_shape: the batched state's shape, ``None`` marking the env axis.
         state_dtype: the state's dtype (default float64).
         reset, step, observe: the ``numba.njit`` functions.
+        mask: optional ``numba.njit`` function ``mask(state, i, mask_out)`` writing env i's valid actions (Discrete
+            action spaces; see the module docstring). None: every action is always valid.
         params: name -> default of the env's settable constants (``make_vec(id, n, name=value)``).
         max_episode_steps: the time limit (None: no limit).
         agents: rows per env (multi-agent envs; see the module docstring).
@@ -100,6 +112,7 @@ class NumbaEnv:
     reset: Callable
     step: Callable
     observe: Callable
+    mask: Callable | None = None
     state_dtype: object = np.float64
     params: Mapping[str, float | tuple] = field(default_factory=dict)
     max_episode_steps: int | None = None
@@ -124,6 +137,9 @@ class NumbaEnv:
                 raise ValueError(f"{self.id}: a Discrete action space must start at 0, got start={act.start}")
         elif not (isinstance(act, gym.spaces.Box) and len(act.shape) == 1 and act.dtype.kind == "f"):
             raise TypeError(f"{self.id}: action_space must be Discrete(n) or a 1-D float Box, got {act}")
+        if self.mask is not None and not isinstance(act, gym.spaces.Discrete):
+            raise TypeError(f"{self.id}: a mask function needs a Discrete action space (it says which of the n "
+                            f"actions are valid), got {act}")
         shape = tuple(self.state_shape)
         if shape.count(None) != 1 or not all(d is None or (isinstance(d, (int, np.integer)) and d >= 0)
                                              for d in shape):
@@ -208,7 +224,7 @@ class NumbaEnv:
     @functools.cached_property
     def kernel_key(self) -> str:
         """The compile-time name of this env's functions in compiled code (see the module docstring)."""
-        fns = (self.reset, self.step, self.observe)
+        fns = (self.reset, self.step, self.observe) + (() if self.mask is None else (self.mask,))
         names = "|".join(f"{f.py_func.__module__}.{f.py_func.__qualname__}" for f in fns)
         layout = (f"{self.state_dtype.str}{len(self.state_shape)}:{np.dtype(self.observation_space.dtype).str}"
                   f"{1 + len(self.observation_space.shape)}:{self.action_kind}:{'multi' if self.agents > 1 else '1'}")
@@ -220,8 +236,9 @@ class NumbaEnv:
             fns = tuple(bounds_checked_twin(f) for f in fns)
             key += "@boundscheck"
         kernels.register(key, kernels.EnvFunctions(
-            *fns, self.agents > 1, self.state_dtype.type, len(self.state_shape),
-            np.dtype(self.observation_space.dtype).type, 1 + len(self.observation_space.shape), self.action_kind))
+            *fns[:3], self.agents > 1, self.state_dtype.type, len(self.state_shape),
+            np.dtype(self.observation_space.dtype).type, 1 + len(self.observation_space.shape), self.action_kind,
+            fns[3] if len(fns) > 3 else None))
         return key
 
     @functools.cached_property
@@ -239,7 +256,8 @@ class NumbaEnv:
         """The arena of ``num_envs`` copies."""
         return ArenaLayout(num_envs, num_envs * self.agents, self.batch_state_shape(num_envs), self.state_dtype,
                            self.observation_space.shape, self.observation_space.dtype,
-                           1 + sum(s.stop - s.start for s in self.param_slices().values()), self.action_size)
+                           1 + sum(s.stop - s.start for s in self.param_slices().values()), self.action_size,
+                           self.action_size if self.mask is not None else 0)
 
     def make_vec(self, num_envs: int, **kwargs) -> NumbaVecEnv:
         """``NumbaVecEnv(self, num_envs, **kwargs)``."""

@@ -95,7 +95,7 @@ def step_and_store(env_code, env, actions, t, b_rewards, b_terminated, b_truncat
     rewards and episode-end flags [N] (the fused collectors', PQN's included)."""
     step_envs(env_code, env.state, actions, env.params, env.elapsed, env.rng_key, env.rng_counter, env.next_step_mode,
               env.needs_reset, env.obs, env.rewards, env.terminated, env.truncated, env.final_obs, env.ep_return,
-              env.ep_length, env.done_return, env.done_length, env.done)
+              env.ep_length, env.done_return, env.done_length, env.done, env.action_mask, env.final_action_mask)
     b_rewards[t] = env.rewards
     b_terminated[t] = env.terminated
     b_truncated[t] = env.truncated

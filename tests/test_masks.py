@@ -1,0 +1,302 @@
+"""Action masks (docs/masks.md): one contract (envs written as Numba functions, Gymnasium and PettingZoo envs), one
+definition of the masked distribution (PyTorch and its Numba twin), the masked envs, ``check``, and every discrete
+algorithm acting on the valid actions only."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numba
+import numpy as np
+import pytest
+import torch
+
+from rapidrl.envs import EnvContractError, NumbaEnv, check, make_vec
+from rapidrl.envs.masked.tictactoe import LINES
+from rapidrl.kernels import distributions as nk
+from rapidrl.kernels.exploration import epsilon_greedy
+from rapidrl.kernels.rng import derive_keys
+from rapidrl.nn import distributions as td
+
+MASKED = {"InvalidActionDiscrete-v0": dict(dim=8, n_invalid_actions=5), "TicTacToe-v3": dict(lookahead=0.5),
+          "MaskedCue-v0": {}}
+
+
+# -------------------------------------------------------------------------- the masked distribution
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masked_categorical_at_1024_actions_is_finite_and_covers_the_valid_actions_only(dtype):
+    """1,024 and 4,096 actions, 1 to all valid, logits up to +-30: log-probabilities, entropy, sampling and gradients
+    of the masked distribution equal those of the valid actions' own distribution (computed in float64), finite, in
+    float32 and bfloat16 (sb3-contrib issue 322's Simplex error came at 992 actions from renormalised float32
+    probabilities)."""
+    g = torch.Generator().manual_seed(0)
+    for k in (1024, 4096):
+        logits64 = torch.randn(6, k, generator=g, dtype=torch.float64) * 10
+        logits64[0] = 30.0  # all equal and large
+        mask = torch.rand(6, k, generator=g) < torch.tensor([[0.5], [0.01], [0.99], [0.3], [1.0], [0.0]])
+        mask[5, 123] = True  # one valid action
+        mask[1, :2] = True
+        logits = logits64.to(dtype).requires_grad_(True)
+        log_probs = td.categorical_log_probs(td.apply_action_mask(logits, mask))
+        entropy = td.categorical_entropy(log_probs)
+        assert log_probs.dtype == dtype and torch.isfinite(log_probs).all() and torch.isfinite(entropy).all()
+        assert (log_probs.exp()[~mask] == 0).all()
+        (log_probs[mask].sum() + entropy.sum()).float().backward()
+        assert torch.isfinite(logits.grad).all() and (logits.grad[~mask] == 0).all()
+        tol = 1e-4 if dtype == torch.float32 else 0.05
+        for row in range(6):
+            valid = logits.detach()[row][mask[row]].double()
+            ref = torch.log_softmax(valid, -1)
+            err = (log_probs.detach()[row][mask[row]].double() - ref).abs() / (1 + ref.abs())
+            assert err.max() < tol, (row, err.max())
+            ref_entropy = -(ref.exp() * ref).sum()
+            assert abs(entropy[row].item() - ref_entropy.item()) < tol * (1 + ref_entropy.item()), row
+        picks = torch.multinomial(log_probs.detach().float().exp(), 2000, replacement=True, generator=g)
+        assert mask.gather(1, picks).all()
+
+
+def test_masked_max_and_argmax():
+    q = torch.tensor([[1.0, 5.0, 3.0], [1.0, 5.0, 3.0], [-2.0, -1.0, -3.0], [4.0, 4.0, 4.0]])
+    mask = torch.tensor([[True, False, True], [False, False, False], [True, False, True], [False, True, True]])
+    torch.testing.assert_close(td.masked_max(q, mask), torch.tensor([3.0, 0.0, -2.0, 4.0]))
+    assert td.apply_action_mask(q, mask).argmax(1).tolist()[::2] == [2, 0]
+    torch.testing.assert_close(td.masked_max(q, None), q.max(1).values)
+    assert td.apply_action_mask(q, None) is q
+
+
+@pytest.mark.parametrize("mode", ["compiled", "python"])
+def test_numba_twins_equal_the_torch_definitions(mode):
+    """``apply_action_mask``, ``log_sum_exp``, ``categorical_entropy``, ``masked_max`` of the Numba twins equal the
+    PyTorch definitions on masked rows; ``categorical_sample`` never picks an invalid action, even for u -> 1."""
+    def fn(name):
+        f = getattr(nk, name)
+        return f if mode == "compiled" else f.py_func
+
+    rng = np.random.default_rng(1)
+    for k in (3, 1024):
+        logits = (rng.standard_normal((8, k)) * 8).astype(np.float32)
+        mask = rng.random((8, k)) < 0.2
+        mask[:, 0] |= ~mask.any(1)
+        want_lp = td.categorical_log_probs(td.apply_action_mask(torch.from_numpy(logits), torch.from_numpy(mask)))
+        want_h = td.categorical_entropy(want_lp)
+        for r in range(8):
+            row = logits[r].copy()
+            fn("apply_action_mask")(row, mask[r])
+            np.testing.assert_array_equal(row, td.apply_action_mask(torch.from_numpy(logits[r]),
+                                                                    torch.from_numpy(mask[r])).numpy())
+            lse = fn("log_sum_exp")(row)
+            np.testing.assert_allclose(row[mask[r]] - lse, want_lp[r][mask[r]].numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(fn("categorical_entropy")(row, lse), want_h[r].item(), rtol=1e-5, atol=1e-5)
+            for u in (0.0, 0.3, 0.999999, np.nextafter(1.0, 0.0)):
+                assert mask[r, fn("categorical_sample")(row, lse, u)]
+            best, m = fn("masked_max")(logits[r], mask[r])
+            assert best == int(np.flatnonzero(mask[r])[np.argmax(logits[r][mask[r]])])
+            assert m == td.masked_max(torch.from_numpy(logits[r]), torch.from_numpy(mask[r])).item()
+    assert fn("masked_max")(np.ones(3, np.float32), np.zeros(3, bool)) == (-1, 0.0)
+    valid = np.array([False, True, False, True, True])
+    picks = [fn("nth_valid")(valid, u) for u in np.linspace(0, 1, 300, endpoint=False)]
+    assert set(picks) == {1, 3, 4} and all(picks.count(a) == 100 for a in (1, 3, 4))
+
+
+def test_masked_epsilon_greedy_picks_valid_actions_and_equals_the_unmasked_choice_when_all_are_valid():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((64, 7)).astype(np.float32)
+    keys = derive_keys(3, 64)
+    plain = epsilon_greedy(q, 0.5, keys, np.zeros(64, np.uint64))
+    full = epsilon_greedy(q, 0.5, keys, np.zeros(64, np.uint64), mask=np.ones((64, 7), bool))
+    np.testing.assert_array_equal(plain[0], full[0])
+    np.testing.assert_array_equal(plain[1], full[1])
+    mask = rng.random((64, 7)) < 0.3
+    mask[:, 2] = True
+    for eps in (0.0, 0.5, 1.0):
+        actions, values = epsilon_greedy(q, eps, keys, np.zeros(64, np.uint64), mask=mask)
+        assert mask[np.arange(64), actions].all()
+        np.testing.assert_array_equal(values, np.where(mask, q, -np.inf).max(1))
+        if eps == 0.0:
+            np.testing.assert_array_equal(actions, np.where(mask, q, -np.inf).argmax(1))
+    with pytest.raises(ValueError, match="row 0 has no valid action"):
+        epsilon_greedy(q[:1], 0.1, keys[:1], np.zeros(1, np.uint64), mask=np.zeros((1, 7), bool))
+
+
+# -------------------------------------------------------------------------- the env contract
+
+
+@pytest.mark.parametrize("mode", ["same_step", "next_step"])
+@pytest.mark.parametrize("env_id", list(MASKED))
+def test_masked_envs_keep_the_contract(env_id, mode):
+    # the bounds-checked run (its kernels compile on every run, ~4 s an env) once, for Tic-Tac-Toe's mask
+    bounds = env_id == "TicTacToe-v3" and mode == "same_step"
+    report = check(make_vec(env_id, 4, seed=1, autoreset_mode=mode, **MASKED[env_id]), steps=250, bounds_check=bounds)
+    assert report.action_masks and report.episodes > 0 and report.bounds_checked == bounds
+
+
+def test_invalid_action_env_is_sb3_contribs():
+    envs = make_vec("InvalidActionDiscrete-v0", 16, seed=0, dim=10, n_invalid_actions=6)
+    obs, info = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(100):
+        target, mask = obs.argmax(1), info["action_mask"].copy()
+        assert (obs.sum(1) == 1).all() and mask[np.arange(16), target].all() and (mask.sum(1) == 4).all()
+        actions = np.where(rng.random(16) < 0.5, target, rng.integers(10, size=16))
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        np.testing.assert_array_equal(rewards, (actions == target).astype(np.float32))
+        assert not terminated.any() and truncated.all() == (t == 99)
+
+
+def test_masked_cue_answer_is_the_first_valid_action_at_or_after_the_cue():
+    envs = make_vec("MaskedCue-v0", 64, seed=0, autoreset_mode="next_step")
+    obs, info = envs.reset(seed=0)
+    cue = obs[:, :6].argmax(1)
+    assert (obs[:, :6].sum(1) == 1).all() and info["action_mask"].all()
+    obs, *_, info = envs.step(np.zeros(64, np.int64))
+    assert not obs.any() and info["action_mask"].all()
+    obs, *_, info = envs.step(np.zeros(64, np.int64))
+    mask = info["action_mask"].copy()
+    assert obs[:, 6].all() and (mask.sum(1) == 3).all()
+    answer = np.array([next(a % 6 for a in range(c, c + 6) if mask[i, a % 6]) for i, c in enumerate(cue)])
+    actions = np.where(np.arange(64) % 2 == 0, answer, (answer + 1) % 6)
+    _, rewards, terminated, _, _ = envs.step(actions)
+    np.testing.assert_array_equal(rewards, (np.arange(64) % 2 == 0).astype(np.float32))
+    assert terminated.all()
+
+
+def _lookahead(board, me):
+    """The one-step-lookahead player's move (plain Python): its win, else a block, else None (a random move)."""
+    for mark in (2 - me, 1 + me):
+        for k in range(9):
+            if board[k] == 0 and any(k in line and all(board[s] == mark for s in line if s != k) for line in LINES):
+                return k
+    return None
+
+
+def test_tictactoe_is_pettingzoos_move_by_move():
+    """Every observation, mask, reward and termination equals PettingZoo's ``tictactoe_v3`` given the same moves
+    (the agent's random legal moves and the opponent's as our env played them); the lookahead opponent's moves are
+    its rule's, the random one's legal."""
+    from pettingzoo.classic import tictactoe_v3
+
+    n = 16
+    envs = make_vec("TicTacToe-v3", n, seed=3, lookahead=0.5, autoreset_mode="next_step")
+    obs, info = envs.reset(seed=3)
+    refs = [tictactoe_v3.env() for _ in range(n)]
+    rng = np.random.default_rng(0)
+    games = {"won": 0, "lost": 0, "draw": 0, "lookahead": 0}
+
+    def start(i):
+        refs[i].reset(seed=0)
+        state = envs.get_state(i)
+        if state[9] == 1:  # the opponent (player_1) has moved
+            refs[i].step(int(np.flatnonzero(state[:9])[0]))
+
+    def compare(i, reward, terminated):
+        state = envs.get_state(i)
+        agent = refs[i].possible_agents[state[9]]
+        ref_obs = refs[i].observe(agent)
+        np.testing.assert_array_equal(obs[i], ref_obs["observation"].astype(np.float32).reshape(-1))
+        np.testing.assert_array_equal(info["action_mask"][i], ref_obs["action_mask"].astype(bool))
+        assert reward == refs[i].rewards[agent] and terminated == refs[i].terminations[agent]
+
+    for i in range(n):
+        start(i)
+        compare(i, 0.0, False)
+    ended = np.zeros(n, bool)
+    for _ in range(120):
+        mask = info["action_mask"].copy()
+        actions = np.array([rng.choice(np.flatnonzero(m)) if m.any() else 0 for m in mask])
+        before = [envs.get_state(i) for i in range(n)]
+        obs, rewards, terminated, _, info = envs.step(actions)
+        for i in range(n):
+            if ended[i]:  # NEXT_STEP: this step reset env i
+                start(i)
+                compare(i, 0.0, False)
+                continue
+            refs[i].step(int(actions[i]))
+            state = envs.get_state(i)
+            theirs = np.flatnonzero(np.array(refs[i].unwrapped.board.squares) != state[:9])
+            if len(theirs):  # the opponent's reply
+                assert len(theirs) == 1 and not refs[i].terminations[refs[i].agents[0]]
+                board = before[i][:9].copy()
+                board[actions[i]] = state[9] + 1
+                rule = _lookahead(board, state[9])
+                if state[11] == 1 and rule is not None:
+                    assert theirs[0] == rule
+                refs[i].step(int(theirs[0]))
+            compare(i, rewards[i], terminated[i])
+            if terminated[i]:
+                games["won" if rewards[i] > 0 else "lost" if rewards[i] < 0 else "draw"] += 1
+                games["lookahead"] += int(state[11])
+        ended = terminated.copy()
+    assert min(games.values()) > 3, games  # wins, losses, draws, and games against both opponents were compared
+
+
+def test_tictactoe_illegal_move_loses_as_pettingzoos_wrapper():
+    from pettingzoo.classic import tictactoe_v3
+
+    envs = make_vec("TicTacToe-v3", 1, seed=0, agent_first=0.0)  # the opponent has taken a square
+    envs.reset(seed=0)
+    taken = int(np.flatnonzero(envs.get_state(0)[:9])[0])
+    _, reward, terminated, _, _ = envs.step(np.array([taken]))
+    ref = tictactoe_v3.env()
+    ref.reset(seed=0)
+    ref.step(taken)
+    ref.step(taken)  # player_2 plays the same square
+    assert reward[0] == ref.rewards["player_2"] == -1.0 and terminated[0] and ref.terminations["player_2"]
+
+
+# -------------------------------------------------------------------------- the contract's errors
+
+
+@numba.njit
+def _reset(state, i, params, rng_key, rng_counter):
+    state[i, 0] = 0
+
+
+@numba.njit
+def _step(state, i, actions, params, elapsed, rng_key, rng_counter):
+    state[i, 0] += 1
+    return 1.0, state[i, 0] >= 5
+
+
+@numba.njit
+def _observe(state, i, obs):
+    obs[i, 0] = state[i, 0]
+
+
+@numba.njit
+def _mask_none_at_3(state, i, mask_out):
+    for a in range(mask_out.shape[1]):
+        mask_out[i, a] = state[i, 0] != 3
+
+
+@numba.njit
+def _mask_returns(state, i, mask_out):
+    mask_out[i, 0] = True
+    return 1
+
+
+@numba.njit
+def _mask_past_the_end(state, i, mask_out):
+    mask_out[i, 3] = True
+
+
+def _counter(mask, space=None):
+    return NumbaEnv(id="Counter-v0", observation_space=gym.spaces.Box(0, 10, (1,), np.float32),
+                    action_space=space or gym.spaces.Discrete(3), state_shape=(None, 1), state_dtype=np.int64,
+                    reset=_reset, step=_step, observe=_observe, mask=mask)
+
+
+def test_mask_function_is_held_to_its_contract():
+    with pytest.raises(TypeError, match=r"Counter-v0: mask must return nothing \(it writes .*_mask_returns .*returns"):
+        _counter(_mask_returns)
+    with pytest.raises(TypeError, match="a mask function needs a Discrete action space"):
+        _counter(_mask_none_at_3, gym.spaces.Box(-1, 1, (2,), np.float32))
+    envs = _counter(_mask_past_the_end).make_vec(2, seed=0, debug=True)
+    with pytest.raises(IndexError, match=r"Counter-v0: mask writes mask_out\[i, 3\] out of bounds"):
+        envs.reset(seed=0)
+
+
+def test_check_catches_a_state_without_valid_actions():
+    envs = _counter(_mask_none_at_3).make_vec(2, seed=0)
+    with pytest.raises(EnvContractError, match=r"step 2: info\['action_mask'\]: row 0 has no valid action"):
+        check(envs, steps=20)

@@ -6,10 +6,12 @@
     export_policy(model, "policy.onnx")          # format from the suffix (.onnx / .pt)
 
 The exported graph maps raw observations ``obs: [B, *obs_shape] float32`` to the env actions
-``model.predict(obs, deterministic=True)`` returns. Each algorithm says what that is in its
-``deterministic_module()``: PPO/A2C/IMPALA/MAPPO/IPPO (observation normalization, then the actor's mode, clipped
-or tanh-squashed to the action bounds), DQN (argmax of Q), SAC (tanh of the mean, scaled to the bounds) and TD3
-(the actor). Tests run the files with onnxruntime and ``torch.jit.load`` and
+``model.predict(obs, deterministic=True)`` returns. A model trained on an env with action masks (docs/masks.md) is
+exported with a second input, ``action_masks: [B, M] bool`` (the valid actions of each observation, as the env gives
+them), and returns ``model.predict(obs, deterministic=True, action_masks=action_masks)``. Each algorithm says what
+that is in its ``deterministic_module()``: PPO/A2C/IMPALA/MAPPO/IPPO (observation normalization, then the actor's
+mode, clipped or tanh-squashed to the action bounds), DQN (argmax of Q), SAC (tanh of the mean, scaled to the bounds)
+and TD3 (the actor). Tests run the files with onnxruntime and ``torch.jit.load`` and
 compare the actions with ``predict``.
 """
 
@@ -25,16 +27,19 @@ FORMATS = ("onnx", "torchscript")
 
 
 class DeterministicPolicy(nn.Module):
-    """obs [B, *obs_shape] float32 -> deterministic env actions [B] int64 or [B, A] float32 of ``model``: its
-    ``deterministic_module()`` (each algorithm builds its own) on the flattened observations."""
+    """obs [B, *obs_shape] float32 (and action_masks [B, M] bool for a model trained with action masks) ->
+    deterministic env actions [B] int64 or [B, A] float32 of ``model``: its ``deterministic_module()`` (each algorithm
+    builds its own) on the flattened observations."""
 
     def __init__(self, model):
         super().__init__()
         self.obs_dim = int(np.prod(model.observation_space.shape))
+        self.mask_size = int(getattr(model, "action_mask_size", 0))
         self.net = model.deterministic_module()
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs.reshape(obs.shape[0], self.obs_dim).float())
+    def forward(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
+        x = obs.reshape(obs.shape[0], self.obs_dim).float()
+        return self.net(x) if action_masks is None else self.net(x, action_masks)
 
 
 def export_policy(model, path, fmt: str | None = None) -> Path:
@@ -48,7 +53,12 @@ def export_policy(model, path, fmt: str | None = None) -> Path:
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     policy = DeterministicPolicy(model)
-    example = torch.zeros((2, *model.observation_space.shape), dtype=torch.float32)
+    example = (torch.zeros((2, *model.observation_space.shape), dtype=torch.float32),)
+    names, axes = ["obs"], {"obs": {0: "batch"}, "actions": {0: "batch"}}
+    if policy.mask_size:  # the valid actions: a second input
+        example += (torch.ones((2, policy.mask_size), dtype=torch.bool),)
+        names.append("action_masks")
+        axes["action_masks"] = {0: "batch"}
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         if fmt == "torchscript":
@@ -58,6 +68,6 @@ def export_policy(model, path, fmt: str | None = None) -> Path:
                 import onnx  # noqa: F401
             except ImportError as e:
                 raise ImportError("ONNX export needs the export extra: pip install 'rapidrl[export]'") from e
-            torch.onnx.export(policy, (example,), str(path), input_names=["obs"], output_names=["actions"],
-                              dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}}, dynamo=False)
+            torch.onnx.export(policy, example, str(path), input_names=names, output_names=["actions"],
+                              dynamic_axes=axes, dynamo=False)
     return path

@@ -2,6 +2,10 @@
 
 Read top to bottom: the config, the loss (a pure function), the update, acting. Collection, replay and the
 update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``).
+
+Action masks (docs/masks.md): on an env that states its valid actions, the greedy action, epsilon-greedy exploration
+(a uniform valid action) and the random actions before ``learning_starts`` pick valid actions only, and the target's
+max (Double DQN: argmax) over the next state's actions takes its valid ones (the mask stored with ``next_obs``).
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, dqn_loss, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, dqn_loss, polyak_update, uniform_valid
 from rapidrl.algos.registry import register
 from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.deploy import ArgmaxQ
+from rapidrl.nn.distributions import apply_action_mask, masked_max
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
@@ -89,6 +94,7 @@ class DQN(OffPolicyAlgorithm):
 
     name = "dqn"
     config_class = DQNConfig
+    supports_action_masks = True
     multi_input = True
     stat_names = ("loss", "q_values", "td_abs")
     bf16_learning_tested = True
@@ -153,7 +159,7 @@ class DQN(OffPolicyAlgorithm):
                 dict(num_envs=c.num_envs, gamma=c.gamma, seed=c.seed, device=c.device)
         if not c.prioritized:
             return super()._buffer_spec()
-        return PrioritizedReplayBuffer, (c.buffer_size, self.observation_space.shape), \
+        return PrioritizedReplayBuffer, (c.buffer_size, self._stored_obs_shape()), \
             dict(alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps, **self._buffer_kwargs())
 
     # -- update ----------------------------------------------------------------------------------
@@ -169,15 +175,18 @@ class DQN(OffPolicyAlgorithm):
         (``tests/test_closed_form_offpolicy.py`` compares the two)."""
         c = self.config
         b = batch.obs.shape[0]
+        obs, _ = self._split_rows(batch.obs)
+        next_obs, next_mask = self._split_rows(batch.next_obs)
         # double_q: one online forward for s and s' ([2B, A]); the backward uses the rows of s only
-        x = torch.cat([batch.obs, batch.next_obs]) if c.double_q else batch.obs
+        x = torch.cat([obs, next_obs]) if c.double_q else obs.contiguous()
         q_both = self._q_grad(x.numpy())  # [2B, A] or [B, A]
-        next_target = self._target_forward(batch.next_obs.numpy())  # [B, A]
+        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A]
         weights = batch.weights if c.prioritized else None
         d_out = np.empty_like(next_target)
         out = torch.empty(3 + b)
         dqn_td_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
-                     None if weights is None else weights.numpy(), c.double_q, d_out, out.numpy())
+                     None if weights is None else weights.numpy(), c.double_q, d_out, out.numpy(),
+                     next_mask=None if next_mask is None else next_mask.numpy())
         self._q_grad.backward(d_out)  # d loss / d Q of the B rows of s -> .grad
         optimizer_step(self.optimizer, c.max_grad_norm)
         return out
@@ -186,16 +195,21 @@ class DQN(OffPolicyAlgorithm):
         """The "torch" backend: the update through autograd on ``dqn_loss`` (any Q network, dueling and CNNs
         included; the reference of ``_compiled_step``; what torch.compile traces)."""
         c = self.config
+        obs, _ = self._split_rows(batch.obs)
+        next_obs, next_mask = self._split_rows(batch.next_obs)  # next_mask: the valid actions of s' (or None)
         with self._autocast():  # bf16 autocast under precision="bf16" (the Q networks return float32)
-            q = self.q_net(batch.obs).gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
+            q = self.q_net(obs).gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
         with torch.no_grad():  # s' outside the graph: the backward covers the B rows of s only (for a CNN the
             with self._autocast():  # backward is ~2x a forward; one [2B] forward for s and s' backpropagated 2B rows)
-                next_target = self.q_target(batch.next_obs)  # [B, A]
-                next_online = self.q_net(batch.next_obs) if c.double_q else None  # [B, A]
+                next_target = self.q_target(next_obs)  # [B, A]
+                next_online = self.q_net(next_obs) if c.double_q else None  # [B, A]
             if c.double_q:
-                next_q = next_target.gather(1, next_online.argmax(1, keepdim=True)).squeeze(1)
+                best = apply_action_mask(next_online, next_mask).argmax(1, keepdim=True)
+                next_q = next_target.gather(1, best).squeeze(1)
+                if next_mask is not None:  # a state without valid actions is worth 0 (masked_max's convention)
+                    next_q = torch.where(next_mask.any(1), next_q, torch.zeros_like(next_q))
             else:
-                next_q = next_target.max(1).values
+                next_q = masked_max(next_target, next_mask)
         weights = batch.weights if c.prioritized else None
         loss, td = dqn_loss(q, next_q, batch.rewards, batch.discounts, weights)
         self.optimizer.zero_grad(set_to_none=True)
@@ -226,7 +240,11 @@ class DQN(OffPolicyAlgorithm):
         return linear_decay(c.exploration_initial_eps, c.exploration_final_eps, c.exploration_fraction,
                             self.progress_remaining())
 
-    def _greedy(self, obs: np.ndarray) -> np.ndarray:
+    def _greedy(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+        """argmax_a Q(obs, a) [B] (over the valid actions of ``action_masks`` [B, A] bool when given)."""
+        if action_masks is not None:
+            q = self._q_values(obs)
+            return apply_action_mask(q, torch.from_numpy(action_masks).to(q.device)).argmax(1).cpu().numpy()
         if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
             return self._acting_forward(obs.reshape(obs.shape[0], -1)).argmax(1)
         with torch.no_grad():
@@ -236,18 +254,31 @@ class DQN(OffPolicyAlgorithm):
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
             return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()
 
-    def deterministic_module(self) -> torch.nn.Module:
-        return ArgmaxQ(self.q_net, self.observation_space.shape if self.q_net.has_encoder else None)
+    def _q_values(self, obs: np.ndarray) -> torch.Tensor:
+        """Q [B, A] of flat observations [B, O] (the acting path's compiled forward where it applies)."""
+        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
+            return torch.from_numpy(self._acting_forward(np.ascontiguousarray(obs.reshape(obs.shape[0], -1))))
+        with torch.no_grad():
+            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+            return self.q_net(x.reshape(x.shape[0], -1)).float()
 
-    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
-        actions = self._greedy(obs)
+    def deterministic_module(self) -> torch.nn.Module:
+        return ArgmaxQ(self.q_net, self.observation_space.shape if self.q_net.has_encoder else None,
+                       masked=self.action_mask_size > 0)
+
+    def _explore_actions(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+        actions = self._greedy(obs, action_masks)
         explore = self.np_rng.random(actions.shape[0]) < self.epsilon()
         if explore.any():
-            actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
+            if action_masks is None:
+                actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
+            else:  # a uniform valid action
+                actions[explore] = uniform_valid(action_masks[explore], self.np_rng.random(int(explore.sum())))
         return actions
 
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return self._greedy(obs) if deterministic else self._explore_actions(obs)
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None
+                        ) -> np.ndarray:
+        return self._greedy(obs, action_masks) if deterministic else self._explore_actions(obs, action_masks)
 
     # -- persistence -----------------------------------------------------------------------------
     def _state(self) -> dict:

@@ -1,5 +1,9 @@
 """The off-policy core shared by DQN, SAC and TD3: config fields, replay set-up, collection, the update driver.
 
+Action masks (docs/masks.md; DQN): the replay stores each observation with its valid actions, ``[obs | mask]``
+(the mask as 0/1 in the observation's dtype, ``_store_rows``), so a sampled ``next_obs`` (an n-step one included)
+carries the mask of the state it bootstraps from; ``_split_rows`` takes the two apart.
+
 One iteration of ``learn``: ``train_freq`` steps of the vector env (each adds ``num_envs`` transitions to the
 replay buffer: ``_rollout``), then ``gradient_steps`` updates (``_train``) on minibatches sampled from it (none before
 ``learning_starts`` env steps, which use uniform-random actions). The update-to-data ratio is
@@ -40,6 +44,7 @@ from rapidrl._unsafe.torch_private import polyak
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
+from rapidrl.kernels.distributions import nth_valid
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
@@ -155,6 +160,12 @@ def maybe_compile(fn: Callable, enabled: bool) -> Callable:
     return run
 
 
+def uniform_valid(masks: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The valid action of each row of masks [N, A] bool that uniform draws u [N] in [0, 1) pick uniformly (the
+    floor(u * V)-th of its V valid actions, ``rapidrl.kernels.distributions.nth_valid``) -> [N] int64."""
+    return np.array([nth_valid(m, x) for m, x in zip(masks, u)], np.int64)
+
+
 def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
     """target <- target + tau (online - target), all tensors in one foreach call (tau = 1 copies)."""
     polyak(target, online, tau)
@@ -247,8 +258,12 @@ class OffPolicyAlgorithm(Algorithm):
         self.discrete = isinstance(self.action_space, gym.spaces.Discrete)
         self.obs_dim = int(np.prod(self.observation_space.shape))
         self._obs_dtype = self._obs_storage_dtype()
+        if self.action_mask_size and len(self.observation_space.shape) != 1:
+            raise ConfigError(f"{self.name.upper()} with action masks needs flat observations (the replay stores each "
+                              f"with its mask), got {self.observation_space.shape}: image observations with masks "
+                              "train with PPO, A2C, IMPALA or PQN")
         self.buffer = self._make_buffer()
-        self._obs = np.zeros((c.num_envs, *self.observation_space.shape), self._obs_dtype)
+        self._obs = np.zeros((c.num_envs, *self._stored_obs_shape()), self._obs_dtype)
         self._next_obs = np.zeros_like(self._obs)  # next_obs as stored: final obs where an episode ended
         self._needs_reset = True
         self._build_networks()
@@ -266,6 +281,29 @@ class OffPolicyAlgorithm(Algorithm):
         """dtype of stored and acted-on observations (float32; DQN stores uint8 images for its CNNs)."""
         return np.dtype(np.float32)
 
+    def _stored_obs_shape(self) -> tuple[int, ...]:
+        """The shape of a stored observation: the observation's, or ``(O + M,)``, observation and action mask, for an
+        env with action masks."""
+        if self.action_mask_size:
+            return (self.obs_dim + self.action_mask_size,)
+        return self.observation_space.shape
+
+    def _store_rows(self, out: np.ndarray, obs: np.ndarray, masks: np.ndarray | None, where=True) -> None:
+        """out [N, *stored shape] <- the observations [N, *obs_shape] (and their masks [N, M]) where ``where``."""
+        if not self.action_mask_size:
+            np.copyto(out, obs, where=where)
+            return
+        where = np.asarray(where).reshape(-1, 1)
+        np.copyto(out[:, :self.obs_dim], obs, where=where)
+        np.copyto(out[:, self.obs_dim:], masks, where=where)
+
+    def _split_rows(self, rows):
+        """Stored rows [B, O + M] (NumPy or torch) -> (observations [B, O], masks [B, M] bool), or (rows, None) for an
+        env without action masks."""
+        if not self.action_mask_size:
+            return rows, None
+        return rows[:, :self.obs_dim], rows[:, self.obs_dim:] > 0.5
+
     def _buffer_kwargs(self) -> dict[str, Any]:
         c = self.config
         return dict(obs_dtype=self._obs_dtype, action_dtype=np.int64 if self.discrete else np.float32, seed=c.seed,
@@ -279,7 +317,7 @@ class OffPolicyAlgorithm(Algorithm):
             return HerReplayBuffer, (c.buffer_size, self.observation_space.shape, action_shape), \
                 dict(goal=goal_spec(self.env), goal_selection=c.her_goal_selection,
                      n_sampled_goal=c.her_n_sampled_goal, **self._buffer_kwargs())
-        return ReplayBuffer, (c.buffer_size, self.observation_space.shape, action_shape), self._buffer_kwargs()
+        return ReplayBuffer, (c.buffer_size, self._stored_obs_shape(), action_shape), self._buffer_kwargs()
 
     def _make_buffer(self):
         """The replay buffer of ``_buffer_spec``, after checking that it fits in memory (or on disk, for mmap)."""
@@ -339,6 +377,8 @@ class OffPolicyAlgorithm(Algorithm):
     # -- collection ------------------------------------------------------------------------------
     def _random_actions(self) -> np.ndarray:
         n = self.config.num_envs
+        if self.discrete and self.action_mask_size:  # uniform over each env's valid actions
+            return uniform_valid(self._split_rows(self._obs)[1], self.np_rng.random(n))
         if self.discrete:
             return self.np_rng.integers(self.action_space.n, size=n)
         low, high = self.action_space.low, self.action_space.high
@@ -350,24 +390,28 @@ class OffPolicyAlgorithm(Algorithm):
         with timer.phase("policy"):
             if steps_so_far < self.config.learning_starts:
                 actions = self._random_actions()
+            elif self.action_mask_size:
+                actions = self._explore_actions(*self._split_rows(self._obs))
             else:
                 actions = self._explore_actions(self._obs)
         with timer.phase("env"):
             next_obs, rewards, terminated, truncated, info = self.env.step(actions)
         with timer.phase("storage"):
-            np.copyto(self._next_obs, next_obs)
+            masks = info.get("action_mask")
+            self._store_rows(self._next_obs, next_obs, masks)
             final = info.get("_final_obs")
             if final is not None and final.any():
-                np.copyto(self._next_obs, info["final_obs"], where=final.reshape(-1, *[1] * (next_obs.ndim - 1)))
+                self._store_rows(self._next_obs, info["final_obs"], info.get("final_action_mask"),
+                                 where=final.reshape(-1, *[1] * (next_obs.ndim - 1)))
             self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated)
-            np.copyto(self._obs, next_obs)
+            self._store_rows(self._obs, next_obs, masks)
             self._track_episodes(info)
 
     def _rollout(self) -> int:
         c = self.config
         if self._needs_reset:
-            obs, _ = self.env.reset(seed=c.seed)
-            np.copyto(self._obs, obs)
+            obs, info = self.env.reset(seed=c.seed)
+            self._store_rows(self._obs, obs, info.get("action_mask"))
             self._needs_reset = False
             self.buffer.end_episodes()  # a resumed run's reset env: the stored episodes end where they stopped
         for k in range(c.train_freq):

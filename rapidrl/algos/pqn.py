@@ -22,6 +22,9 @@ path). Collection (``collection``, recorded in ``model.paths``): "fused" runs th
 on an env written as Numba functions, the MLP Q network's forward inside the loop (``rapidrl.train.collect.fused_q``);
 "step" is the PyTorch Q network and any vector env, step by step (``rapidrl.train.collect.step.StepCollector``;
 CNN Q networks).
+
+Action masks (docs/masks.md): on an env that states its valid actions, acting (greedy and exploring), V = max_a Q in
+the targets and the greedy ``predict``/``evaluate``/export consider the valid actions only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from rapidrl.kernels import lambda_returns
 from rapidrl.kernels.exploration import epsilon_greedy
 from rapidrl.kernels.rng import derive_keys
 from rapidrl.nn.deploy import ArgmaxQ
+from rapidrl.nn.distributions import apply_action_mask, masked_max
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
@@ -115,8 +119,9 @@ class EpsilonGreedyActor:
     """What ``StepCollector`` acts with: epsilon-greedy on a Q network (``rapidrl.kernels.exploration``).
 
     ``act(obs)`` returns (actions [N] int64, zeros [N] (no log-probabilities), V = max_a Q [N]); ``value(obs)`` is
-    V of any observations (the final observations of truncated episodes, the rollout's bootstrap). The random
-    streams are ``keys``/``counters`` [N] uint64, advanced by every ``act``; ``epsilon`` is set per rollout.
+    V of any observations (the final observations of truncated episodes, the rollout's bootstrap). With
+    ``action_masks`` (bool [N, A]) both consider the valid actions only. The random streams are ``keys``/``counters``
+    [N] uint64, advanced by every ``act``; ``epsilon`` is set per rollout.
     """
 
     def __init__(self, q_values, num_envs: int, keys: np.ndarray, counters: np.ndarray, input_dtype: np.dtype):
@@ -126,13 +131,16 @@ class EpsilonGreedyActor:
         self._values = np.zeros(num_envs, np.float32)
         self._log_probs = torch.zeros(num_envs)
 
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q = self.q_values(obs).float().cpu().numpy()  # [N, A]
-        epsilon_greedy(q, self.epsilon, self.keys, self.counters, out_actions=self._actions, out_values=self._values)
+        mask = None if action_masks is None else action_masks.cpu().numpy()
+        epsilon_greedy(q, self.epsilon, self.keys, self.counters, mask=mask, out_actions=self._actions,
+                       out_values=self._values)
         return torch.from_numpy(self._actions), self._log_probs, torch.from_numpy(self._values)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.q_values(obs).max(1).values.float()  # [M]
+    def value(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
+        return masked_max(self.q_values(obs).float(), action_masks)  # [M]
 
     @staticmethod
     def to_env_action(actions: torch.Tensor) -> torch.Tensor:
@@ -145,6 +153,7 @@ class PQN(Algorithm):
 
     name = "pqn"
     config_class = PQNConfig
+    supports_action_masks = True
 
     def _build(self) -> None:
         c = self.config
@@ -165,6 +174,8 @@ class PQN(Algorithm):
         self.buffer = RolloutBuffer(c.num_steps, c.num_envs, obs_shape, (), obs_dtype=self._obs_dtype,
                                     action_dtype=np.int64, device=c.device)
         self._obs = np.zeros((c.num_envs, *obs_shape), self._obs_dtype)
+        # the valid actions of the current observations (an env with action masks), kept beside them
+        self._action_mask = np.ones((c.num_envs, self.action_mask_size), np.bool_) if self.action_mask_size else None
         self._raw_obs = np.zeros((c.num_steps, c.num_envs, *obs_shape), self._obs_dtype)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)  # minibatch order
@@ -212,18 +223,23 @@ class PQN(Algorithm):
                 g["lr"] = c.learning_rate * progress
         self.actor.epsilon = self.epsilon()
         if self._needs_reset:
-            obs, _ = self.env.reset(seed=self._env_seed)
+            obs, info = self.env.reset(seed=self._env_seed)
             np.copyto(self._obs, obs)
+            if self._action_mask is not None:
+                np.copyto(self._action_mask, info["action_mask"])
             self._needs_reset = False
         with torch.no_grad():
             if self.paths["collection"].value == "fused":
                 with self.timer.phase("collect"):
-                    returns, lengths = self.collector.collect(self.buffer, self._obs, self.actor.epsilon)
+                    returns, lengths = self.collector.collect(self.buffer, self._obs, self.actor.epsilon,
+                                                              self._action_mask)
             else:
-                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, None, seed=None)
+                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, None, seed=None,
+                                                          **self._mask_kwargs())
             self._record_episodes(returns, lengths)
             with self.timer.phase("targets"):
-                last_values = self.actor.value(torch.from_numpy(self._obs).to(self.device))  # [N]
+                masks = None if self._action_mask is None else torch.from_numpy(self._action_mask).to(self.device)
+                last_values = self.actor.value(torch.from_numpy(self._obs).to(self.device), masks)  # [N]
                 self._write_targets(last_values.cpu().numpy())
         return c.num_steps * c.num_envs
 
@@ -263,19 +279,28 @@ class PQN(Algorithm):
         self.record({"losses/td_loss": td_loss, "losses/q_values": q_mean, "charts/epsilon": self.actor.epsilon,
                      "charts/learning_rate": self.optimizer.param_groups[0]["lr"]})
 
+    def _mask_kwargs(self) -> dict:
+        """The step collector's ``action_mask`` argument: the current masks, for an env with action masks."""
+        return {} if self._action_mask is None else {"action_mask": self._action_mask}
+
     # -- acting ----------------------------------------------------------------------------------
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        """Greedy actions, or epsilon-greedy at the current epsilon with streams drawn from ``np_rng``."""
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None
+                        ) -> np.ndarray:
+        """Greedy actions, or epsilon-greedy at the current epsilon with streams drawn from ``np_rng`` (over the
+        valid actions of ``action_masks`` [B, A] bool when given)."""
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
-            q = self._q_values(x).float().cpu().numpy()  # [B, A]
-        if deterministic:
-            return q.argmax(1)
+            q = self._q_values(x).float()  # [B, A]
+            if deterministic:
+                masks = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
+                return apply_action_mask(q, masks).argmax(1).cpu().numpy()
+            q = q.cpu().numpy()
         keys = derive_keys(int(self.np_rng.integers(0, 2**63)), q.shape[0])
-        return epsilon_greedy(q, self.epsilon(), keys, np.zeros(q.shape[0], np.uint64))[0]
+        return epsilon_greedy(q, self.epsilon(), keys, np.zeros(q.shape[0], np.uint64), mask=action_masks)[0]
 
     def deterministic_module(self) -> torch.nn.Module:
-        return ArgmaxQ(self.q_net, self.observation_space.shape if self.q_net.has_encoder else None)
+        return ArgmaxQ(self.q_net, self.observation_space.shape if self.q_net.has_encoder else None,
+                       masked=self.action_mask_size > 0)
 
     # -- persistence -----------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -286,13 +311,16 @@ class PQN(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _extra_training_state(self) -> dict:
-        return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
+        masks = {} if self._action_mask is None else {"action_mask": torch.from_numpy(self._action_mask.copy())}
+        return {**masks, "obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
                 "generator": self.torch_generator.get_state(),
                 "act_keys": torch.from_numpy(self._act_keys.view(np.int64).copy()),
                 "act_counters": torch.from_numpy(self._act_counters.view(np.int64).copy())}
 
     def _load_extra_training_state(self, state: dict) -> None:
         np.copyto(self._obs, state["obs"].numpy())
+        if self._action_mask is not None:
+            np.copyto(self._action_mask, state["action_mask"].numpy())
         self._needs_reset = bool(state["needs_reset"])
         self.torch_generator.set_state(state["generator"])
         np.copyto(self._act_keys, state["act_keys"].numpy().view(np.uint64))

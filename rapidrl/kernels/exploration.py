@@ -60,12 +60,18 @@ def masked_epsilon_greedy_row(q_row, mask_row, epsilon, key, counter):
 
 
 @numba.njit(cache=True, nogil=True)
-def _epsilon_greedy_core(q, epsilon, keys, counters, actions, values, mask, masked):
+def _epsilon_greedy_core(q, epsilon, keys, counters, actions, values):
     for i in range(q.shape[0]):
-        if masked:
-            a, m = masked_epsilon_greedy_row(q[i], mask[i], epsilon, keys[i], counters[i])
-        else:
-            a, m = epsilon_greedy_row(q[i], epsilon, keys[i], counters[i])
+        a, m = epsilon_greedy_row(q[i], epsilon, keys[i], counters[i])
+        counters[i] += _TWO
+        actions[i] = a
+        values[i] = m
+
+
+@numba.njit(cache=True, nogil=True)
+def _masked_epsilon_greedy_core(q, mask, epsilon, keys, counters, actions, values):
+    for i in range(q.shape[0]):
+        a, m = masked_epsilon_greedy_row(q[i], mask[i], epsilon, keys[i], counters[i])
         counters[i] += _TWO
         actions[i] = a
         values[i] = m
@@ -98,12 +104,11 @@ def epsilon_greedy(q, epsilon, keys, counters, *, mask=None, out_actions=None, o
         out_values = np.empty(n, q.dtype)
     out_actions = check_array("out_actions", out_actions, dtypes=(np.int64,), shape=(n,))
     out_values = check_array("out_values", out_values, dtypes=(q.dtype,), shape=(n,))
-    masked = mask is not None
-    if masked:
-        mask = check_array("mask", mask, dtypes=(np.bool_,), shape=q.shape)
-        if n and not mask.any(1).all():
-            raise ValueError(f"mask: row {int(np.flatnonzero(~mask.any(1))[0])} has no valid action")
-    else:
-        mask = np.ones((1, 1), np.bool_)  # typed, unused
-    _epsilon_greedy_core(q, eps, keys, counters, out_actions, out_values, mask, masked)
+    if mask is None:
+        _epsilon_greedy_core(q, eps, keys, counters, out_actions, out_values)
+        return out_actions, out_values
+    mask = check_array("mask", mask, dtypes=(np.bool_,), shape=q.shape)
+    if n and not mask.any(1).all():
+        raise ValueError(f"mask: row {int(np.flatnonzero(~mask.any(1))[0])} has no valid action")
+    _masked_epsilon_greedy_core(q, mask, eps, keys, counters, out_actions, out_values)
     return out_actions, out_values

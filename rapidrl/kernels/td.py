@@ -8,7 +8,9 @@ quarter of a DQN update on CartPole). Tests compare it with autograd through ``d
 
 With q = Q(s, a), next_q = Q_target(s', a') where a' = argmax Q(s', .) (double DQN, the first maximum on
 ties like ``torch.argmax``) or next_q = max Q_target(s', .), target = r + discount * next_q and
-td = q - target: loss = mean_b w_b huber(td_b), d loss / d Q(s_b, a_b) = w_b clamp(td_b, -1, 1) / B.
+td = q - target: loss = mean_b w_b huber(td_b), d loss / d Q(s_b, a_b) = w_b clamp(td_b, -1, 1) / B. With
+``next_mask`` (the valid actions of s', action masks) the argmax and max run over the valid actions, and a state
+without a valid action is worth 0 (``rapidrl.nn.distributions.masked_max``).
 """
 
 from __future__ import annotations
@@ -16,18 +18,25 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from rapidrl.kernels.distributions import masked_max
 from rapidrl.kernels.validation import check_array, check_like
 
 
 @numba.njit(cache=True, nogil=True)
 def _dqn_td_grads(q_both, next_target, actions, rewards, discounts, weights, use_weights, double_q, d_out,
-                  out):  # pragma: no cover
+                  out, next_mask, use_mask):  # pragma: no cover
     b, num_actions = next_target.shape
     loss_sum = 0.0
     q_sum = 0.0
     td_sum = 0.0
     for i in range(b):
-        if double_q:
+        if use_mask:
+            if double_q:
+                best, _ = masked_max(q_both[b + i], next_mask[i])
+                next_q = next_target[i, best] if best >= 0 else np.float32(0.0)
+            else:
+                next_q = np.float32(masked_max(next_target[i], next_mask[i])[1])
+        elif double_q:
             best = 0
             for j in range(1, num_actions):
                 if q_both[b + i, j] > q_both[b + i, best]:
@@ -60,13 +69,17 @@ def _dqn_td_grads(q_both, next_target, actions, rewards, discounts, weights, use
     return -1
 
 
+_NO_MASK = np.ones((1, 1), np.bool_)  # typed, unused
+
+
 def dqn_td_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                  discounts: np.ndarray, weights: np.ndarray | None, double_q: bool, d_out: np.ndarray,
-                 out: np.ndarray) -> None:
+                 out: np.ndarray, next_mask: np.ndarray | None = None) -> None:
     """Fill d_out [B, A] with d loss / d Q(s, .) and out [3 + B] with (loss, mean Q(s, a), mean |td|, |td|...).
 
     q_both: the online network's output on s (rows :B) and, for double DQN, on s' (rows B:2B), float32;
-    next_target [B, A] float32; actions [B] int64 in [0, A); rewards, discounts, weights [B] float32.
+    next_target [B, A] float32; actions [B] int64 in [0, A); rewards, discounts, weights [B] float32; next_mask
+    [B, A] bool, the valid actions of s' (None: all).
     """
     f32 = np.dtype(np.float32)
     b, num_actions = check_array("next_target", next_target, ndim=2, dtypes=[f32]).shape
@@ -79,7 +92,10 @@ def dqn_td_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarra
         check_like("weights", weights, like="next_target", dtype=f32, shape=(b,))
     check_like("d_out", d_out, like="next_target", dtype=f32, shape=(b, num_actions))
     check_like("out", out, like="next_target", dtype=f32, shape=(3 + b,))
+    if next_mask is not None:
+        check_like("next_mask", next_mask, like="next_target", dtype=np.dtype(np.bool_), shape=(b, num_actions))
     bad = _dqn_td_grads(q_both, next_target, actions, rewards, discounts, rewards if weights is None else weights,
-                        weights is not None, bool(double_q), d_out, out)
+                        weights is not None, bool(double_q), d_out, out,
+                        _NO_MASK if next_mask is None else next_mask, next_mask is not None)
     if bad >= 0:
         raise ValueError(f"actions must lie in [0, {num_actions}), got actions[{bad}] = {actions[bad]}")

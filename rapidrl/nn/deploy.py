@@ -2,7 +2,8 @@
 
 Each wraps a frozen CPU copy of a trained network and maps flat float32 observations ``x [B, O]`` (raw: any
 observation normalisation is folded in) to the actions ``predict(obs, deterministic=True)`` returns. An
-algorithm builds its own in ``Algorithm.deterministic_module`` from these pieces.
+algorithm builds its own in ``Algorithm.deterministic_module`` from these pieces. A policy trained with action masks
+(``masked=True``) takes them as a second input, ``action_masks [B, M]`` bool, and picks among the valid actions.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import copy
 import numpy as np
 import torch
 from torch import nn
+
+from rapidrl.nn.distributions import apply_action_mask
 
 __all__ = ["ActorCriticMode", "ArgmaxQ", "NormalizeObs", "SquashedMean", "frozen_copy"]
 
@@ -37,30 +40,35 @@ class NormalizeObs(nn.Module):
 
 
 class ActorCriticMode(nn.Module):
-    """An ``ActorCritic``'s deterministic action (the distribution's mode), clipped or squashed into the bounds."""
+    """An ``ActorCritic``'s deterministic action (the distribution's mode, among the valid actions of
+    ``action_masks`` when given), clipped or squashed into the bounds."""
 
-    def __init__(self, policy: nn.Module):
+    def __init__(self, policy: nn.Module, masked: bool = False):
         super().__init__()
         self.net = frozen_copy(policy)
+        self.masked = masked
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raw, _, _ = self.net.act(x, deterministic=True)
+    def forward(self, x: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
+        raw, _, _ = self.net.act(x, deterministic=True, action_masks=action_masks)
         return self.net.to_env_action(raw)
 
 
 class ArgmaxQ(nn.Module):
-    """The greedy action of a Q network: argmax_a Q(x, a), [B] int64. obs_shape: the shape the network takes one
-    observation in (a CNN's [C, H, W]); the flat ``x`` is reshaped to it first. None: the network takes ``x``."""
+    """The greedy action of a Q network: argmax_a Q(x, a) [B] int64, over the valid actions of ``action_masks``
+    [B, A] bool when given. obs_shape: the shape the network takes one observation in (a CNN's [C, H, W]); the flat
+    ``x`` is reshaped to it first. None: the network takes ``x``. masked: the policy was trained with action masks
+    (the export takes them as an input)."""
 
-    def __init__(self, q_net: nn.Module, obs_shape: tuple[int, ...] | None = None):
+    def __init__(self, q_net: nn.Module, obs_shape: tuple[int, ...] | None = None, masked: bool = False):
         super().__init__()
         self.net = frozen_copy(q_net)
         self.obs_shape = None if obs_shape is None else tuple(int(s) for s in obs_shape)
+        self.masked = masked
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
         if self.obs_shape is not None:
             x = x.reshape(x.shape[0], *self.obs_shape)
-        return self.net(x).argmax(1)
+        return apply_action_mask(self.net(x), action_masks).argmax(1)
 
 
 class SquashedMean(nn.Module):

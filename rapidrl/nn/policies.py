@@ -1,7 +1,9 @@
 """Actor-critic policies for on-policy algorithms (PyTorch).
 
 One call gives everything a rollout needs: ``ActorCritic.act(obs) -> (actions, log_probs, values)``; one
-call gives everything a PPO/A2C update needs: ``evaluate(obs, actions) -> (log_probs, entropy, values)``.
+call gives everything a PPO/A2C update needs: ``evaluate(obs, actions) -> (log_probs, entropy, values)``. Both take
+``action_masks`` (bool [B, n] for Discrete, [B, sum(nvec)] for MultiDiscrete/MultiBinary; docs/masks.md): the
+categorical distributions then cover the valid actions only (``rapidrl.nn.distributions.apply_action_mask``).
 Layer layout is plain ``nn.Linear`` stacks, so the fused rollout collector can read the weights zero-copy.
 With an image encoder (``rapidrl.nn.encoders``: the Nature or MinAtar CNN) the policy is a shared CNN trunk with
 linear actor and critic heads, and takes uint8 observations (``input_dtype``).
@@ -18,10 +20,12 @@ import torch
 from torch import nn
 
 from rapidrl.nn.distributions import (
+    apply_action_mask,
     categorical_entropy,
     categorical_log_probs,
     gaussian_entropy,
     gaussian_log_prob,
+    split_action_mask,
     tanh_log_jacobian,
 )
 from rapidrl.nn.dtypes import full_precision
@@ -185,9 +189,11 @@ class ActorCritic(nn.Module):
         """log |d action / d raw| summed over dims [B] for the scaled tanh squash."""
         return tanh_log_jacobian(raw, (self.action_high - self.action_low) / 2)
 
-    def _multi_logp(self, out: torch.Tensor) -> list[torch.Tensor]:
-        """Per-component log-probabilities: out [B, sum(nvec)] -> [[B, n_k] for each component k]."""
-        return [categorical_log_probs(chunk) for chunk in torch.split(out, self.nvec, dim=-1)]
+    def _multi_logp(self, out: torch.Tensor, action_masks: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Per-component log-probabilities: out [B, sum(nvec)] (and masks [B, sum(nvec)]) -> [[B, n_k] for each
+        component k]."""
+        return [categorical_log_probs(apply_action_mask(chunk, m)) for chunk, m in
+                zip(torch.split(out, self.nvec, dim=-1), split_action_mask(action_masks, self.nvec))]
 
     def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
         """Map a policy sample to the env's action (clip to bounds or scaled tanh; MultiDiscrete: + start)."""
@@ -199,19 +205,23 @@ class ActorCritic(nn.Module):
             return self.action_low + (torch.tanh(raw) + 1.0) * (self.action_high - self.action_low) / 2
         return torch.clamp(raw, self.action_low, self.action_high)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False
+    def act(self, obs: torch.Tensor, deterministic: bool = False, action_masks: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample: obs [B, O] -> (raw actions [B] int64 or [B, A], log_probs [B], values [B]).
+        """Sample: obs [B, O] -> (raw actions [B] int64 or [B, A], log_probs [B], values [B]); among the valid actions
+        of ``action_masks`` (module docstring) when given.
 
         Raw actions are what the buffer stores (unclipped Gaussian samples); ``to_env_action`` maps them.
         """
         out, values = self._heads(obs)
-        actions, logp = self._sample(out, deterministic)
+        actions, logp = self._sample(out, deterministic, action_masks)
         return actions, logp, values
 
-    def _sample(self, out: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor output [B, A] -> (raw actions, log_probs [B]), sampled from torch's global generator."""
+    def _sample(self, out: torch.Tensor, deterministic: bool, action_masks: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor output [B, A] -> (raw actions, log_probs [B]), sampled from torch's global generator (among the
+        valid actions of ``action_masks``)."""
         if self.discrete:
+            out = apply_action_mask(out, action_masks)
             logp_all = categorical_log_probs(out)
             if deterministic:
                 actions = out.argmax(-1)
@@ -219,7 +229,7 @@ class ActorCritic(nn.Module):
                 actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
             return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         if self.multi:  # raw actions [B, K] int64 (component indices, before + start)
-            parts = self._multi_logp(out)
+            parts = self._multi_logp(out, action_masks)
             picks = [lp.argmax(-1) if deterministic else torch.multinomial(lp.exp(), 1).squeeze(-1) for lp in parts]
             actions = torch.stack(picks, -1)
             logp = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in zip(parts, picks))
@@ -230,24 +240,26 @@ class ActorCritic(nn.Module):
             logp = logp - self.squash_log_jacobian(raw)
         return raw, logp
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, action_masks: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log_probs [B], entropy [B], values [B]) of stored raw ``actions`` under the current policy.
+        """(log_probs [B], entropy [B], values [B]) of stored raw ``actions`` under the current policy (restricted to
+        the valid actions of ``action_masks``, the masks the actions were chosen under, when given).
 
         For the tanh squash the entropy is that of the underlying Gaussian (no closed form after tanh).
         """
         out, values = self._heads(obs)
-        logp, entropy = self._score(out, actions)
+        logp, entropy = self._score(out, actions, action_masks)
         return logp, entropy, values
 
-    def _score(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor output [B, A] and stored raw actions -> (log_probs [B], entropy [B])."""
+    def _score(self, out: torch.Tensor, actions: torch.Tensor, action_masks: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor output [B, A] and stored raw actions (and their masks) -> (log_probs [B], entropy [B])."""
         if self.discrete:
-            logp_all = categorical_log_probs(out)
+            logp_all = categorical_log_probs(apply_action_mask(out, action_masks))
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             return logp, categorical_entropy(logp_all)
         if self.multi:  # independent components: log-probs and entropies add
-            parts = self._multi_logp(out)
+            parts = self._multi_logp(out, action_masks)
             a = actions.long()
             logp = sum(lp.gather(-1, a[:, k:k + 1]).squeeze(-1) for k, lp in enumerate(parts))
             entropy = sum(categorical_entropy(lp) for lp in parts)

@@ -31,6 +31,7 @@ import torch
 from rapidrl._device import resolve_device
 from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs import VecEnvBase
+from rapidrl.envs.core.actions import mask_sizes
 from rapidrl.envs.registry import qualified_id
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.checkpoint import (
@@ -65,6 +66,9 @@ class Algorithm(PathSettings, Evaluation):
     supports_distributed: ClassVar[bool] = False  # True where every gradient step calls _sync_grads
     has_replay_buffer: ClassVar[bool] = False
     """``save`` takes ``include_buffer=True`` and writes the replay buffer beside the model (off-policy)."""
+    supports_action_masks: ClassVar[bool] = False
+    """Acts on the valid actions only of an env that states them (docs/masks.md): PPO, A2C, IMPALA, MAPPO, IPPO, DQN,
+    PQN. Another algorithm refuses such an env rather than ignore its masks."""
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):
@@ -107,6 +111,12 @@ class Algorithm(PathSettings, Evaluation):
             raise TypeError(f"env must be an environment id (str) or a rapidrl vector env, got {type(env).__name__}")
         self.observation_space: gym.Space = self.env.single_observation_space
         self.action_space: gym.Space = self.env.single_action_space
+        self.action_mask_size = int(getattr(self.env, "action_mask_size", 0))
+        """M, the width of the env's action masks (0: it states none): training, ``evaluate`` and ``predict(obs,
+        action_masks=...)`` act on the valid actions only, and the exported policy takes the masks as an input."""
+        if self.action_mask_size and not self.supports_action_masks:
+            raise ConfigError(f"{self.name.upper()} does not use action masks, and {self.env_id or 'the env'} states "
+                              "them: train it with PPO, A2C, IMPALA, MAPPO, IPPO, DQN or PQN (docs/masks.md)")
         self._eval_env = eval_env
         self.num_timesteps = 0
         self.num_episodes = 0
@@ -298,8 +308,13 @@ class Algorithm(PathSettings, Evaluation):
         return max(0.0, 1.0 - (self.num_timesteps - start) / total)
 
     # -- acting ----------------------------------------------------------------------------------
-    def predict(self, obs, deterministic: bool = False) -> np.ndarray:
-        """Actions for ``obs`` ([B, *obs_shape] or a single observation [*obs_shape]), as NumPy."""
+    def predict(self, obs, deterministic: bool = False, action_masks=None) -> np.ndarray:
+        """Actions for ``obs`` ([B, *obs_shape] or a single observation [*obs_shape]), as NumPy.
+
+        action_masks: the valid actions of each observation (bool [B, M] or [M] for one observation, M the width of
+        the action space's masks: ``check_action_masks``), as the env gives them; the actions are then chosen among
+        the valid ones (algorithms with ``supports_action_masks``). None: every action may be chosen.
+        """
         obs = np.asarray(obs)
         shape = self.observation_space.shape
         single = obs.shape == shape
@@ -308,8 +323,36 @@ class Algorithm(PathSettings, Evaluation):
         if obs.shape[1:] != shape:
             raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
         check_finite_observations(obs, "predict")
-        actions = self._policy_actions(obs, deterministic)
+        if action_masks is None:
+            actions = self._policy_actions(obs, deterministic)
+        else:
+            masks = self.check_action_masks(action_masks, obs.shape[0], single)
+            actions = self._policy_actions(obs, deterministic, action_masks=masks)
         return actions[0] if single else actions
+
+    def check_action_masks(self, action_masks, batch: int, single: bool = False) -> np.ndarray:
+        """``action_masks`` as a bool [batch, M] array (a single observation's [M] when ``single``), checked: the width
+        of the action space's masks (``rapidrl.envs.core.actions.mask_sizes``) and a valid action in every row (and
+        component). ValueError/TypeError otherwise, and for an algorithm without ``supports_action_masks``."""
+        if not self.supports_action_masks:
+            raise ValueError(f"{self.name.upper()} does not use action masks (docs/masks.md)")
+        sizes = mask_sizes(self.action_space)
+        m = np.asarray(action_masks)
+        if m.dtype != np.bool_:
+            raise TypeError(f"action_masks must be a bool array, got {m.dtype}")
+        want = (sum(sizes),) if single else (batch, sum(sizes))
+        if m.shape != want:
+            raise ValueError(f"action_masks must have shape {want} (one row per observation, the valid actions of "
+                             f"{self.action_space}), got {m.shape}")
+        m = m.reshape(batch, -1)
+        start = 0
+        for size in sizes:
+            none = ~m[:, start:start + size].any(1)
+            if none.any():
+                raise ValueError(f"action_masks[{int(np.flatnonzero(none)[0])}] has no valid action"
+                                 + (f" in component [{start}, {start + size})" if len(sizes) > 1 else ""))
+            start += size
+        return np.ascontiguousarray(m)
 
     def deterministic_module(self) -> torch.nn.Module:
         """A frozen CPU module mapping flat raw observations ``x [B, O]`` float32 to the actions
@@ -334,6 +377,7 @@ class Algorithm(PathSettings, Evaluation):
             "config": config_to_dict(self.config),
             "observation_space": space_to_dict(self.observation_space),
             "action_space": space_to_dict(self.action_space),
+            "action_mask_size": self.action_mask_size,
             "num_timesteps": self.num_timesteps,
             "num_updates": self.num_updates,
             "state": self._state(),

@@ -109,12 +109,14 @@ class Evaluation:
         finished = np.zeros(n_episodes, dtype=bool)
         starts = np.ones(n_episodes, dtype=bool)
         act = self._episode_actor(n_episodes, deterministic)
+        masked = getattr(env, "has_action_masks", False)
         with EvaluationProgress(n_episodes, f"eval {self.env_id or ''}".strip(), enabled=progress) as bar:
             steps = 0
             while not finished.all():
                 obs = np.asarray(obs)
                 check_finite_observations(obs, f"evaluate (step {steps} of {self.env_id or 'the eval env'})")
-                actions = act(obs, starts)
+                # an env with action masks: the policy acts on the valid actions only
+                actions = act(obs, starts, env.action_masks()) if masked else act(obs, starts)
                 obs, rewards, term, trunc, _ = env.step(actions)
                 returns += np.where(finished, 0.0, rewards)
                 starts = term | trunc
@@ -126,6 +128,12 @@ class Evaluation:
         return float(returns.mean()), float(returns.std())
 
     def _episode_actor(self, n: int, deterministic: bool):
-        """``act(obs [n, ...], episode_starts [n] bool) -> actions`` for stepping ``n`` envs through episodes
-        (a recurrent policy keeps its state in the closure; a feed-forward one ignores the starts)."""
-        return lambda obs, starts: self._policy_actions(obs, deterministic)
+        """``act(obs [n, ...], episode_starts [n] bool[, action_masks [n, M] bool]) -> actions`` for stepping ``n``
+        envs through episodes (a recurrent policy keeps its state in the closure; a feed-forward one ignores the
+        starts; the masks come from an env that has them)."""
+        def act(obs, starts, action_masks=None):
+            if action_masks is None:
+                return self._policy_actions(obs, deterministic)
+            return self._policy_actions(obs, deterministic, action_masks=action_masks)
+
+        return act

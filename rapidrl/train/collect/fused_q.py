@@ -4,10 +4,12 @@ written as Numba functions.
 Per step, inside Numba: the Q network's forward (``rapidrl.kernels.mlp.forward_norm`` for PQN's LayerNorm MLP,
 ``forward`` without norms) on the observations, reading the PyTorch weights zero-copy; the epsilon-greedy action and
 the greedy value of every env (``rapidrl.kernels.exploration.epsilon_greedy_row``: the same draws of the same
-counter-based streams as the step collector's ``epsilon_greedy``, so the same Q values give the same actions); the
-env's compiled step (``rapidrl.envs.core.kernels``); storage; max_a Q of the final observation of every truncated
-episode; episode statistics. As ``rapidrl.train.collect.fused`` does for the actor-critic policies, the env kernel's
-key is a compile-time constant bound by ``_collector(key)`` (one collector per env, cached on disk).
+counter-based streams as the step collector's ``epsilon_greedy``, so the same Q values give the same actions; over the
+valid actions only for an env with action masks, read from its arena: ``masked_epsilon_greedy_row``); the env's
+compiled step (``rapidrl.envs.core.kernels``); storage; max_a Q of the final observation of every truncated episode
+(over the valid actions of its final state); episode statistics. As ``rapidrl.train.collect.fused`` does for the
+actor-critic policies, the env kernel's key is a compile-time constant bound by ``_collector(key)`` (one collector per
+env, cached on disk).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from torch import nn
 
 from rapidrl.envs.core import kernels as env_kernels
 from rapidrl.envs.core.kernels import unpack
-from rapidrl.kernels import exploration, mlp
+from rapidrl.kernels import distributions, exploration, mlp
 from rapidrl.kernels.cache import invalidate_stale_cache
-from rapidrl.kernels.exploration import epsilon_greedy_row
+from rapidrl.kernels.distributions import masked_max
+from rapidrl.kernels.exploration import epsilon_greedy_row, masked_epsilon_greedy_row
 from rapidrl.kernels.mlp import ACTIVATION_CODES, forward, forward_norm
 from rapidrl.nn.numba_mlp import mlp_arrays, norm_arrays
 from rapidrl.train.collect import fused
@@ -51,16 +54,21 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
     env_code: the env's kernel key (a compile-time constant, bound by ``_collector``); arena: the env's arena.
     ws, bs (gammas, betas, ln_eps): the network's parameters (``norm``: with LayerNorms); act: hidden activation.
     keys, counters: [N] uint64 acting streams (counters advance by 2 per step). hs, q [N, A]: scratch.
-    b_values[t] = max_a Q(obs[t]); b_final_values[t] = max_a Q(final obs) where truncated and not terminated, else 0.
+    b_values[t] = max_a Q(obs[t]); b_final_values[t] = max_a Q(final obs) where truncated and not terminated, else 0
+    (max over the valid actions of an env with action masks: its arena's ``action_mask``/``final_action_mask``).
     """
     env = unpack(env_code, arena)
     obs, terminated, truncated, final_obs = env.obs, env.terminated, env.truncated, env.final_obs
     n_steps, n_envs = b_values.shape
+    masked = env.action_mask.shape[1] > 0
     for t in range(n_steps):
         b_obs[t] = obs
         _q_forward(b_obs[t], ws, bs, gammas, betas, ln_eps, norm, act, hs, q)
         for i in range(n_envs):
-            a, m = epsilon_greedy_row(q[i], epsilon, keys[i], counters[i])
+            if masked:
+                a, m = masked_epsilon_greedy_row(q[i], env.action_mask[i], epsilon, keys[i], counters[i])
+            else:
+                a, m = epsilon_greedy_row(q[i], epsilon, keys[i], counters[i])
             counters[i] += _TWO
             b_actions[t, i] = a
             b_values[t, i] = m
@@ -73,10 +81,13 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
             _q_forward(final_obs, ws, bs, gammas, betas, ln_eps, norm, act, hs, q)
             for i in range(n_envs):
                 if truncated[i] and not terminated[i]:
-                    m = q[i, 0]
-                    for k in range(1, q.shape[1]):
-                        m = max(m, q[i, k])
-                    b_final_values[t, i] = m
+                    if masked:
+                        b_final_values[t, i] = masked_max(q[i], env.final_action_mask[i])[1]
+                    else:
+                        m = q[i, 0]
+                        for k in range(1, q.shape[1]):
+                            m = max(m, q[i, k])
+                        b_final_values[t, i] = m
         _record_episodes(env.done, env.done_return, env.done_length, ep_r, ep_l, ep_count)
 
 
@@ -85,7 +96,7 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
 # kernel key).
 invalidate_stale_cache(collect_epsilon_greedy, [m.__file__ for m in (env_kernels, env_kernels._bookkeeping,
                                                                       env_kernels._arena, env_kernels.rng, exploration,
-                                                                      mlp, mlp.activations, fused)])
+                                                                      distributions, mlp, mlp.activations, fused)])
 
 
 @functools.cache
@@ -145,17 +156,23 @@ class FusedQCollector:
         self.ep_l = np.zeros(num_steps * n, np.int32)
         self.ep_count = np.zeros(1, np.int64)
 
-    def collect(self, buffer, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    def collect(self, buffer, obs: np.ndarray, epsilon: float, action_mask: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
         """Fill ``buffer`` (obs, actions, values = max_a Q, rewards, flags, final values) from ``obs`` [N, O], updated
-        in place to the observations after the last step. Returns (returns, lengths) of the episodes that ended."""
+        in place to the observations after the last step (and ``action_mask`` [N, M], their valid actions, for an
+        env with masks). Returns (returns, lengths) of the episodes that ended."""
         buffer.reset()
         self.ep_count[0] = 0
         np.copyto(self.env.arrays.obs, obs)
+        if action_mask is not None:
+            np.copyto(self.env.arrays.action_mask, action_mask)
         self._collect(self.env.arena, self.ws, self.bs, self.gammas, self.betas, self.ln_eps, self.norm, self.act,
                       float(epsilon), self.keys, self.counters, buffer.obs, buffer.actions, buffer.values,
                       buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_values, self.hs, self.q,
                       self.ep_r, self.ep_l, self.ep_count)
         buffer.mark_full()
         np.copyto(obs, self.env.arrays.obs)
+        if action_mask is not None:
+            np.copyto(action_mask, self.env.arrays.action_mask)
         k = int(self.ep_count[0])
         return self.ep_r[:k], self.ep_l[:k]

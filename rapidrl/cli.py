@@ -374,11 +374,6 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
                 summary["eval_score"] = float(dataset.normalized_score(mean))
                 print(f"normalised score: {summary['eval_score']:.1f} (0: {dataset.ref_min_score:.1f}, random; "
                       f"100: {dataset.ref_max_score:.1f}, expert; {dataset.dataset_id})")
-            dataset = getattr(model, "dataset", None)  # an offline model: D4RL's score with its dataset's references
-            if dataset is not None and dataset.ref_min_score is not None and dataset.ref_max_score is not None:
-                summary["eval_score"] = float(dataset.normalized_score(mean))
-                print(f"normalised score: {summary['eval_score']:.1f} (0: {dataset.ref_min_score:.1f}, random; "
-                      f"100: {dataset.ref_max_score:.1f}, expert; {dataset.dataset_id})")
         if resumed:  # this process trained only the part after the checkpoint; the clock of the whole is saved too
             print(f"trained steps {start_step:,} to {model.num_timesteps:,} in {wall:.1f} s ({summary['sps']:,.0f} "
                   f"SPS); all {model.num_timesteps:,} steps in {train_time:.1f} s of training")

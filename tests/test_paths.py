@@ -226,7 +226,7 @@ def test_paths_record_what_else_switches_the_code():
     with pytest.raises(ConfigError, match="A2C has no asynchronous collection"):
         rr.A2C("CartPole-v1", async_collect=True, num_envs=4)
     torch_env = rr.make_vec("CartPole-v1", 4, seed=0, vectorization="torch")
-    with pytest.raises(ConfigError, match="device.*supports none of async_collect, V-trace advantages"):
+    with pytest.raises(ConfigError, match=r"device.*supports none of async_collect, V-trace advantages"):
         rr.IMPALA(torch_env, num_envs=4, num_steps=8)
 
 

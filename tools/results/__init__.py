@@ -124,6 +124,15 @@ class Row:
     normalize: tuple[float, ...] = ()
     """An offline row's (random, expert) reference returns, its dataset's: the eval column also gives D4RL's
     normalised score 100 (eval - random) / (expert - random), the scale of its published figures; empty: none."""
+    evals: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    """More evaluations of the final model, each with other env settings: (label, ((env setting, value), ...))
+    (``rows.toml``: ``evals = [{ label = "vs random", env = { lookahead = 0.0 } }]``), as many episodes as the final
+    evaluation; the CSV keeps each one's mean and std (``eval[label]``, ``eval[label]_std``) and the page shows them
+    in the eval column. Empty: none."""
+    outcomes: bool = False
+    """The task's episode returns are +1 (win), 0 (draw) or -1 (loss) (games): the page shows each of ``evals`` as
+    win / draw / loss rates, exact from its mean m and population std s (win = (s^2 + m^2 + m) / 2, loss =
+    (s^2 + m^2 - m) / 2)."""
 
     def train_argv(self, timesteps: int, quick: bool) -> list[str]:
         argv = [self.algo, self.env, "--timesteps", str(timesteps)]
@@ -172,7 +181,8 @@ def load_rows(path: Path = ROWS_FILE) -> dict[str, Row]:
             if unknown := set(figure) - _PUBLISHED_FIELDS:
                 raise ValueError(f"{where}: unknown published field(s) {', '.join(sorted(unknown))}")
             published.append(Published(**{**figure, "setting": text(figure.get("setting", ""))}))
-        values = {**entry, "published": tuple(published),
+        evals = tuple((ev["label"], tuple(sorted(ev.get("env", {}).items()))) for ev in entry.get("evals", []))
+        values = {**entry, "published": tuple(published), "evals": evals,
                   **{key: tuple(entry[key]) for key in ("seeds", "sets", "quick_sets", "normalize") if key in entry},
                   **{key: text(entry[key]) for key in ("notes", "pending") if key in entry}}
         try:
@@ -295,6 +305,30 @@ def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int, wall: dict[int,
     return evals
 
 
+def evaluate_final(row: Row, run_dir: Path, episodes: int) -> dict[str, tuple[float, float]]:
+    """label -> (mean, std) of the final model's evaluations with each of ``row.evals``' env settings over the run's
+    own (``ALGO.load`` with the merged env settings, then ``evaluate(episodes)``, deterministic)."""
+    if not row.evals:
+        return {}
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.runs.config import load_run_config
+    from rapidrl.runs.layout import MODEL_FILE
+
+    base = load_run_config(run_dir).env_kwargs
+    out = {}
+    for label, settings in row.evals:
+        model = get_algorithm(row.algo).load(run_dir / MODEL_FILE, env_kwargs={**base, **dict(settings)})
+        out[label] = model.evaluate(episodes)
+    return out
+
+
+def outcome_rates(mean: float, std: float) -> tuple[float, float, float]:
+    """(win, draw, loss) rates of returns in {+1, 0, -1} with this mean and population std (``Row.outcomes``)."""
+    second = std * std + mean * mean  # E[r^2] = P(win) + P(loss)
+    win, loss = (second + mean) / 2, (second - mean) / 2
+    return win, 1.0 - win - loss, loss
+
+
 def solve_summary(evals: list[tuple[int, float, float]], solve: float) -> dict:
     """``SOLVE_FIELDS`` of a run's (step, eval, wall) evaluations: the first step reaching ``solve`` and the wall-clock
     to it, and the first step from which every later evaluation reaches it ("" where none)."""
@@ -365,6 +399,9 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
               "sps": round(summary["timesteps"] / max(wall, 1e-9), 1),
               "date_utc": _dt.datetime.now(_dt.timezone.utc).date().isoformat(), "commit": _git_commit()}
     fields = RESULT_FIELDS
+    for label, (mean, std) in evaluate_final(row, run_dir, int(summary.get("eval_episodes") or 10)).items():
+        result |= {f"eval[{label}]": round(mean, 4), f"eval[{label}]_std": round(std, 4)}
+        fields = [*fields, f"eval[{label}]", f"eval[{label}]_std"]
     if row.eval_every:
         evals = evaluate_checkpoints(row, run_dir, int(summary.get("eval_episodes") or 10), _wall_at_steps(cols))
         if row.solve is not None:
@@ -605,6 +642,7 @@ def write_page(out: Path, title_note: str = "") -> Path:
             if row.normalize and evals:
                 random, expert = row.normalize
                 score = f"<br>score {_stats([100 * (e - random) / (expert - random) for e in evals])}"
+            score += "".join(_extra_eval(row, label, results) for label, _ in row.evals)
             trains = [float(r["train_return"]) for r in results if r["train_return"]]
             wall = f"{np.mean([float(r['wall_s']) for r in results]):.0f} s" if results else "-"
             published = "<br>".join(p.text() for p in row.published) or "-"
@@ -621,6 +659,18 @@ def write_page(out: Path, title_note: str = "") -> Path:
                 lines += _solve_table(row, out)
     page.write_text("\n".join(lines))
     return page
+
+
+def _extra_eval(row: Row, label: str, results: list[dict]) -> str:
+    """The eval cell's line of one of ``row.evals`` over the recorded seeds: mean ± std, or (``row.outcomes``) the
+    mean win / draw / loss rates."""
+    runs = [(float(r[f"eval[{label}]"]), float(r[f"eval[{label}]_std"])) for r in results if r.get(f"eval[{label}]")]
+    if not runs:
+        return ""
+    if not row.outcomes:
+        return f"<br>{label}: {_stats([m for m, _ in runs])}"
+    win, draw, loss = np.mean([outcome_rates(m, s) for m, s in runs], axis=0)
+    return f"<br>{label}: won {100 * win:.1f}%, drew {100 * draw:.1f}%, lost {100 * loss:.1f}%"
 
 
 def _progress_note(row: Row, r: dict) -> str:

@@ -5,7 +5,9 @@ The identity task with invalid actions (sb3-contrib ``sb3_contrib/common/envs/in
 the target, else 0; a new target (uniform) is drawn after every step, with ``n_invalid_actions`` actions other than
 the target drawn invalid (a uniform subset, Knuth's selection sampling); episodes are truncated after ``ep_length``
 (100) steps. The target is always valid. A policy that picks valid actions at random scores 100 / (dim -
-n_invalid_actions) per episode; sb3-contrib's test passes MaskablePPO at >= 90 with dim 70 and 55 invalid.
+n_invalid_actions) per episode; sb3-contrib's test passes MaskablePPO at >= 90 with dim 70 and 55 invalid. An invalid
+action earns ``invalid_reward`` (0, sb3-contrib's: like any wrong action; the tests set -100, so that a run that ever
+acts invalidly shows it in its rewards).
 
 State int64 [N, 1 + dim]: the target, then one valid flag per action. The same functions serve every ``dim`` (read
 from the state's width); ``invalid_action_env(dim)`` makes the definition of one ``dim``.
@@ -51,7 +53,7 @@ def reset(state, i, params, rng_key, rng_counter):
 
 @numba.njit(cache=True)
 def step(state, i, actions, params, elapsed, rng_key, rng_counter):
-    reward = 1.0 if actions[i] == state[i, 0] else 0.0
+    reward = 1.0 if actions[i] == state[i, 0] else 0.0 if state[i, 1 + actions[i]] != 0 else params[2]
     _draw(state, i, params, rng_key, rng_counter)
     return reward, False
 
@@ -82,5 +84,6 @@ def invalid_action_env(dim: int = 70) -> NumbaEnv:
     dim = int(dim)
     return NumbaEnv(id=ENV_ID, observation_space=gym.spaces.Box(0.0, 1.0, (dim,), np.float32),
                     action_space=gym.spaces.Discrete(dim), state_shape=(None, 1 + dim), state_dtype=np.int64,
-                    reset=reset, step=step, observe=observe, mask=mask, params={"n_invalid_actions": 0},
+                    reset=reset, step=step, observe=observe, mask=mask,
+                    params={"n_invalid_actions": 0, "invalid_reward": 0.0},
                     max_episode_steps=100, check_params=functools.partial(_check_params, dim=dim))

@@ -85,11 +85,12 @@ class IMPALA(OnPolicyAlgorithm):
         c, policy, b = self.config, self.policy, self.buffer.tensors
         T, N = c.num_steps, c.num_envs
         obs, actions = b.obs.reshape(T * N, *b.obs.shape[2:]), b.actions.reshape(T * N, *b.actions.shape[2:])
+        masks = self.buffer.flat_action_masks()  # [T * N, M]: the valid actions each was chosen among (None: no masks)
         last_obs = torch.from_numpy(self._last_obs)
         params = list(policy.parameters())
         for _epoch in range(c.update_epochs):
             with self._autocast():  # bf16 autocast under precision="bf16" (the heads return float32)
-                log_probs, entropy, values = policy.evaluate(obs, actions)  # [T * N] each
+                log_probs, entropy, values = policy.evaluate(obs, actions, action_masks=masks)  # [T * N] each
             with torch.no_grad(), self._autocast():
                 last_values = policy.value(last_obs)
             with torch.no_grad():

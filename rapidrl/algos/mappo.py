@@ -11,6 +11,9 @@ mid-episode are kept out of the loss by the rollout's loss masks (``RolloutBuffe
 - IPPO: the critic reads the same columns as the actor (each agent's own observation and id);
 - MAPPO: the critic reads ``[agent one-hot | global state]``.
 
+Action masks (docs/masks.md): a PettingZoo env whose observations carry ``action_mask`` (the classic envs) gives
+each row's valid actions; collection, the update and ``evaluate`` act on them as PPO does.
+
 ``num_envs`` counts rows (E copies x N agents; it must be a multiple of N). Logged per update: PPO's metrics
 (``charts/episodic_return`` is then the mean per-agent return), plus ``charts/team_return`` (sum of the agents'
 returns in a copy) and ``charts/agent_<i>_return``.
@@ -151,9 +154,11 @@ class MAPPO(PPO):
         obs, seed = self._reset_for_evaluation(env)
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
+        masked = getattr(env, "has_action_masks", False)  # PettingZoo's observation masks: act on the valid actions
         with self._evaluation_rngs(seed, deterministic):
             while not finished.all():
-                obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic))
+                masks = env.action_masks() if masked else None
+                obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic, masks))
                 returns += np.where(finished, 0.0, info["team_reward"])
                 finished |= info["_team_episode"]
         return float(returns.mean()), float(returns.std())

@@ -16,6 +16,12 @@ One iteration (``_rollout``): collect T steps of N envs into ``buffer`` (``_coll
   ``precision`` (``rapidrl.train.precision``), resolved after it: "bf16" runs the update's forward pass and loss,
   and the step and device collection's acting, under bfloat16 autocast (the fused collector's compiled forward and
   ``async_collect``'s collector thread act in float32).
+
+Action masks (docs/masks.md): on an env that states its valid actions every collector but the device path acts on
+them (the fused collector inside its compiled loop, from the env's arena) and the rollout stores them
+(``RolloutBuffer.action_masks``), so the update's log-probabilities and entropy (both gradient backends, recurrent
+sequences, V-trace) are those of the masked distribution the actions were sampled from; ``predict(obs,
+action_masks=...)``, ``evaluate`` and export act on them too. The device path refuses a masked env.
 """
 from __future__ import annotations
 
@@ -169,6 +175,7 @@ class OnPolicyAlgorithm(Algorithm):
     """Rollout -> advantages -> ``_update`` (supplied by PPO/A2C/IMPALA)."""
 
     supports_distributed: ClassVar[bool] = True
+    supports_action_masks: ClassVar[bool] = True
     supports_recurrent: ClassVar[bool] = False
     """The update can train a recurrent policy on whole sequences (PPO, A2C)."""
     supports_async_collect: ClassVar[bool] = False
@@ -240,7 +247,8 @@ class OnPolicyAlgorithm(Algorithm):
         vtrace = advantages.value == "vtrace"
         unsupported = tuple(name for name, used in (("normalize_obs", c.normalize_obs),
                                                      ("normalize_reward", c.normalize_reward),
-                                                     ("async_collect", c.async_collect), ("V-trace advantages", vtrace))
+                                                     ("async_collect", c.async_collect), ("V-trace advantages", vtrace),
+                                                     ("action masks", self.action_mask_size > 0))
                             if used)
         self.paths["collection"] = choose_collection(c.collection, self.env, self.policy, self.device,
                                                      env_device=c.env_device, device_unsupported=unsupported)
@@ -284,7 +292,7 @@ class OnPolicyAlgorithm(Algorithm):
         action_shape = () if discrete else (len(self.policy.nvec),) if multi else self.action_space.shape
         return RolloutBuffer(c.num_steps, c.num_envs, self.observation_space.shape, action_shape,
                              obs_dtype=self._obs_dtype, action_dtype=np.int64 if discrete or multi else np.float32,
-                             device=c.device)
+                             device=c.device, action_mask_size=self.action_mask_size)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -300,8 +308,9 @@ class OnPolicyAlgorithm(Algorithm):
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
         return normalized(self.obs_normalizer, obs, self._obs_dtype)
 
-    def predict(self, obs, state=None, episode_start=None, deterministic: bool = False):
-        """Actions for ``obs`` ([B, *obs_shape] or one observation), as NumPy.
+    def predict(self, obs, state=None, episode_start=None, deterministic: bool = False, action_masks=None):
+        """Actions for ``obs`` ([B, *obs_shape] or one observation), as NumPy; among the valid actions of
+        ``action_masks`` (bool [B, M] or [M], ``Algorithm.predict``) when given.
 
         Recurrent policies (``recurrent="lstm"|"gru"``) as sb3-contrib's: ``predict(obs, state, episode_start,
         deterministic) -> (actions, state)``, where state is the float32 array [B, S] returned by the previous call
@@ -312,41 +321,52 @@ class OnPolicyAlgorithm(Algorithm):
         if not self.policy.recurrent:
             if state is not None or episode_start is not None:
                 raise ValueError("state and episode_start apply to recurrent policies only (this one is feed-forward)")
-            return super().predict(obs, deterministic=deterministic)
+            return super().predict(obs, deterministic=deterministic, action_masks=action_masks)
         obs, shape = np.asarray(obs), self.observation_space.shape
         single = obs.shape == shape
         batch = obs[None] if single else obs
         if batch.shape[1:] != shape:
             raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
         actions, state = predict_with_state(self.policy, self._normalize(batch), state, episode_start, deterministic,
-                                            self.device)
+                                            self.device, masks)
         return (actions[0], state) if single else (actions, state)
 
     def deterministic_module(self) -> torch.nn.Module:
         if self.policy.recurrent:
             raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the "
                              "state as an input and an output)")
+        normalize = None if self.obs_normalizer is None else NormalizeObs(self.obs_normalizer)
+        if self.action_mask_size:  # the exported module takes the masks as a second input
+            return ActorCriticMode(self.policy, masked=True, normalize=normalize)
         mode = ActorCriticMode(self.policy)
-        if self.obs_normalizer is None:
+        if normalize is None:
             return mode
-        return torch.nn.Sequential(NormalizeObs(self.obs_normalizer), mode)
+        return torch.nn.Sequential(normalize, mode)
 
     def _episode_actor(self, n: int, deterministic: bool):
         if not self.policy.recurrent:
             return super()._episode_actor(n, deterministic)
         actor = RecurrentActor(self.policy, n, self.device, deterministic)
 
-        def act(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
             x = torch.from_numpy(np.ascontiguousarray(self._normalize(obs))).to(self.device)
-            raw = actor(x, torch.from_numpy(np.asarray(starts, dtype=bool)).to(self.device))
+            masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks)).to(
+                self.device)
+            raw = actor(x, torch.from_numpy(np.asarray(starts, dtype=bool)).to(self.device), masks)
             return self.policy.to_env_action(raw).cpu().numpy()
 
         return act
 
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None
+                        ) -> np.ndarray:
+        """Actions for obs [B, ...] (normalized here), among the valid actions of ``action_masks`` [B, M] bool when
+        given."""
         with torch.no_grad():
             x = torch.from_numpy(np.ascontiguousarray(self._normalize(obs))).to(self.device)
-            raw, _, _ = self.policy.act(x, deterministic=deterministic)
+            masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks)).to(
+                self.device)
+            raw, _, _ = self.policy.act(x, deterministic=deterministic, action_masks=masks)
             return self.policy.to_env_action(raw).cpu().numpy()
 
     # -- the iteration: rollout, then advantages ---------------------------------------------------

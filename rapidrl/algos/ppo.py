@@ -212,7 +212,8 @@ class PPO(OnPolicyAlgorithm):
         c, b = self.config, self.buffer.tensors
         T, N = c.num_steps, c.num_envs
         log_probs, _, values = self.policy.evaluate(b.obs.reshape(T * N, *b.obs.shape[2:]),
-                                                    b.actions.reshape(T * N, *b.actions.shape[2:]))
+                                                    b.actions.reshape(T * N, *b.actions.shape[2:]),
+                                                    action_masks=self.buffer.flat_action_masks())
         vs, pg_adv = vtrace_targets(log_probs.view(T, N), b.log_probs, b.rewards, values.view(T, N),
                                     self.policy.value(torch.from_numpy(self._last_obs)), b.terminated, b.truncated,
                                     b.final_values, gamma=c.gamma, rho_bar=1.0, c_bar=1.0)

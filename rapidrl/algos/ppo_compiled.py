@@ -5,8 +5,9 @@ The kernel runs every minibatch update of one epoch (forward, loss gradients, ba
 call on zero-copy NumPy views of the parameters, their ``.grad`` and the ``torch.optim.Adam`` state, so the
 optimizer's state dict, checkpoints and the PyTorch backend see every step. It covers separate MLP actor and
 critic (each reading a column range of the observation row), categorical or Gaussian heads (clipped or
-tanh-squashed), float32 on the CPU, one learner; ``unavailable`` says what to change otherwise. The "torch"
-backend (``rapidrl.algos.ppo``) is its reference: ``tests/test_ppo_compiled_update.py`` compares them.
+tanh-squashed; a categorical over the valid actions of the rollout's stored action masks), float32 on the CPU, one
+learner; ``unavailable`` says what to change otherwise. The "torch" backend (``rapidrl.algos.ppo``) is its
+reference: ``tests/test_ppo_compiled_update.py`` compares them.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class CompiledPPOUpdate:
         else:
             batch_stats = (0.0, 1.0)
         mode = {"none": NORM_NONE, "minibatch": NORM_MINIBATCH, "batch": NORM_BATCH}[normalize]
+        masks = buffer.flat_action_masks()  # [T*N, A] bool: the valid actions of each sample (None: no masks)
+        masks = None if masks is None else masks.numpy()
         sums, count = np.zeros(len(STAT_NAMES)), 0
         for _epoch in range(c.update_epochs):
             perm = buffer.active_permutation(generator) if buffer.masked else buffer.permutation(generator)
@@ -121,7 +124,7 @@ class CompiledPPOUpdate:
                            batch_mean=batch_stats[0], batch_std=batch_stats[1], clip_coef=clip,
                            clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef,
                            max_grad_norm=c.max_grad_norm, lr=float(group["lr"]), beta1=group["betas"][0],
-                           beta2=group["betas"][1], eps=group["eps"])
+                           beta2=group["betas"][1], eps=group["eps"], action_masks=masks)
             sums += stats.sum(0)
             count += stats.shape[0]
             if c.target_kl is not None and stats[-1, STAT_NAMES.index("approx_kl")] > c.target_kl:

@@ -124,6 +124,9 @@ class EpsilonGreedyActor:
     [N] uint64, advanced by every ``act``; ``epsilon`` is set per rollout.
     """
 
+    value_takes_masks = True
+    """``StepCollector`` passes the final observations' masks to ``value`` (V = max over their valid actions)."""
+
     def __init__(self, q_values, num_envs: int, keys: np.ndarray, counters: np.ndarray, input_dtype: np.dtype):
         self.q_values, self.keys, self.counters, self.input_dtype = q_values, keys, counters, input_dtype
         self.epsilon = 1.0

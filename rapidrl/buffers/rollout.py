@@ -17,6 +17,11 @@ episode: the env's ``info["active"]``, stored by the per-step collector through 
 rollout has such samples (``masked``), minibatches and the compiled PPO epoch draw from the active samples
 only, and advantage statistics are theirs. A rollout written without masks has ``masked`` False and costs
 nothing extra.
+
+Action masks (docs/masks.md): for an env that states its valid actions, ``action_mask_size`` M > 0 and
+``action_masks[t, n]`` [M] bool holds the valid actions of the observation step t acted on (written by the
+collectors); minibatches then carry them (``RolloutBatch.action_masks``), so the update scores the stored actions
+under the distribution they were sampled from. M = 0 (an env without masks) stores nothing and batches carry None.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from rapidrl.kernels.validation import check_int
 __all__ = ["ADVANTAGE_NORMALIZATIONS", "RolloutBatch", "RolloutBuffer", "RolloutStorage"]
 
 _FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values",
-           "advantages", "returns", "active")
+           "advantages", "returns", "active", "action_masks")
 _ADDED = _FIELDS[:8]  # written by add(), in its argument order
 _BATCH = ("obs", "actions", "log_probs", "values", "advantages", "returns")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "batch", "none")
@@ -53,10 +58,14 @@ class RolloutBatch(NamedTuple):
     values: torch.Tensor  # [M]
     advantages: torch.Tensor  # [M], normalized as asked
     returns: torch.Tensor  # [M]
+    action_masks: torch.Tensor | None = None  # [M, A] bool: the valid actions the stored actions were chosen among
 
     def evaluate(self, policy) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log_probs, entropy, values) [M] of the stored actions under ``policy`` (``ActorCritic.evaluate``)."""
-        return policy.evaluate(self.obs, self.actions)
+        """(log_probs, entropy, values) [M] of the stored actions under ``policy`` (``ActorCritic.evaluate``; over the
+        valid actions of ``action_masks`` when the rollout has them)."""
+        if self.action_masks is None:
+            return policy.evaluate(self.obs, self.actions)
+        return policy.evaluate(self.obs, self.actions, action_masks=self.action_masks)
 
 
 class RolloutStorage(NamedTuple):
@@ -73,6 +82,7 @@ class RolloutStorage(NamedTuple):
     advantages: object
     returns: object
     active: object
+    action_masks: object
 
 
 def _kind(x) -> str:
@@ -100,15 +110,19 @@ class RolloutBuffer:
         obs_dtype: storage dtype of observations; action_dtype: storage dtype of actions (default
             int64 for ``action_shape == ()``, else float32).
         device: "cpu" (NumPy storage + torch views) or a torch device (torch storage).
+        action_mask_size: M, the width of the env's action masks (0: the env states none, nothing is stored).
 
     Fields (``[T, N]`` unless noted): obs ``[T, N, *obs_shape]``, actions ``[T, N, *action_shape]``,
-    log_probs, values, rewards, final_values, advantages, returns (float32); terminated, truncated, active (bool).
+    log_probs, values, rewards, final_values, advantages, returns (float32); terminated, truncated, active (bool);
+    action_masks ``[T, N, M]`` (bool).
     """
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, action_shape: tuple = (), *,
-                 obs_dtype=np.float32, action_dtype=None, device: str | torch.device = "cpu"):
+                 obs_dtype=np.float32, action_dtype=None, device: str | torch.device = "cpu",
+                 action_mask_size: int = 0):
         self.num_steps = check_int("num_steps", num_steps, low=1)
         self.num_envs = check_int("num_envs", num_envs, low=1)
+        self.action_mask_size = check_int("action_mask_size", action_mask_size, low=0)
         self.obs_shape = tuple(int(s) for s in obs_shape)
         self.action_shape = tuple(int(s) for s in action_shape)
         if action_dtype is None:
@@ -121,7 +135,8 @@ class RolloutBuffer:
                  "actions": ((T, N, *self.action_shape), self.action_dtype),
                  **{f: ((T, N), np.dtype(np.float32)) for f in ("log_probs", "values", "rewards", "final_values",
                                                                "advantages", "returns")},
-                 **{f: ((T, N), np.dtype(np.bool_)) for f in ("terminated", "truncated", "active")}}
+                 **{f: ((T, N), np.dtype(np.bool_)) for f in ("terminated", "truncated", "active")},
+                 "action_masks": ((T, N, self.action_mask_size), np.dtype(np.bool_))}
         self._specs = {f: specs[f] for f in _FIELDS}
         if self.device.type == "cpu":
             self.arrays = RolloutStorage(*(np.zeros(s, dtype=d) for s, d in self._specs.values()))
@@ -134,8 +149,10 @@ class RolloutBuffer:
             storage = self.tensors
         for name, x in zip(_FIELDS, storage):
             setattr(self, name, x)
+        self._batch_fields = _BATCH + (("action_masks",) if self.action_mask_size else ())
+        """What a minibatch gathers: the action masks too when the rollout has them."""
         self._flat = {f: getattr(self.tensors, f).reshape(T * N, *getattr(self.tensors, f).shape[2:])
-                      for f in _BATCH}
+                      for f in self._batch_fields}
         self.active[...] = True
         self._pos = 0
         self.masked = False
@@ -168,7 +185,7 @@ class RolloutBuffer:
         self._pos = self.num_steps
 
     def add(self, obs, actions, log_probs, values, rewards, terminated, truncated, final_values=None,
-            active: np.ndarray | None = None) -> None:
+            active: np.ndarray | None = None, action_masks: np.ndarray | None = None) -> None:
         """Write one time step for all N envs at ``pos`` and advance.
 
         obs [N, *obs_shape], actions [N, *action_shape], log_probs/values/rewards [N], terminated/
@@ -178,6 +195,8 @@ class RolloutBuffer:
         float), flags must be bool. Everything is checked before anything is written.
         active: None (every row took part in this step) or a NumPy bool [N] loss mask (False: leave the row's
         sample out of the update, e.g. an agent that left a multi-agent episode).
+        action_masks: the NumPy bool [N, M] valid actions the actions were chosen among; required when the buffer has
+        ``action_mask_size`` M > 0, refused otherwise.
         """
         if self._pos >= self.num_steps:
             raise ValueError(f"rollout is full ({self.num_steps} steps); call reset() first")
@@ -207,7 +226,16 @@ class RolloutBuffer:
             if not (isinstance(active, np.ndarray) and active.dtype == np.bool_ and active.shape == (self.num_envs,)):
                 raise TypeError(f"active must be None or a NumPy bool array of shape ({self.num_envs},)")
             active = None if active.all() else active
+        if (action_masks is None) != (self.action_mask_size == 0):
+            raise ValueError(f"action_masks must be given exactly when the buffer stores masks (action_mask_size="
+                             f"{self.action_mask_size})")
+        if action_masks is not None and not (isinstance(action_masks, np.ndarray) and action_masks.dtype == np.bool_
+                                             and action_masks.shape == (self.num_envs, self.action_mask_size)):
+            raise TypeError(f"action_masks must be a NumPy bool array of shape ({self.num_envs}, "
+                            f"{self.action_mask_size})")
         t = self._pos
+        if action_masks is not None:
+            self.action_masks[t] = action_masks if cpu else torch.from_numpy(action_masks).to(self.device)
         if active is not None:
             self.active[t] = active if cpu else torch.from_numpy(active).to(self.device)
             self.masked = True
@@ -235,6 +263,8 @@ class RolloutBuffer:
             if name == "active" and name not in state:  # a rollout saved before loss masks existed
                 self.tensors.active.fill_(True)
                 continue
+            if name == "action_masks" and name not in state and self.action_mask_size == 0:
+                continue  # a rollout saved before action masks existed (its env had none)
             dst, src = getattr(self.tensors, name), state[name]
             if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
                 raise ValueError(f"saved rollout field {name} is {src.dtype} {tuple(src.shape)}, this buffer holds "
@@ -296,10 +326,11 @@ class RolloutBuffer:
                             f"got {type(generator).__name__}")
         if not self.full:
             raise ValueError(f"minibatches needs a full rollout: {self._pos}/{self.num_steps} steps added")
+        fields = self._batch_fields
         out = self._minibatch_cache.get(batch_size)
         if out is None:
             out = RolloutBatch(*(torch.empty((batch_size, *self._flat[f].shape[1:]), dtype=self._flat[f].dtype,
-                                             device=self.device) for f in _BATCH))
+                                             device=self.device) for f in fields))
             self._minibatch_cache[batch_size] = out
         if self.masked:
             yield from self._active_minibatches(batch_size, generator, normalize_advantages, epochs)
@@ -310,8 +341,8 @@ class RolloutBuffer:
             for start in range(0, total, batch_size):
                 m = min(batch_size, total - start)
                 idx = self._perm_device[start:start + m]
-                mb = RolloutBatch(*(x[:m] for x in out)) if m < batch_size else out
-                for name, dst in zip(_BATCH, mb):
+                mb = RolloutBatch(*(x[:m] for x in out[:len(fields)])) if m < batch_size else out
+                for name, dst in zip(fields, mb):
                     torch.index_select(self._flat[name], 0, idx, out=dst)
                 if normalize_advantages is not None:
                     _normalize_advantages(mb.advantages, moments, inplace=True)
@@ -325,7 +356,7 @@ class RolloutBuffer:
         index = self.active_indices()
         if len(index) == 0:
             return
-        fields = [self._flat[f] for f in _BATCH]
+        fields = [self._flat[f] for f in self._batch_fields]
         moments = advantage_moments(self._flat["advantages"][index]) if normalize == "batch" else None
         for _ in range(epochs):
             chosen = index[self._draw_order(len(index), generator).to(index.device)]
@@ -354,6 +385,10 @@ class RolloutBuffer:
         if isinstance(generator, np.random.Generator):
             return torch.from_numpy(generator.permutation(n))
         return torch.randperm(n, generator=generator)
+
+    def flat_action_masks(self) -> torch.Tensor | None:
+        """The ``[T*N, M]`` view of the stored action masks, or None when the rollout has none (M = 0)."""
+        return self._flat["action_masks"] if self.action_mask_size else None
 
     def flat(self, name: str) -> torch.Tensor:
         """The ``[T*N, ...]`` view of stored field ``name`` (one of obs, actions, log_probs, values, advantages,

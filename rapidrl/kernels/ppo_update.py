@@ -18,7 +18,10 @@ ent_coef/B * p (log p + H); for a Gaussian dlogp/dmu = z/sigma, dlogp/dlog_std =
 Shapes (M = T*N samples, B = minibatch size, D = obs size, A = actions or logits):
 
 - obs [M, D] float32, each network reading a column range of it (default all D); actions_discrete [M] int64
-  (discrete) / actions_continuous [M, A] float32;
+  (discrete) / actions_continuous [M, A] float32; action_masks [M, A] bool (discrete, an env with action masks:
+  the valid actions each sample was chosen among; the categorical then covers them only, through
+  ``rapidrl.kernels.distributions.apply_action_mask``, and an invalid action's logit gets gradient 0 as under
+  PyTorch's ``masked_fill``);
 - old_log_probs, old_values, advantages, returns [M] float32; perm [P] int64 (the epoch's samples in order: a
   permutation of all M, or of the P active ones of a masked rollout);
 - params, grads, exp_avgs, exp_avg_sqs: tuples of K contiguous 1-D float32 arrays (views of the parameters
@@ -43,7 +46,13 @@ from rapidrl.kernels import advantages as advantage_kernels
 from rapidrl.kernels.adam import clip_and_count_unchecked
 from rapidrl.kernels.advantages import ADVANTAGE_EPS
 from rapidrl.kernels.cache import invalidate_stale_cache
-from rapidrl.kernels.distributions import categorical_entropy, gaussian_entropy, gaussian_log_prob, log_sum_exp
+from rapidrl.kernels.distributions import (
+    apply_action_mask,
+    categorical_entropy,
+    gaussian_entropy,
+    gaussian_log_prob,
+    log_sum_exp,
+)
 from rapidrl.kernels.mlp import RELU, TANH
 from rapidrl.kernels.mlp import backward as mlp_backward
 from rapidrl.kernels.mlp import forward as mlp_forward
@@ -68,10 +77,10 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps):  
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_probs, old_values, advantages, returns,
-               perm, batch_size, norm_mode, batch_mean, batch_std, params, grads, exp_avgs, exp_avg_sqs, steps,
-               actor, critic, act, actor_lo, actor_hi, critic_lo, critic_hi, clip_coef, clip_vloss, ent_coef, vf_coef,
-               max_grad_norm, lr, beta1, beta2, eps, stats_out):  # pragma: no cover
+def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, action_masks, masked, old_log_probs, old_values,
+               advantages, returns, perm, batch_size, norm_mode, batch_mean, batch_std, params, grads, exp_avgs,
+               exp_avg_sqs, steps, actor, critic, act, actor_lo, actor_hi, critic_lo, critic_hi, clip_coef, clip_vloss,
+               ent_coef, vf_coef, max_grad_norm, lr, beta1, beta2, eps, stats_out):  # pragma: no cover
     total = perm.shape[0]
     n_mb = 0
     log_std_k = len(params) - 1
@@ -115,6 +124,8 @@ def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, old_log_prob
             i = idx[r]
             a_r = adv[r]
             if discrete:
+                if masked:
+                    apply_action_mask(head[r], action_masks[i])
                 lse = log_sum_exp(head[r])
                 ent = categorical_entropy(head[r], lse)
                 new_logp = head[r, actions_discrete[i]] - lse
@@ -266,10 +277,11 @@ class PPOEpochKernel:
     def __call__(self, obs, actions, old_log_probs, old_values, advantages, returns, perm, *, batch_size: int,
                  norm_mode: int, batch_mean: float, batch_std: float, clip_coef: float, clip_vloss: bool,
                  ent_coef: float, vf_coef: float, max_grad_norm: float, lr: float, beta1: float, beta2: float,
-                 eps: float) -> np.ndarray:
+                 eps: float, action_masks: np.ndarray | None = None) -> np.ndarray:
         """One epoch over ``perm`` [P] (indices of the M samples to train on, in minibatch order: all M, or the
         active ones of a masked rollout), cut into minibatches of ``batch_size`` (the last one smaller); returns
-        the per-minibatch statistics [ceil(P / batch_size), 5] (``STAT_NAMES``)."""
+        the per-minibatch statistics [ceil(P / batch_size), 5] (``STAT_NAMES``). action_masks: [M, A] bool, the
+        valid actions of each sample (discrete actions; None: all valid)."""
         _check("perm", perm, np.int64, 1)
         _check("obs", obs, np.float32, 2)
         total, rows = perm.shape[0], obs.shape[0]
@@ -284,11 +296,19 @@ class PPOEpochKernel:
             a_d, a_c = actions, np.zeros((1, 1), np.float32)
             if rows and (actions.min() < 0 or actions.max() >= self.n_out):
                 raise ValueError(f"actions must lie in [0, {self.n_out})")
+            if action_masks is not None:
+                _check("action_masks", action_masks, np.bool_, 2, rows)
+                if action_masks.shape[1] != self.n_out:
+                    raise ValueError(f"action_masks must have {self.n_out} columns, got {action_masks.shape[1]}")
+                if rows and not action_masks[np.arange(rows), actions].all():
+                    raise ValueError("an action is invalid under its own action mask")
         else:
             _check("actions", actions, np.float32, 2, rows)
             if actions.shape[1] != self.n_out:
                 raise ValueError(f"actions must have {self.n_out} columns, got {actions.shape[1]}")
             a_d, a_c = np.zeros(1, np.int64), actions
+            if action_masks is not None:
+                raise ValueError("action_masks apply to discrete actions only")
         if total and (perm.min() < 0 or perm.max() >= rows):
             raise ValueError(f"perm must index [0, {rows})")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -297,11 +317,13 @@ class PPOEpochKernel:
             raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
         stats = np.zeros((-(-total // batch_size), 5), np.float64)
         actor_scratch, critic_scratch = self._scratch_for(batch_size)
-        _ppo_epoch(obs, a_d, a_c, self.discrete, old_log_probs, old_values, advantages, returns, perm, batch_size,
-                   norm_mode, float(batch_mean), float(batch_std), *self.args, (*self.actor, *actor_scratch),
-                   (*self.critic, *critic_scratch), self.act, *self.columns, float(clip_coef), bool(clip_vloss),
-                   float(ent_coef), float(vf_coef), float(max_grad_norm), float(lr), float(beta1), float(beta2),
-                   float(eps), stats)
+        masked = action_masks is not None
+        masks = action_masks if masked else np.ones((1, 1), np.bool_)
+        _ppo_epoch(obs, a_d, a_c, self.discrete, masks, masked, old_log_probs, old_values, advantages, returns, perm,
+                   batch_size, norm_mode, float(batch_mean), float(batch_std), *self.args,
+                   (*self.actor, *actor_scratch), (*self.critic, *critic_scratch), self.act, *self.columns,
+                   float(clip_coef), bool(clip_vloss), float(ent_coef), float(vf_coef), float(max_grad_norm),
+                   float(lr), float(beta1), float(beta2), float(eps), stats)
         return stats
 
 

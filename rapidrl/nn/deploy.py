@@ -41,14 +41,18 @@ class NormalizeObs(nn.Module):
 
 class ActorCriticMode(nn.Module):
     """An ``ActorCritic``'s deterministic action (the distribution's mode, among the valid actions of
-    ``action_masks`` when given), clipped or squashed into the bounds."""
+    ``action_masks`` when given), clipped or squashed into the bounds. normalize: a module applied to ``x`` first
+    (``NormalizeObs``; a masked policy cannot sit in an ``nn.Sequential``, which passes one input)."""
 
-    def __init__(self, policy: nn.Module, masked: bool = False):
+    def __init__(self, policy: nn.Module, masked: bool = False, normalize: nn.Module | None = None):
         super().__init__()
         self.net = frozen_copy(policy)
         self.masked = masked
+        self.normalize = normalize
 
     def forward(self, x: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
+        if self.normalize is not None:
+            x = self.normalize(x)
         raw, _, _ = self.net.act(x, deterministic=True, action_masks=action_masks)
         return self.net.to_env_action(raw)
 

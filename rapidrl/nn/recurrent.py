@@ -236,18 +236,21 @@ class RecurrentActorCritic(ActorCritic):
         """Values [M] from the layers' outputs h [M, output_size]."""
         return self.critic(h[:, self.size:] if self.critic_core else h).squeeze(-1)
 
-    def score_outputs(self, h: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def score_outputs(self, h: torch.Tensor, actions: torch.Tensor, action_masks: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_probs, entropy, values), each [M], of stored raw ``actions`` [M, ...] from the layers' outputs
-        h [M, output_size] (``sequence_outputs``)."""
-        logp, entropy = self._score(self.actor_output(h), actions)
+        h [M, output_size] (``sequence_outputs``), over the valid actions of ``action_masks`` [M, A] when given."""
+        logp, entropy = self._score(self.actor_output(h), actions, action_masks)
         return logp, entropy, self.values_of(h)
 
     def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
-            deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            deterministic: bool = False, action_masks: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """obs [B, ...], state [B, S], episode_starts [B] bool (None: no env starts) ->
-        (raw actions, log_probs [B], values [B], new state [B, S])."""
+        (raw actions, log_probs [B], values [B], new state [B, S]); among the valid actions of ``action_masks``
+        [B, A] bool when given."""
         h, state = self._step(obs, state, episode_starts)
-        actions, logp = self._sample(self.actor_output(h), deterministic)
+        actions, logp = self._sample(self.actor_output(h), deterministic, action_masks)
         return actions, logp, self.values_of(h), state
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None = None,

@@ -38,16 +38,19 @@ class RecurrentActor:
         self.state = policy.initial_state(n, device)
 
     @torch.no_grad()
-    def __call__(self, obs: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-        raw, _, _, self.state = self.policy.act(obs, self.state, starts, deterministic=self.deterministic)
+    def __call__(self, obs: torch.Tensor, starts: torch.Tensor, action_masks: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+        raw, _, _, self.state = self.policy.act(obs, self.state, starts, deterministic=self.deterministic,
+                                                action_masks=action_masks)
         return raw
 
 
-def predict_with_state(policy, obs: np.ndarray, state, episode_start, deterministic: bool, device
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def predict_with_state(policy, obs: np.ndarray, state, episode_start, deterministic: bool, device,
+                       action_masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``predict`` of a recurrent policy, as sb3-contrib's: obs [B, ...] (normalized as the policy takes them),
     state [B, S] (None: fresh episodes) and episode_start [B] bool (None: none starts) -> (env actions [B, ...],
-    the state after this step [B, S] float32)."""
+    the state after this step [B, S] float32); among the valid actions of ``action_masks`` [B, M] bool (checked)
+    when given."""
     n = obs.shape[0]
     if state is None:
         state = policy.initial_state(n, device)
@@ -60,7 +63,9 @@ def predict_with_state(policy, obs: np.ndarray, state, episode_start, determinis
         raise ValueError(f"episode_start must have {n} entries (one per observation), got {starts.shape}")
     with torch.no_grad():
         x = torch.from_numpy(np.ascontiguousarray(obs)).to(device)
-        raw, _, _, state = policy.act(x, state, torch.from_numpy(starts).to(device), deterministic=deterministic)
+        masks = None if action_masks is None else torch.from_numpy(action_masks).to(device)
+        raw, _, _, state = policy.act(x, state, torch.from_numpy(starts).to(device), deterministic=deterministic,
+                                      action_masks=masks)
         actions = policy.to_env_action(raw).cpu().numpy()
     return actions, state.cpu().numpy()
 
@@ -79,6 +84,9 @@ class SequenceBatch:
     advantages: torch.Tensor
     """Normalized as asked."""
     returns: torch.Tensor
+    action_masks: torch.Tensor | None
+    """[(T - burn_in) * n, M] bool: the valid actions the stored actions were chosen among (None: the env has no
+    masks)."""
     initial_state: torch.Tensor
     """[n, S]: the state entering each column's first step."""
     starts: torch.Tensor
@@ -91,7 +99,7 @@ class SequenceBatch:
         """(log_probs, entropy, values) [(T - burn_in) * n] of the stored actions, replaying the columns through the
         recurrent layers from their initial state (``RecurrentActorCritic.sequence_outputs``)."""
         h = policy.sequence_outputs(self.obs, self.initial_state, self.starts, self.burn_in, self.layout)
-        log_probs, entropy, values = policy.score_outputs(h, self.actions)
+        log_probs, entropy, values = policy.score_outputs(h, self.actions, self.action_masks)
         return log_probs.reshape(-1), entropy.reshape(-1), values.reshape(-1)
 
 
@@ -127,9 +135,10 @@ class RolloutSequences:
         if normalize != "none":
             advantages = normalize_advantages(advantages, moments)
         b, state = self.buffer.tensors, self.collector.initial_state
+        masks = self.field("action_masks", idx) if self.buffer.action_mask_size else None
         return SequenceBatch(b.obs if idx is None else b.obs[:, idx], self.field("actions", idx),
                              self.field("log_probs", idx), self.field("values", idx), advantages,
-                             self.field("returns", idx), state if idx is None else state[idx],
+                             self.field("returns", idx), masks, state if idx is None else state[idx],
                              starts if idx is None else starts[:, idx], layout, self.burn_in)
 
     def whole(self, normalize: str = "none") -> SequenceBatch:

@@ -6,7 +6,9 @@ actions exactly as ``ActorCritic.act`` does (categorical by inverse CDF; Gaussia
 state-independent std, clip or tanh squash), step the env with its own compiled loop (``rapidrl.envs.core.kernels``),
 write storage, value the final observations of truncated episodes, and collect
 episode statistics. The per-step Python loop, the ~60-90 µs PyTorch policy call and the tensor
-conversions disappear.
+conversions disappear. On an env with action masks (its ``mask`` function) the discrete collector reads each step's
+valid actions from the env's arena, samples among them (``rapidrl.kernels.distributions.apply_action_mask`` on the
+logits, the twin of ``ActorCritic``'s masked distribution) and stores them in the rollout.
 
 The env loop is ``rapidrl.envs.core.kernels.step_envs`` with the env's kernel key (``NumbaVecEnv.kernel_key``), a
 compile-time constant: ``_collectors(key)`` binds it, so each env gets its own collector, cached on disk (functions
@@ -29,6 +31,7 @@ from rapidrl.envs.core.kernels import step_envs, unpack
 from rapidrl.kernels import distributions, mlp
 from rapidrl.kernels.cache import invalidate_stale_cache
 from rapidrl.kernels.distributions import (
+    apply_action_mask,
     categorical_sample,
     gaussian_log_prob,
     log_sum_exp,
@@ -114,20 +117,27 @@ def _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_
 @numba.njit(cache=True, nogil=True)
 def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                      b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
-                     b_final_values, raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count):
+                     b_final_values, raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l, ep_count):
     """Collect T steps of N discrete-action envs into the rollout arrays ``b_*`` [T, N, ...].
 
     env_code: the env's kernel key (a compile-time constant, bound by ``_collectors``).
     arena: the env's arena (``rapidrl.envs.core.kernels.unpack``: state, params, counters, RNG, outputs).
+    b_action_masks [T, N, M]: the valid actions each step acted among, for an env with action masks (M > 0: the
+    arena's ``action_mask``; M = 0: no masks, nothing written).
     logits [N, A], values [N, 1], scratch_obs [N, O] are scratch.
     """
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     env = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
+    masked = env.action_mask.shape[1] > 0
     for t in range(n_steps):
         _observe(t, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, logits,
                  values)
+        if masked:
+            b_action_masks[t] = env.action_mask
         for i in range(n_envs):
+            if masked:
+                apply_action_mask(logits[i], env.action_mask[i])
             lse = log_sum_exp(logits[i])
             a = categorical_sample(logits[i], lse, np.random.random())  # noqa: NPY002
             b_actions[t, i] = a
@@ -188,11 +198,11 @@ def _collectors(key: str) -> tuple:
 
     @numba.njit(cache=True, nogil=True)
     def discrete(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs, b_actions,
-                 b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values, raw_obs, logits, values,
-                 scratch_obs, ep_r, ep_l, ep_count):
+                 b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values, raw_obs, b_action_masks,
+                 logits, values, scratch_obs, ep_r, ep_l, ep_count):
         collect_discrete(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs,
                          b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values,
-                         raw_obs, logits, values, scratch_obs, ep_r, ep_l, ep_count)
+                         raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l, ep_count)
 
     @numba.njit(cache=True, nogil=True)
     def continuous(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std, low, high,
@@ -312,8 +322,11 @@ class FusedCollector:
         storage = (buffer.obs, buffer.actions, buffer.log_probs, buffer.values, buffer.rewards, buffer.terminated,
                    buffer.truncated, buffer.final_values, raw_obs)
         if self.discrete:
-            self._collect_discrete(*common, *storage, self.head, self.values, self.scratch_obs, self.ep_r, self.ep_l,
-                             self.ep_count)
+            if buffer.action_mask_size != self.env.action_mask_size:
+                raise ValueError(f"the rollout stores action masks of width {buffer.action_mask_size}, the env's are "
+                                 f"{self.env.action_mask_size} wide")
+            self._collect_discrete(*common, *storage, buffer.action_masks, self.head, self.values, self.scratch_obs,
+                                   self.ep_r, self.ep_l, self.ep_count)
         else:
             self._collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
                                self.env_actions, *storage, self.head, self.values, self.scratch_obs, self.ep_r,

@@ -46,12 +46,12 @@ class RecurrentStepCollector(StepCollector):
         np.copyto(self.initial_starts, self.starts)
         return super().collect(buffer, obs, raw_obs, obs_normalizer, seed)
 
-    def _act(self, obs: torch.Tensor):
+    def _act(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None):
         starts = torch.from_numpy(self.starts).to(self.device)
-        raw, logp, values, self._next_state = self.policy.act(obs, self.state, starts)
+        raw, logp, values, self._next_state = self.policy.act(obs, self.state, starts, action_masks=action_masks)
         return raw, logp, values
 
-    def _final_values(self, final_obs: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
+    def _final_values(self, final_obs: torch.Tensor, mask: np.ndarray, final_masks=None) -> torch.Tensor:
         index = torch.from_numpy(np.flatnonzero(mask)).to(self.device)
         return self.policy.value(final_obs, self._next_state.index_select(0, index))
 

@@ -184,7 +184,7 @@ def test_compiled_acting_equals_pytorch_acting(deterministic):
     for forward in (compiled_forward, None):
         sac._acting_forward = forward  # None: the PyTorch actor
         torch.manual_seed(4)  # the same exploration noise
-        actions.append(sac._act(obs, deterministic))
+        actions.append(sac._policy_actions(obs, deterministic))
     np.testing.assert_allclose(actions[0], actions[1], rtol=1e-5, atol=1e-6)
     assert np.all(np.abs(actions[0]) <= 2.0)
     dqn = DQN("CartPole-v1", hidden=(32, 32), seed=1)

@@ -21,13 +21,13 @@ from rapidrl.algos.cql import (
     CQL,
     DiscreteCQL,
     conservative_penalty,
-    cql_actor_loss,
     cql_critic_loss,
     discrete_conservative_penalty,
 )
 from rapidrl.algos.iql import IQL, advantage_weighted_loss, cosine_lr, expectile_loss, iql_q_target
 from rapidrl.algos.td3_bc import TD3BC, td3_bc_actor_loss
 from rapidrl.buffers.dataset import DatasetError, collect_episodes, load_dataset, write_dataset
+from rapidrl.train.offpolicy_losses import soft_actor_loss
 from rapidrl.train.precision import native_bf16
 
 SMALL = dict(hidden=(64, 64), torch_threads=1, seed=0)
@@ -85,8 +85,8 @@ def test_cql_losses():
                            torch.tensor([0.1, 0.2]), cql_alpha=10.0)
     assert loss.item() == pytest.approx(2.5 + 3.0)
     # alpha log pi - min_i Q_i: (0.5 * -1 - 1, 0.5 * 2 - (-3)) -> mean (-1.5 + 4) / 2
-    assert cql_actor_loss(torch.tensor([[1.0, 5.0], [2.0, -3.0]]), torch.tensor([-1.0, 2.0]),
-                          torch.tensor([0.5])).item() == pytest.approx(1.25)
+    assert soft_actor_loss(torch.tensor([[1.0, 5.0], [2.0, -3.0]]), torch.tensor([-1.0, 2.0]),
+                           torch.tensor([0.5])).item() == pytest.approx(1.25)
     # discrete: logsumexp(0, ln 3) = ln 4; data Q 0 and ln 3
     q_all = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
     assert discrete_conservative_penalty(q_all, torch.tensor([0, 1])).item() == pytest.approx(

@@ -269,6 +269,7 @@ def test_legacy_settings_are_upgraded_with_a_warning(tmp_path):
     ("dqn", {"log_interval": 10, "train_freq": 4, "gradient_steps": 2}, {"log_every_steps": 20},
      "log_interval replaced by log_every_steps=20"),  # 10 gradient steps take 20 env steps
     ("sac", {"compile": True}, {"torch_compile": True}, "compile replaced by torch_compile=True"),
+    ("ddpg", {"policy_frequency": 1}, {"policy_delay": 1}, "policy_frequency replaced by policy_delay=1"),
 ])
 def test_renamed_settings_are_upgraded_in_kwargs_and_config_files(tmp_path, algo, old, new, said):
     """Each renamed setting (issue 42's one vocabulary) under its old name: the value upgraded, a DeprecationWarning
@@ -280,7 +281,7 @@ def test_renamed_settings_are_upgraded_in_kwargs_and_config_files(tmp_path, algo
     with pytest.warns(DeprecationWarning, match=said):
         config = config_from_dict(cls.config_class, dict(old))
     assert {k: getattr(config, k) for k in new} == new
-    env = "Pendulum-v1" if algo == "sac" else "CartPole-v1"
+    env = "Pendulum-v1" if algo in ("sac", "ddpg") else "CartPole-v1"
     with pytest.warns(DeprecationWarning, match=said):
         run = resolve([("test.toml", {"run": {"algo": algo, "env": env}, "algo": dict(old)})])
     assert {k: getattr(run.algo_config, k) for k in new} == new

@@ -12,11 +12,18 @@ import pytest
 import torch
 
 from rapidrl.algos.dqn import DQN
-from rapidrl.algos.offpolicy import critic_loss
-from rapidrl.algos.sac import SAC, actor_loss, soft_target, temperature_loss
-from rapidrl.algos.td3 import TD3, smoothed_target_actions, td3_target
+from rapidrl.algos.sac import SAC
+from rapidrl.algos.td3 import TD3
 from rapidrl.envs.adapters.gymnasium import SyncVecEnv
 from rapidrl.train.callbacks import EvalCallback
+from rapidrl.train.entropy import temperature_loss
+from rapidrl.train.offpolicy_losses import (
+    critic_loss,
+    smoothed_target_actions,
+    soft_actor_loss,
+    soft_target,
+    td3_target,
+)
 
 TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_every_steps=5)
 LEARN = dict(hidden=(64, 64), batch_size=128)  # smaller than the defaults (256x256, 256): 4x cheaper updates in CI
@@ -29,7 +36,7 @@ def test_sac_losses():
     alpha = torch.tensor([0.5])
     tgt = soft_target(torch.tensor([1.0, 1.0]), torch.tensor([0.9, 0.0]), q, torch.tensor([-1.0, 2.0]), alpha)
     torch.testing.assert_close(tgt, torch.tensor([1.0 + 0.9 * (1.0 + 0.5), 1.0]))  # min Q - alpha logp; no bootstrap
-    torch.testing.assert_close(actor_loss(q, torch.tensor([-1.0, 2.0]), alpha),
+    torch.testing.assert_close(soft_actor_loss(q, torch.tensor([-1.0, 2.0]), alpha),
                                torch.tensor(((0.5 * -1.0 - 1.0) + (0.5 * 2.0 - 0.0)) / 2))
     log_alpha = torch.zeros(1, requires_grad=True)
     temperature_loss(log_alpha, torch.tensor([-3.0, -3.0]), target_entropy=-1.0).backward()

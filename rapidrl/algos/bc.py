@@ -60,6 +60,7 @@ class BC(OfflineAlgorithm):
     config_class = BCConfig
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("actor_loss",)
+    saved_state = ("actor", "optimizer")
 
     def _build_networks(self) -> None:
         c = self.config
@@ -101,11 +102,3 @@ class BC(OfflineAlgorithm):
 
     def _actor_module(self) -> torch.nn.Module:
         return ArgmaxQ(self.actor) if self.discrete else frozen_copy(self.actor)
-
-    # -- persistence -----------------------------------------------------------------------------------------------
-    def _networks_state(self) -> dict:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def _load_networks_state(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.optimizer.load_state_dict(state["optimizer"])

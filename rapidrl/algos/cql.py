@@ -28,14 +28,16 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
-from rapidrl.algos.offpolicy import check_box_actions, dqn_loss, polyak_update
+from rapidrl.algos.offpolicy import check_box_actions
 from rapidrl.algos.registry import register
-from rapidrl.nn.deploy import ArgmaxQ, SquashedMean
+from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, QNetwork, SquashedGaussianActor, squashed_gaussian
+from rapidrl.nn.qnets import QNetwork, squashed_gaussian
 from rapidrl.train.config import check_positive, check_unit_interval
-from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+from rapidrl.train.entropy import EntropyConfig, temperature_loss
+from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
+from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update, soft_actor_loss, soft_target, td3_target
 
 
 @dataclass
@@ -86,13 +88,8 @@ def cql_critic_loss(q_data: torch.Tensor, target: torch.Tensor, penalty: torch.T
     return (q_data - target).square().mean(-1).sum() + cql_alpha * penalty.sum()
 
 
-def cql_actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """SAC's actor loss E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B] -> []."""
-    return (alpha * log_prob - q_pi.min(0).values).mean()
-
-
 @register
-class CQL(OfflineAlgorithm):
+class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
     """Conservative Q-Learning, offline (Box actions; DiscreteCQL for Discrete ones).
 
     ``CQL(env, dataset=ID, **hyperparameters)``; see CQLConfig."""
@@ -101,24 +98,19 @@ class CQL(OfflineAlgorithm):
     config_class = CQLConfig
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("critic_loss", "penalty", "actor_loss", "ent_coef", "q_values", "entropy")
+    saved_state = ("actor", "critic", "critic_target", "log_alpha", "actor_optimizer", "critic_optimizer")
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
         check_box_actions("CQL", self.action_space)
 
     def _build_networks(self) -> None:
-        space, c = self.action_space, self.config
-        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-        act_dim = int(space.shape[0])
-        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
-        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+        c = self.config
+        self._build_actor_and_critics()
         actor_params = [*self.actor.parameters(), self.log_alpha] if self.tune_alpha else list(self.actor.parameters())
         self.actor_optimizer = adam(actor_params, c.actor_learning_rate)
         self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
-        self._critic_params = list(self.critic.parameters())
-        self._target_params = list(self.critic_target.parameters())
+        low, high = torch.as_tensor(self.action_space.low), torch.as_tensor(self.action_space.high)
         self._uniform_log_density = -float(torch.log(high - low).sum())  # of a uniform action in the bounds
         self._low, self._high = low.to(self.device), high.to(self.device)
 
@@ -144,10 +136,11 @@ class CQL(OfflineAlgorithm):
                     heads, torch.randn(heads.shape[0], noise.shape[1], device=head.device), actor.scale,
                     actor.center, actor.log_std_min, actor.log_std_max)
                 next_actions, next_log_prob = sampled[:b], sampled_log_prob[:b]
-                next_q = self.critic_target(batch.next_obs, next_actions).min(0).values  # [B]
+                next_q = self.critic_target(batch.next_obs, next_actions)  # [n, B]
                 if c.backup_entropy:
-                    next_q = next_q - alpha * next_log_prob
-                target = batch.rewards + batch.discounts * next_q  # [B]
+                    target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # [B]
+                else:
+                    target = td3_target(batch.rewards, batch.discounts, next_q)
             uniform = torch.rand(b * m, batch.actions.shape[1], device=self.device) * (self._high - self._low) \
                 + self._low  # [B M, A]
             proposals = torch.cat([uniform, sampled[b:]])  # [3 B M, A]: uniform, pi(s), pi(s') (all at s)
@@ -158,7 +151,7 @@ class CQL(OfflineAlgorithm):
                                  sampled_log_prob[b:].reshape(2, b, m).permute(1, 0, 2).reshape(b, 2 * m)], 1)
         penalty = conservative_penalty(q_prop, log_density, q_data, c.cql_temperature)  # [n]
         loss_q = cql_critic_loss(q_data, target, penalty, c.cql_alpha)
-        loss_pi = cql_actor_loss(q_pi, log_prob, alpha)
+        loss_pi = soft_actor_loss(q_pi, log_prob, alpha)
         loss = loss_q + loss_pi
         if self.tune_alpha:
             loss = loss + temperature_loss(self.log_alpha, log_prob, self.target_entropy)
@@ -170,26 +163,6 @@ class CQL(OfflineAlgorithm):
         polyak_update(self._target_params, self._critic_params, c.tau)
         return torch.stack([loss_q.detach(), penalty.detach().mean(), loss_pi.detach(), alpha[0],
                             q_data.detach().mean(), -log_prob.detach().mean()])
-
-    # -- acting ----------------------------------------------------------------------------------------------------
-    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
-        return self.actor(x, deterministic)[0].cpu().numpy()
-
-    def _actor_module(self) -> torch.nn.Module:
-        return SquashedMean(self.actor)
-
-    # -- persistence -----------------------------------------------------------------------------------------------
-    def _networks_state(self) -> dict:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "actor_optimizer": self.actor_optimizer.state_dict(),
-                "critic_optimizer": self.critic_optimizer.state_dict()}
-
-    def _load_networks_state(self, state: dict) -> None:
-        for name in ("actor", "critic", "critic_target", "actor_optimizer", "critic_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
 
 
 # -- discrete ----------------------------------------------------------------------------------------------------------
@@ -240,6 +213,7 @@ class DiscreteCQL(OfflineAlgorithm):
     config_class = DiscreteCQLConfig
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("loss", "td_loss", "penalty", "q_values")
+    saved_state = ("q_net", "q_target", "optimizer")
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
@@ -292,13 +266,3 @@ class DiscreteCQL(OfflineAlgorithm):
 
     def _actor_module(self) -> torch.nn.Module:
         return ArgmaxQ(self.q_net)
-
-    # -- persistence -----------------------------------------------------------------------------------------------
-    def _networks_state(self) -> dict:
-        return {"q_net": self.q_net.state_dict(), "q_target": self.q_target.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
-
-    def _load_networks_state(self, state: dict) -> None:
-        for name in ("q_net", "q_target", "optimizer"):
-            getattr(self, name).load_state_dict(state[name])
-

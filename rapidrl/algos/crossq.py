@@ -1,8 +1,10 @@
 """CrossQ (Bhatt et al., ICLR 2024): SAC without target networks, with batch-renormalised critics and actor.
 
-Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the update
-driver come from the shared off-policy core (``rapidrl.algos.offpolicy``); the temperature from
-``rapidrl.train.entropy``; Batch Renormalization from ``rapidrl.nn.batch_renorm``.
+Read top to bottom: the config, the joint critic pass, the update. The target and losses (``soft_target``,
+``critic_loss``, ``soft_actor_loss``) are SAC's (``rapidrl.train.offpolicy_losses``), the networks and acting the
+squashed Gaussian actor-critic's (``rapidrl.train.offpolicy_actors``); collection, replay and the update driver come
+from the shared off-policy core (``rapidrl.algos.offpolicy``); the temperature from ``rapidrl.train.entropy``; Batch
+Renormalization from ``rapidrl.nn.batch_renorm``.
 
 The critics see (s, a) and (s', a'), a' ~ pi(s'), in one joint forward pass of 2B rows in training mode, so their
 Batch Renormalization layers normalise both with the statistics of the mixture (``joint_critic_forward``). Its
@@ -17,17 +19,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, critic_loss, maybe_compile
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
 from rapidrl.algos.registry import register
 from rapidrl.nn.batch_renorm import batch_renorm_mode, interleave_batch_renorm
-from rapidrl.nn.deploy import SquashedMean
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
+from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.train.config import check_hidden, check_positive, check_unit_interval
-from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+from rapidrl.train.entropy import EntropyConfig, temperature_loss
+from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic, maybe_compile
+from rapidrl.train.offpolicy_losses import critic_loss, soft_actor_loss, soft_target
 
 
 @dataclass
@@ -76,43 +78,27 @@ def joint_critic_forward(critic: CriticEnsemble, obs: torch.Tensor, actions: tor
     return q_all[:, :b], q_all[:, b:].detach()
 
 
-def crossq_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
-                  alpha: torch.Tensor) -> torch.Tensor:
-    """r + discount * (min_i Q_i(s', a') - alpha log pi(a'|s')), from the online critics' joint pass: next_q [n, B],
-    the rest [B]."""
-    return rewards + discounts * (next_q.min(0).values - alpha * next_log_prob)
-
-
-def actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B]."""
-    return (alpha * log_prob - q_pi.min(0).values).mean()
-
-
 @register
-class CrossQ(OffPolicyAlgorithm):
+class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     """CrossQ for Box action spaces. ``CrossQ(env, **hyperparameters)``; see CrossQConfig."""
 
     name = "crossq"
     config_class = CrossQConfig
     stat_names = ("critic_loss", "q_values", "actor_loss", "ent_coef_loss", "ent_coef", "entropy")
+    saved_state = ("actor", "critic", "log_alpha", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
         check_box_actions("CrossQ", self.action_space)
 
     def _build_networks(self) -> None:
-        space, c = self.action_space, self.config
-        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-        act_dim = int(space.shape[0])
+        c = self.config
         norm = dict(momentum=c.batch_norm_momentum, eps=c.batch_norm_eps, warmup_steps=c.renorm_warmup_steps)
-        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden)
+        self._build_actor_and_critics(c.critic_hidden, batch_renorm=norm, target=False)
         self.actor.trunk = interleave_batch_renorm(self.actor.trunk, after_last=True, **norm)
         self.actor.to(self.device)
-        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.critic_hidden, batch_renorm=norm
-                                     ).to(self.device)
         for net in (self.actor, self.critic):  # evaluation mode except inside a training pass (batch_renorm_mode)
             net.eval()
-        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
         betas = (c.adam_beta1, 0.999)
         self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate, betas=betas)
         self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate, betas=betas)
@@ -128,7 +114,7 @@ class CrossQ(OffPolicyAlgorithm):
             with torch.no_grad():
                 next_actions, next_log_prob = self.actor(batch.next_obs)  # running statistics
             q, next_q = joint_critic_forward(self.critic, batch.obs, batch.actions, batch.next_obs, next_actions)
-        target = crossq_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)
+        target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # online critics
         loss_q = critic_loss(q, target)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss_q.backward()
@@ -150,7 +136,7 @@ class CrossQ(OffPolicyAlgorithm):
             loss_alpha = torch.zeros((), device=self.device)
         with self._autocast():
             q_pi = self.critic(obs, actions_pi, detach_params=True)  # [n, B], gradients reach the actor only
-        loss_pi = actor_loss(q_pi, log_prob, alpha)
+        loss_pi = soft_actor_loss(q_pi, log_prob, alpha)
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss_pi.backward()
         optimizer_step(self.actor_optimizer)
@@ -161,35 +147,3 @@ class CrossQ(OffPolicyAlgorithm):
         if (self.num_gradient_steps + 1) % self.config.policy_delay == 0:
             self._last_actor_stats = self._actor_update_fn(batch.obs)
         return torch.cat([out, self._last_actor_stats])  # the latest actor step's statistics
-
-    # -- acting ----------------------------------------------------------------------------------
-    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-            return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
-
-    def deterministic_module(self) -> torch.nn.Module:
-        return SquashedMean(self.actor)
-
-    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
-        return self._act(obs, deterministic=False)
-
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return self._act(obs, deterministic)
-
-    # -- persistence -----------------------------------------------------------------------------
-    def _state(self) -> dict:
-        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                 "log_alpha": self.log_alpha.detach().clone(), "actor_optimizer": self.actor_optimizer.state_dict(),
-                 "critic_optimizer": self.critic_optimizer.state_dict()}
-        if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return state
-
-    def _load_state(self, state: dict) -> None:
-        for name in ("actor", "critic", "actor_optimizer", "critic_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, dqn_loss, polyak_update, uniform_valid
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, uniform_valid
 from rapidrl.algos.registry import register
 from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
@@ -28,6 +28,7 @@ from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require
+from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.train.schedules import linear_decay
 
 
@@ -94,6 +95,7 @@ class DQN(OffPolicyAlgorithm):
 
     name = "dqn"
     config_class = DQNConfig
+    saved_state = ("q_net", "q_target", "optimizer")
     supports_action_masks = True
     multi_input = True
     stat_names = ("loss", "q_values", "td_abs")
@@ -281,15 +283,6 @@ class DQN(OffPolicyAlgorithm):
         return self._greedy(obs, action_masks) if deterministic else self._explore_actions(obs, action_masks)
 
     # -- persistence -----------------------------------------------------------------------------
-    def _state(self) -> dict:
-        return {"q_net": self.q_net.state_dict(), "q_target": self.q_target.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
-
-    def _load_state(self, state: dict) -> None:
-        self.q_net.load_state_dict(state["q_net"])
-        self.q_target.load_state_dict(state["q_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-
     def _extra_training_state(self) -> dict:
         return {**super()._extra_training_state(), "last_target_update": self._last_target_update}
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
-from rapidrl.algos.offpolicy import check_box_actions, critic_loss, polyak_update
+from rapidrl.algos.offpolicy import check_box_actions
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.distributions import gaussian_log_prob
@@ -36,6 +36,7 @@ from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import mlp
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.offpolicy_losses import critic_loss, polyak_update
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """The clamp of the actor's log std (CORL's iql.py)."""
@@ -133,6 +134,7 @@ class IQL(OfflineAlgorithm):
     config_class = IQLConfig
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("value_loss", "critic_loss", "actor_loss", "q_values", "advantage")
+    saved_state = ("actor", "critic", "critic_target", "value", "optimizer", "actor_optimizer")
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
@@ -200,13 +202,3 @@ class IQL(OfflineAlgorithm):
 
     def _actor_module(self) -> torch.nn.Module:
         return frozen_copy(self.actor.mean)
-
-    # -- persistence -----------------------------------------------------------------------------------------------
-    def _networks_state(self) -> dict:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "value": self.value.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict()}
-
-    def _load_networks_state(self, state: dict) -> None:
-        for name in ("actor", "critic", "critic_target", "value", "optimizer", "actor_optimizer"):
-            getattr(self, name).load_state_dict(state[name])

@@ -100,10 +100,10 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     """Training on a dataset, and offline-to-online fine-tuning (module docstring); BC, TD3+BC, IQL and CQL supply
     networks, losses and acting.
 
-    Subclass hooks: ``_build_networks()``, ``_update_step(batch)`` on normalised minibatches, ``_act(x,
-    deterministic)`` and ``_explore(x)`` on normalised observation tensors [B, O] returning env actions as NumPy,
-    ``_actor_module()`` (the deterministic actor for export, on normalised input), ``_networks_state()`` /
-    ``_load_networks_state(state)``.
+    Subclass hooks (``OffPolicyAlgorithm``'s): ``_build_networks()``, ``_update_step(batch)`` on normalised
+    minibatches, ``_act(x, deterministic)`` and ``_explore(x)`` on normalised observation tensors [B, O]
+    (``_obs_tensor``) returning env actions as NumPy, ``_actor_module()`` (the deterministic actor for export, on
+    normalised input), ``saved_state``.
     """
 
     def __init__(self, env=None, config=None, *, dataset=None, eval_env=None, env_kwargs: dict | None = None,
@@ -280,29 +280,12 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         return ReplayBatch(*(torch.cat([a, b]) for a, b in zip(old, new)))
 
     # -- acting ------------------------------------------------------------------------------------------------------
-    def _normalized(self, obs: np.ndarray) -> torch.Tensor:
+    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         """Raw observations [B, ...] -> normalised float32 tensor [B, O] on the device."""
         x = obs.reshape(obs.shape[0], -1)
         if self.config.normalize_obs:
             x = self.obs_normalizer(x)
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.device)
-
-    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
-        raise NotImplementedError
-
-    def _explore(self, x: torch.Tensor) -> np.ndarray:
-        return self._act(x, deterministic=False)
-
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        with torch.no_grad():
-            return self._act(self._normalized(obs), deterministic)
-
-    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self._explore(self._normalized(obs))
-
-    def _actor_module(self) -> torch.nn.Module:
-        raise NotImplementedError
 
     def deterministic_module(self) -> torch.nn.Module:
         actor = self._actor_module()
@@ -317,18 +300,12 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         return self.dataset.normalized_score(returns)
 
     # -- persistence -------------------------------------------------------------------------------------------------
-    def _networks_state(self) -> dict:
-        raise NotImplementedError
-
-    def _load_networks_state(self, state: dict) -> None:
-        raise NotImplementedError
-
     def _state(self) -> dict:
-        return {**self._networks_state(), "obs_normalizer": self.obs_normalizer.state_dict(),
+        return {**super()._state(), "obs_normalizer": self.obs_normalizer.state_dict(),
                 "reward_scale": float(self.reward_scale)}
 
     def _load_state(self, state: dict) -> None:
-        self._load_networks_state(state)
+        super()._load_state(state)
         self.obs_normalizer.load_state_dict(state["obs_normalizer"])
         self.reward_scale = float(state["reward_scale"])
         self._refresh_normalization()

@@ -28,9 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,6 @@ import numpy as np
 import psutil
 import torch
 
-from rapidrl._unsafe.torch_private import polyak
 from rapidrl.buffers import ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
@@ -48,6 +45,7 @@ from rapidrl.kernels.distributions import nth_valid
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.offpolicy_actors import maybe_compile
 from rapidrl.train.paths import PathChoice, fixed
 
 
@@ -134,73 +132,10 @@ class OffPolicyConfig(RuntimeConfig):
         return values
 
 
-def maybe_compile(fn: Callable, enabled: bool) -> Callable:
-    """``torch.compile(fn)`` when enabled, falling back to ``fn`` (with a warning) if compiling fails.
-
-    Failures show up on the first call, while tracing. Where the function has graph breaks (``backward``,
-    optimizer steps) an earlier graph may already have run in that call; the eager retry then repeats it,
-    so at worst the first update is partly applied twice.
-    """
-    if not enabled:
-        return fn
-    compiled = torch.compile(fn)
-    current = [compiled]
-
-    def run(*args):
-        if current[0] is fn:
-            return fn(*args)
-        try:
-            return current[0](*args)
-        except Exception as e:  # inductor needs a C++ toolchain; any backend failure means eager
-            warnings.warn(f"torch.compile failed ({type(e).__name__}: {str(e)[:200]}); running the update eagerly",
-                          RuntimeWarning, stacklevel=2)
-            current[0] = fn
-            return fn(*args)
-
-    return run
-
-
 def uniform_valid(masks: np.ndarray, u: np.ndarray) -> np.ndarray:
     """The valid action of each row of masks [N, A] bool that uniform draws u [N] in [0, 1) pick uniformly (the
     floor(u * V)-th of its V valid actions, ``rapidrl.kernels.distributions.nth_valid``) -> [N] int64."""
     return np.array([nth_valid(m, x) for m, x in zip(masks, u)], np.int64)
-
-
-def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
-    """target <- target + tau (online - target), all tensors in one foreach call (tau = 1 copies)."""
-    polyak(target, online, tau)
-
-
-def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Sum over critics of 0.5 * mean squared error: q [n, B], target [B] (SAC's and TD3's critic ensembles)."""
-    return 0.5 * (q - target).square().mean(1).sum()
-
-
-def dqn_loss(q: torch.Tensor, next_q_target: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor,
-             weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Huber TD loss (DQN's, and discrete CQL's TD term); every tensor is [B].
-
-    target = r + discount * Q_target(s', a'), discount = gamma^n for a bootstrapped n-step return and 0
-    after termination; loss = mean_i w_i huber(q_i - target_i) (w = 1 without prioritized replay).
-    Returns (loss, TD errors q - target, detached).
-    """
-    target = rewards + discounts * next_q_target
-    td = q - target
-    per_sample = torch.nn.functional.smooth_l1_loss(q, target, reduction="none")
-    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
-    return loss, td.detach()
-
-
-def td3_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
-    """r + discount * min_i Q'_i(s', a'~): next_q [n, B], the rest [B] (TD3's and TD3+BC's critic target)."""
-    return rewards + discounts * next_q.min(0).values
-
-
-def smoothed_target_actions(target_actions: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor,
-                            center: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
-    """clip(mu'(s') + clip(sigma * scale * noise, -clip * scale, clip * scale)) into the action bounds."""
-    eps = torch.clamp(noise * (sigma * scale), -clip * scale, clip * scale)
-    return torch.clamp(target_actions + eps, center - scale, center + scale)
 
 
 def check_box_actions(name: str, space: gym.Space) -> None:
@@ -230,6 +165,11 @@ def check_replay_fits(nbytes: int, buffer_size: int, storage: str, path: Path | 
                 "replay_dir")
 
 
+def _state_of(thing) -> Any:
+    """What ``OffPolicyAlgorithm._state`` saves of a module or optimizer (its state dict) or a tensor (a copy)."""
+    return thing.detach().clone() if isinstance(thing, torch.Tensor) else thing.state_dict()
+
+
 def buffer_path(path: str | os.PathLike) -> Path:
     """Where ``save(path, include_buffer=True)`` writes the replay buffer: beside the model file."""
     path = Path(path)
@@ -239,13 +179,19 @@ def buffer_path(path: str | os.PathLike) -> Path:
 class OffPolicyAlgorithm(Algorithm):
     """Replay collection and the update driver; DQN/SAC/TD3 supply networks, acting and ``_update_step``.
 
-    Subclass hooks: ``_build_networks()``, ``_explore_actions(obs)`` (training actions after
-    ``learning_starts``), ``_policy_actions(obs, deterministic)``, ``_update_step(batch) -> out`` (a 1-D
-    tensor), optionally ``_after_update(batch, out) -> stats`` for work outside the compiled update
-    (priorities, delayed steps) returning the statistics named by ``stat_names``, ``_state``/``_load_state``.
+    Subclass hooks: ``_build_networks()``, ``_update_step(batch) -> out`` (a 1-D tensor), optionally
+    ``_after_update(batch, out) -> stats`` for work outside the compiled update (priorities, delayed steps) returning
+    the statistics named by ``stat_names``; acting: ``_act(x, deterministic)`` on an observation tensor [B, O]
+    (``_obs_tensor``) returning env actions as NumPy, optionally ``_explore(x)`` (training actions after
+    ``learning_starts``; default ``_act(x, False)``), and ``_actor_module()`` for export; or ``_policy_actions(obs,
+    deterministic)`` and ``_explore_actions(obs)`` on NumPy observations (DQN, SAC's compiled forward); state:
+    ``saved_state`` (or ``_state``/``_load_state``).
     """
 
     stat_names: tuple[str, ...] = ()
+    saved_state: tuple[str, ...] = ()
+    """The attributes ``_state`` saves under their names: modules and optimizers (their state dicts) and tensors
+    (SAC's log alpha); one that is None (an optimizer the settings leave out) is skipped."""
     has_replay_buffer = True
     _acting_forward: MLPForward | None = None
     """The compiled MLP forward that acts on a few observations, where ``_bind_backend`` made one (DQN, SAC)."""
@@ -364,15 +310,38 @@ class OffPolicyAlgorithm(Algorithm):
         return PathChoice("acting", "compiled", f"the compiled MLP forward (rapidrl.nn.numba_mlp.MLPForward) for up to "
                           f"{ACTING_FORWARD_MAX_ROWS} observations per call (faster there), the PyTorch networks above")
 
-    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
     def _update_step(self, batch) -> torch.Tensor:
         raise NotImplementedError
 
     def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
         """Work outside the update function; returns the statistics to accumulate (``stat_names`` order)."""
         return out
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """Observations [B, ...] -> float32 tensor [B, O] on the device (offline algorithms normalise them)."""
+        x = np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)
+        return torch.from_numpy(x).to(self.device)
+
+    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def _explore(self, x: torch.Tensor) -> np.ndarray:
+        return self._act(x, deterministic=False)
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        with torch.no_grad():
+            return self._act(self._obs_tensor(obs), deterministic)
+
+    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self._explore(self._obs_tensor(obs))
+
+    def _actor_module(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return self._actor_module()
 
     # -- collection ------------------------------------------------------------------------------
     def _random_actions(self) -> np.ndarray:
@@ -465,6 +434,18 @@ class OffPolicyAlgorithm(Algorithm):
         if include_buffer:
             model.buffer.load(buffer_path(path))
         return model
+
+    def _state(self) -> dict[str, Any]:
+        return {name: _state_of(getattr(self, name)) for name in self.saved_state if getattr(self, name) is not None}
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        for name in self.saved_state:
+            target = getattr(self, name)
+            if isinstance(target, torch.Tensor):
+                with torch.no_grad():
+                    target.copy_(state[name])
+            elif target is not None:
+                target.load_state_dict(state[name])
 
     def _extra_training_state(self) -> dict[str, Any]:
         return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,

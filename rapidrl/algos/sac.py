@@ -1,7 +1,9 @@
 """SAC (Haarnoja et al. 2018) with twin critics as one batched ensemble and automatic entropy tuning.
 
-Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the
-update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``).
+Read top to bottom: the config, the compiled update, acting. The losses (``soft_target``, ``critic_loss``,
+``soft_actor_loss``) are in ``rapidrl.train.offpolicy_losses``, the networks and the autograd update
+(``_soft_update``, shared with TQC) in ``rapidrl.train.offpolicy_actors``; collection, replay and the update driver
+come from the shared off-policy core (``rapidrl.algos.offpolicy``).
 
 One update is one backward pass and one Adam step for all of actor, critics and temperature, on the sum of
 - the critic loss towards r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s'),
@@ -16,23 +18,22 @@ members at once (``CriticEnsemble``).
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, critic_loss, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
 from rapidrl.algos.registry import register
 from rapidrl.kernels import sac as sac_kernels
-from rapidrl.nn.deploy import SquashedMean
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
 from rapidrl.train.config import check_positive
-from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+from rapidrl.train.entropy import EntropyConfig
+from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
+from rapidrl.train.offpolicy_losses import polyak_update
 
 
 @dataclass
@@ -50,19 +51,8 @@ class SACConfig(OffPolicyConfig, EntropyConfig):
         check_positive(self, "n_critics")
 
 
-def soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
-                alpha: torch.Tensor) -> torch.Tensor:
-    """r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')): next_q [n, B], the rest [B]."""
-    return rewards + discounts * (next_q.min(0).values - alpha * next_log_prob)
-
-
-def actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B]."""
-    return (alpha * log_prob - q_pi.min(0).values).mean()
-
-
 @register
-class SAC(OffPolicyAlgorithm):
+class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     """Soft Actor-Critic for Box action spaces. ``SAC(env, **hyperparameters)``; see SACConfig."""
 
     name = "sac"
@@ -70,24 +60,16 @@ class SAC(OffPolicyAlgorithm):
     bf16_learning_tested = True
     bf16_beats_compiled = True  # update batch 256, 256x256, 1 thread: 8.4 ms bf16 vs 11.1 ms compiled fp32
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
+    saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
         check_box_actions("SAC", self.action_space)
 
     def _build_networks(self) -> None:
-        space = self.action_space
-        c = self.config
-        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-        act_dim = int(space.shape[0])
-        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
-        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+        self._build_actor_and_critics()
         params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, c.learning_rate)
-        self._critic_params = list(self.critic.parameters())
-        self._target_params = list(self.critic_target.parameters())
+        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
 
     # -- gradient backends -----------------------------------------------------------------------
     def _gradient_backends(self) -> dict:
@@ -171,71 +153,26 @@ class SAC(OffPolicyAlgorithm):
         return stats
 
     def _autograd_step(self, batch) -> torch.Tensor:
-        """The "torch" backend: the update through autograd on the losses above (the reference of
-        ``_compiled_step``; what torch.compile traces)."""
-        c = self.config
-        b = batch.obs.shape[0]
-        alpha = self.log_alpha.detach().exp()  # [1]
-        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
-            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
-            with torch.no_grad():
-                next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B]
-            q = self.critic(batch.obs, batch.actions)  # [n, B]
-            q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # [n, B], gradients reach the actor only
-        with torch.no_grad():
-            target = soft_target(batch.rewards, batch.discounts, next_q, log_prob[b:], alpha)
-        loss_q = critic_loss(q, target)
-        loss_pi = actor_loss(q_pi, log_prob[:b], alpha)
-        loss = loss_q + loss_pi
-        if self.tune_alpha:
-            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
-            loss = loss + loss_alpha
-        else:
-            loss_alpha = torch.zeros((), device=self.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer_step(self.optimizer)
-        polyak_update(self._target_params, self._critic_params, c.tau)
-        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
-                            q.detach().mean(), -log_prob[:b].detach().mean()])
+        """The "torch" backend: the update through autograd on SAC's losses (``rapidrl.train.offpolicy_losses``;
+        the reference of ``_compiled_step``; what torch.compile traces)."""
+        return self._soft_update(batch)
 
     # -- acting ----------------------------------------------------------------------------------
-    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        obs = obs.reshape(obs.shape[0], -1)
-        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:  # compiled forward, sampling
-            actor = self.actor
-            head = self._acting_forward(obs)
-            noise = np.zeros((obs.shape[0], head.shape[1] // 2), np.float32)
-            if not deterministic:
-                noise[:] = torch.randn(noise.shape).numpy()  # torch's generator, as the PyTorch path draws
-            actions, log_prob, *saved = (np.empty_like(noise), np.empty(len(noise), np.float32),
-                                         *(np.empty_like(noise) for _ in range(3)))
-            sac_kernels.squash(head, noise, self._scale_np, self._center_np, actor.log_std_min, actor.log_std_max,
-                               actions, log_prob, *saved)
-            return actions
-        with torch.no_grad():
-            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-            return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
-
-    def deterministic_module(self) -> torch.nn.Module:
-        return SquashedMean(self.actor)
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """Through the compiled forward and sampling kernel for up to ACTING_FORWARD_MAX_ROWS observations where
+        ``_bind_backend`` made one, else the PyTorch actor (``_act``)."""
+        if self._acting_forward is None or obs.shape[0] > ACTING_FORWARD_MAX_ROWS:
+            return super()._policy_actions(obs, deterministic)
+        actor = self.actor
+        head = self._acting_forward(obs.reshape(obs.shape[0], -1))
+        noise = np.zeros((obs.shape[0], head.shape[1] // 2), np.float32)
+        if not deterministic:
+            noise[:] = torch.randn(noise.shape).numpy()  # torch's generator, as the PyTorch path draws
+        actions, log_prob, *saved = (np.empty_like(noise), np.empty(len(noise), np.float32),
+                                     *(np.empty_like(noise) for _ in range(3)))
+        sac_kernels.squash(head, noise, self._scale_np, self._center_np, actor.log_std_min, actor.log_std_max,
+                           actions, log_prob, *saved)
+        return actions
 
     def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
-        return self._act(obs, deterministic=False)
-
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return self._act(obs, deterministic)
-
-    # -- persistence -----------------------------------------------------------------------------
-    def _state(self) -> dict:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "optimizer": self.optimizer.state_dict()}
-
-    def _load_state(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        return self._policy_actions(obs, deterministic=False)

@@ -1,8 +1,9 @@
 """TQC (Kuznetsov et al. 2020): SAC with distributional critics whose pooled top quantiles are dropped from the target.
 
-Read top to bottom: the config, the losses (pure functions), the update, acting. Collection, replay and the update
-driver come from the shared off-policy core (``rapidrl.algos.offpolicy``); the temperature from
-``rapidrl.train.entropy``.
+Read top to bottom: the config, the losses (pure functions), the networks and the hooks of the update. The update
+itself (``_soft_update``), acting and the networks' construction are SAC's (``rapidrl.train.offpolicy_actors.
+SquashedGaussianActorCritic``); collection, replay and the update driver come from the shared off-policy core
+(``rapidrl.algos.offpolicy``); the temperature from ``rapidrl.train.entropy``.
 
 Each of ``n_critics`` critics predicts ``n_quantiles`` quantiles Z_i(s, a) at fractions tau_j = (j + 0.5) / Q (one
 ``CriticEnsemble`` with Q outputs per member). The target pools the n * Q target quantiles of (s', a'), a' ~ pi(s'),
@@ -18,19 +19,16 @@ seeing the critics after theirs; the settings and the losses are sb3-contrib's.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions, polyak_update
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
 from rapidrl.algos.registry import register
-from rapidrl.nn.deploy import SquashedMean
-from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
+from rapidrl.nn.optim import adam
 from rapidrl.train.config import check_positive, require
-from rapidrl.train.entropy import EntropyConfig, initial_log_alpha, temperature_loss
+from rapidrl.train.entropy import EntropyConfig
+from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
 
 
 @dataclass
@@ -88,86 +86,35 @@ def actor_loss(quantiles_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.
 
 
 @register
-class TQC(OffPolicyAlgorithm):
+class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     """Truncated Quantile Critics for Box action spaces. ``TQC(env, **hyperparameters)``; see TQCConfig."""
 
     name = "tqc"
     config_class = TQCConfig
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
+    saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
         check_box_actions("TQC", self.action_space)
 
     def _build_networks(self) -> None:
-        space, c = self.action_space, self.config
-        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-        act_dim = int(space.shape[0])
-        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
-        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden, out_dim=c.n_quantiles
-                                     ).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+        self._build_actor_and_critics(out_dim=self.config.n_quantiles)
         params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, c.learning_rate)
-        self._critic_params = list(self.critic.parameters())
-        self._target_params = list(self.critic_target.parameters())
+        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
 
-    # -- update ----------------------------------------------------------------------------------
+    # -- update: SAC's (``_soft_update``) with these target and losses ----------------------------------------------
+    def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
+                     ) -> torch.Tensor:
+        return truncated_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha,
+                                self.config.top_quantiles_to_drop_per_net)  # [B, M]
+
+    def _critic_loss(self, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return quantile_huber_loss(q, target)
+
+    def _soft_actor_loss(self, q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        return actor_loss(q_pi, log_prob, alpha)
+
     def _update_step(self, batch) -> torch.Tensor:
         """One update (the "torch" backend: autograd on the losses above); returns ``stat_names``' statistics."""
-        c = self.config
-        b = batch.obs.shape[0]
-        alpha = self.log_alpha.detach().exp()  # [1]
-        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
-            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
-            with torch.no_grad():
-                next_quantiles = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B, Q]
-            quantiles = self.critic(batch.obs, batch.actions)  # [n, B, Q]
-            quantiles_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor
-        with torch.no_grad():
-            target = truncated_target(batch.rewards, batch.discounts, next_quantiles, log_prob[b:], alpha,
-                                      c.top_quantiles_to_drop_per_net)  # [B, M]
-        loss_q = quantile_huber_loss(quantiles, target)
-        loss_pi = actor_loss(quantiles_pi, log_prob[:b], alpha)
-        loss = loss_q + loss_pi
-        if self.tune_alpha:
-            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
-            loss = loss + loss_alpha
-        else:
-            loss_alpha = torch.zeros((), device=self.device)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer_step(self.optimizer)
-        polyak_update(self._target_params, self._critic_params, c.tau)
-        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
-                            quantiles.detach().mean(), -log_prob[:b].detach().mean()])
-
-    # -- acting ----------------------------------------------------------------------------------
-    def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-            return self.actor(x.reshape(x.shape[0], -1), deterministic)[0].cpu().numpy()
-
-    def deterministic_module(self) -> torch.nn.Module:
-        return SquashedMean(self.actor)
-
-    def _explore_actions(self, obs: np.ndarray) -> np.ndarray:
-        return self._act(obs, deterministic=False)
-
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        return self._act(obs, deterministic)
-
-    # -- persistence -----------------------------------------------------------------------------
-    def _state(self) -> dict:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "optimizer": self.optimizer.state_dict()}
-
-    def _load_state(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        return self._soft_update(batch)

@@ -7,7 +7,7 @@ cores, libraries interleaved, each one's best thread count compared:
 - ``crossq``: Walker2d-v5, sb3-contrib's CrossQ defaults (critics 1024x1024 with Batch Renormalization, actor
   256x256, policy_delay 3, batch 256);
 - ``ddpg``: HalfCheetah-v5, SB3's DDPG at CleanRL's settings (256x256, batch 256, lr 3e-4, noise 0.1) with
-  SB3's actor update every step (``policy_frequency=1`` for rapidrl: the same settings);
+  SB3's actor update every step (``policy_delay=1`` for rapidrl: the same settings);
 - ``her``: SAC + HER ("future", 4 sampled goals) on PointReach-v0 (the built-in goal task's Gymnasium twin for SB3,
   Dict observations, ``MultiInputPolicy``), rl-zoo3's FetchReach settings (gamma 0.95, lr 1e-3, 64x64, batch 256).
 
@@ -62,7 +62,7 @@ def build(lib: str, algo: str, seed: int):
         extra = {"tqc": dict(n_critics=5, n_quantiles=25, top_quantiles_to_drop_per_net=2, tau=0.005,
                              hidden=(256, 256)),
                  "crossq": dict(policy_delay=3, hidden=(256, 256), critic_hidden=(1024, 1024)),
-                 "ddpg": dict(policy_frequency=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256))}[algo]
+                 "ddpg": dict(policy_delay=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256))}[algo]
         cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
         return cls(env_id, seed=seed, torch_threads=None, **common, **extra)
     import gymnasium as gym

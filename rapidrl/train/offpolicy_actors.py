@@ -1,0 +1,255 @@
+"""The two actor-critic families of the off-policy algorithms, written once: their config fields, networks, updates,
+acting and saved state.
+
+- ``DeterministicActorCritic`` (DDPG, TD3, TD3+BC): a deterministic actor mu(s) = center + scale tanh(MLP(s)) and a
+  critic ensemble, each with a target copy and its own Adam. Every gradient step updates the critics towards
+  r + discount * min_i Q'_i(s', a') (``td3_target``; a' = mu'(s') with TD3's target policy smoothing, or without:
+  DDPG); every ``policy_delay``-th step also updates the actor on ``_actor_loss`` (-Q_1(s, mu(s)); TD3+BC adds its
+  cloning term) and moves every target by Polyak averaging. Training actions add Gaussian noise of
+  ``exploration_noise`` times the action half-range.
+- ``SquashedGaussianActorCritic`` (SAC, TQC, CrossQ, CQL): the squashed Gaussian actor, a critic ensemble (with its
+  target copy where the algorithm has one) and the entropy temperature (``rapidrl.train.entropy``); its
+  ``_soft_update`` is SAC's and TQC's one-step update, with their target and losses as hooks.
+
+Each is a mixin placed before ``OffPolicyAlgorithm`` or ``OfflineAlgorithm`` (``rapidrl.algos.offpolicy``,
+``rapidrl.algos.offline``), whose attributes it uses (config, obs_dim, action_space, device, np_rng, _autocast,
+num_gradient_steps); the algorithm module keeps what is its own (DDPG's missing smoothing, TD3+BC's actor loss,
+TQC's quantile losses, CrossQ's joint pass, CQL's penalty).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from rapidrl.nn.deploy import SquashedMean, frozen_copy
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor, SquashedGaussianActor
+from rapidrl.train.config import check_positive
+from rapidrl.train.entropy import initial_log_alpha, temperature_loss
+from rapidrl.train.offpolicy_losses import (
+    critic_loss,
+    polyak_update,
+    smoothed_target_actions,
+    soft_actor_loss,
+    soft_target,
+    td3_target,
+)
+
+__all__ = ["DeterministicActorConfig", "DeterministicActorCritic", "SquashedGaussianActorCritic",
+           "TargetSmoothingConfig", "maybe_compile"]
+
+
+def maybe_compile(fn: Callable, enabled: bool) -> Callable:
+    """``torch.compile(fn)`` when enabled, falling back to ``fn`` (with a warning) if compiling fails.
+
+    Failures show up on the first call, while tracing. Where the function has graph breaks (``backward``,
+    optimizer steps) an earlier graph may already have run in that call; the eager retry then repeats it,
+    so at worst the first update is partly applied twice.
+    """
+    if not enabled:
+        return fn
+    compiled = torch.compile(fn)
+    current = [compiled]
+
+    def run(*args):
+        if current[0] is fn:
+            return fn(*args)
+        try:
+            return current[0](*args)
+        except Exception as e:  # inductor needs a C++ toolchain; any backend failure means eager
+            warnings.warn(f"torch.compile failed ({type(e).__name__}: {str(e)[:200]}); running the update eagerly",
+                          RuntimeWarning, stacklevel=2)
+            current[0] = fn
+            return fn(*args)
+
+    return run
+
+
+# -- deterministic actor: DDPG, TD3, TD3+BC ----------------------------------------------------------------------------
+@dataclass
+class DeterministicActorConfig:
+    """The deterministic actor's fields (a dataclass mixin of DDPG's, TD3's and TD3+BC's configs)."""
+
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise on training actions (offline algorithms: in the online phase), as a fraction of the
+    action half-range."""
+
+    def validate_deterministic_actor(self) -> None:
+        check_positive(self, "policy_delay")
+        check_positive(self, "exploration_noise", allow_zero=True)
+
+
+@dataclass
+class TargetSmoothingConfig:
+    """TD3's twin critics and target policy smoothing (a dataclass mixin of TD3's and TD3+BC's configs)."""
+
+    n_critics: int = 2
+    """Critics in the ensemble (targets take the minimum over all of them)."""
+    target_policy_noise: float = 0.2
+    """Std of the Gaussian smoothing noise on target actions, as a fraction of the action half-range."""
+    target_noise_clip: float = 0.5
+    """Clip of that noise, as a fraction of the action half-range."""
+
+    def validate_target_smoothing(self) -> None:
+        check_positive(self, "n_critics")
+        check_positive(self, "target_policy_noise", "target_noise_clip", allow_zero=True)
+
+
+class DeterministicActorCritic:
+    """DDPG, TD3 and TD3+BC (module docstring). Hooks: ``_n_critics()``, ``_target_actions(batch)``,
+    ``_actor_loss(obs, actions)``."""
+
+    stat_names = ("critic_loss", "q_values", "actor_loss")
+    saved_state = ("actor", "actor_target", "critic", "critic_target", "actor_optimizer", "critic_optimizer")
+
+    def _n_critics(self) -> int:
+        return self.config.n_critics
+
+    def _build_networks(self) -> None:
+        space, c = self.action_space, self.config
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden).to(self.device)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic = CriticEnsemble(self._n_critics(), self.obs_dim, int(space.shape[0]), c.hidden).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate)
+        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
+        self._online_params = [*self.actor.parameters(), *self.critic.parameters()]
+        self._target_params = [*self.actor_target.parameters(), *self.critic_target.parameters()]
+        self._actor_update_fn = maybe_compile(self._actor_update, c.torch_compile)
+        self._last_actor_loss = torch.zeros((), device=self.device)
+        self._half_range = ((high - low) / 2).numpy()
+
+    # -- update ----------------------------------------------------------------------------------------------------
+    def _target_actions(self, batch) -> torch.Tensor:
+        """a' = clip(mu'(s') + clip(eps, -c, c)), eps ~ N(0, sigma^2) (TD3's target policy smoothing) [B, A]."""
+        c, actor = self.config, self.actor
+        noise = torch.randn_like(batch.actions)
+        return smoothed_target_actions(self.actor_target(batch.next_obs), noise, actor.scale, actor.center,
+                                       c.target_policy_noise, c.target_noise_clip)
+
+    def _update_step(self, batch) -> torch.Tensor:
+        """Critic step towards r + discount * min_i Q'_i(s', a'); returns [critic loss, mean Q]."""
+        with torch.no_grad(), self._autocast():  # bf16 autocast under precision="bf16" (networks return float32)
+            next_q = self.critic_target(batch.next_obs, self._target_actions(batch))  # [n, B]
+            target = td3_target(batch.rewards, batch.discounts, next_q)
+        with self._autocast():
+            q = self.critic(batch.obs, batch.actions)  # [n, B]
+        loss_q = critic_loss(q, target)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss_q.backward()
+        optimizer_step(self.critic_optimizer)
+        return torch.stack([loss_q.detach(), q.detach().mean()])
+
+    def _actor_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """-mean Q_1(s, mu(s)), through the first critic with its weights held constant: obs [B, O] -> []."""
+        with self._autocast():
+            q_pi = self.critic(obs, self.actor(obs), members=1, detach_params=True)  # [1, B]
+        return -q_pi.mean()
+
+    def _actor_update(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Actor step on ``_actor_loss`` and the Polyak update of every target; returns the actor loss."""
+        loss_pi = self._actor_loss(obs, actions)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        optimizer_step(self.actor_optimizer)
+        polyak_update(self._target_params, self._online_params, self.config.tau)
+        return loss_pi.detach()
+
+    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
+        # num_gradient_steps counts the critic steps before this one
+        if (self.num_gradient_steps + 1) % self.config.policy_delay == 0:
+            self._last_actor_loss = self._actor_update_fn(batch.obs, batch.actions)
+        return torch.cat([out, self._last_actor_loss.reshape(1)])  # actor_loss: the latest actor step's
+
+    # -- acting ----------------------------------------------------------------------------------------------------
+    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
+        actions = self.actor(x).cpu().numpy()
+        if deterministic:
+            return actions
+        actions += self.np_rng.normal(0.0, self.config.exploration_noise, actions.shape) * self._half_range
+        return np.clip(actions, self.action_space.low, self.action_space.high)
+
+    def _actor_module(self) -> torch.nn.Module:
+        return frozen_copy(self.actor)
+
+
+# -- squashed Gaussian actor: SAC, TQC, CrossQ, CQL --------------------------------------------------------------------
+class SquashedGaussianActorCritic:
+    """SAC, TQC, CrossQ and CQL (module docstring). ``_build_actor_and_critics`` makes the networks and the
+    temperature; ``_soft_update`` is the one-step update of SAC and TQC, with the hooks ``_soft_target``,
+    ``_critic_loss`` and ``_soft_actor_loss`` (SAC's by default)."""
+
+    def _build_actor_and_critics(self, critic_hidden: Sequence[int] | None = None, *, out_dim: int = 1,
+                                 batch_renorm: dict[str, Any] | None = None, target: bool = True) -> None:
+        """self.actor, self.critic (``n_critics`` members of ``critic_hidden``, default ``hidden``), with target:
+        self.critic_target and the parameter lists of the Polyak update; self.log_alpha, tune_alpha,
+        target_entropy."""
+        space, c = self.action_space, self.config
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        act_dim = int(space.shape[0])
+        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
+        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden if critic_hidden is None
+                                     else critic_hidden, out_dim=out_dim, batch_renorm=batch_renorm).to(self.device)
+        if target:
+            self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+            self._critic_params = list(self.critic.parameters())
+            self._target_params = list(self.critic_target.parameters())
+        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
+
+    # -- SAC's and TQC's update ------------------------------------------------------------------------------------
+    def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
+                     ) -> torch.Tensor:
+        return soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)
+
+    def _critic_loss(self, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return critic_loss(q, target)
+
+    def _soft_actor_loss(self, q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        return soft_actor_loss(q_pi, log_prob, alpha)
+
+    def _soft_update(self, batch) -> torch.Tensor:
+        """One backward pass and one Adam step (``self.optimizer``) for actor, critics and temperature, then the
+        Polyak update of the target critics. The actor runs once on [s; s']; its loss goes through the critics of
+        before this step with their weights held constant. Returns [critic loss, actor loss, temperature loss,
+        alpha, mean Q, entropy estimate]."""
+        b = batch.obs.shape[0]
+        alpha = self.log_alpha.detach().exp()  # [1]
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
+            with torch.no_grad():
+                next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B] (TQC: [n, B, Q])
+            q = self.critic(batch.obs, batch.actions)
+            q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor only
+        with torch.no_grad():
+            target = self._soft_target(batch, next_q, log_prob[b:], alpha)
+        loss_q = self._critic_loss(q, target)
+        loss_pi = self._soft_actor_loss(q_pi, log_prob[:b], alpha)
+        loss = loss_q + loss_pi
+        if self.tune_alpha:
+            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
+            loss = loss + loss_alpha
+        else:
+            loss_alpha = torch.zeros((), device=self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer_step(self.optimizer)
+        polyak_update(self._target_params, self._critic_params, self.config.tau)
+        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
+                            q.detach().mean(), -log_prob[:b].detach().mean()])
+
+    # -- acting ----------------------------------------------------------------------------------------------------
+    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
+        return self.actor(x, deterministic)[0].cpu().numpy()
+
+    def _actor_module(self) -> torch.nn.Module:
+        return SquashedMean(self.actor)

@@ -109,3 +109,33 @@ def test_every_shipped_algorithm_is_registered_and_exported_by_name():
     from rapidrl.algos import PPOConfig
 
     assert PPOConfig is registry.get_algorithm("ppo").config_class
+
+
+def test_with_defaults_changes_inherited_defaults_and_nothing_else():
+    """``with_defaults`` (a config's own defaults for its base's fields, declared once there): the defaults change,
+    the field order, types and TOML round trip stay the base's; a field the class declares itself, or one no base
+    declares, is a TypeError."""
+    import dataclasses
+
+    from rapidrl.algos.offpolicy import OffPolicyConfig
+    from rapidrl.algos.sac import SACConfig
+    from rapidrl.train.config import config_from_dict, config_to_dict, with_defaults
+
+    base, sac = OffPolicyConfig(), SACConfig()
+    assert (sac.learning_rate, sac.torch_threads) == (1e-3, 0) != (base.learning_rate, base.torch_threads)
+
+    @dataclasses.dataclass
+    @with_defaults(batch_size=8, hidden=(4,))
+    class Small(OffPolicyConfig):
+        extra: int = 1
+
+    assert [f.name for f in dataclasses.fields(Small)] == [f.name for f in dataclasses.fields(OffPolicyConfig)] + [
+        "extra"]
+    assert (Small().batch_size, Small().hidden, Small(batch_size=3).batch_size) == (8, (4,), 3)
+    assert config_from_dict(SACConfig, config_to_dict(SACConfig(hidden=(8,)))) == SACConfig(hidden=(8,))
+    for bad in ({"no_such_field": 1}, {"extra": 2}):
+        with pytest.raises(TypeError, match="needs a field that only a base declares"):
+            @dataclasses.dataclass
+            @with_defaults(**bad)
+            class Broken(OffPolicyConfig):
+                extra: int = 1

@@ -28,20 +28,20 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
-from rapidrl.algos.offpolicy import check_box_actions
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork, squashed_gaussian
-from rapidrl.train.config import check_positive, check_unit_interval
+from rapidrl.train.config import check_positive, check_unit_interval, with_defaults
 from rapidrl.train.entropy import EntropyConfig, temperature_loss
-from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
+from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic
 from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update, soft_actor_loss, soft_target, td3_target
 
 
 @dataclass
-class CQLConfig(OfflineConfig, EntropyConfig):
+@with_defaults(hidden=(256, 256, 256))  # CORL: q_n_hidden_layers 3, the actor three layers too
+class CQLConfig(OfflineConfig, EntropyConfig, CriticEnsembleConfig):
     """CORL's ``cql.py`` (``configs/offline/cql/*`` for the D4RL locomotion tasks): critics lr 3e-4, actor and
     temperature 3e-5, cql_alpha 10, 10 sampled actions, importance sampling, no Lagrange tuning, no entropy in the
     target, tau 0.005, batch 256, three hidden layers of 256, states normalised."""
@@ -50,10 +50,6 @@ class CQLConfig(OfflineConfig, EntropyConfig):
     """Adam learning rate of the critics (CORL's qf_lr)."""
     actor_learning_rate: float = 3e-5
     """Adam learning rate of the actor and the temperature (CORL's policy_lr)."""
-    hidden: tuple[int, ...] = (256, 256, 256)
-    """Hidden layer sizes of actor and critics (CORL: q_n_hidden_layers 3, the actor three layers too)."""
-    n_critics: int = 2
-    """Critics in the ensemble (targets and the actor take the minimum over all of them)."""
     cql_alpha: float = 10.0
     """Weight of the conservative penalty."""
     cql_n_actions: int = 10
@@ -66,7 +62,8 @@ class CQLConfig(OfflineConfig, EntropyConfig):
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
-        check_positive(self, "n_critics", "cql_n_actions", "cql_temperature", "actor_learning_rate")
+        self.validate_critics()
+        check_positive(self, "cql_n_actions", "cql_temperature", "actor_learning_rate")
         check_positive(self, "cql_alpha", allow_zero=True)
 
 
@@ -99,10 +96,6 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("critic_loss", "penalty", "actor_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "actor_optimizer", "critic_optimizer")
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("CQL", self.action_space)
 
     def _build_networks(self) -> None:
         c = self.config
@@ -167,20 +160,13 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
 
 # -- discrete ----------------------------------------------------------------------------------------------------------
 @dataclass
+@with_defaults(torch_threads=1, learning_rate=6.25e-5, batch_size=32, tau=1.0)  # small Q networks: one thread, as DQN
 class DiscreteCQLConfig(OfflineConfig):
     """d3rlpy's DiscreteCQLConfig (Double DQN, Huber TD loss, alpha 1, hard target updates; its Atari settings: lr
     6.25e-5, batch 32, target update every 8,000 steps); the presets set their task's values."""
 
-    torch_threads: int | None = 1
-    """torch.set_num_threads at construction (small Q networks: one thread, as DQN)."""
-    learning_rate: float = 6.25e-5
-    """Adam learning rate."""
-    batch_size: int = 32
-    """Transitions per gradient step."""
-    tau: float = 1.0
-    """Target update coefficient at each target update (1: hard copy)."""
     target_update_interval: int = 8000
-    """Gradient steps between two target-network updates."""
+    """Gradient steps between two target-network updates (each moves the target by ``tau``: 1, a copy)."""
     cql_alpha: float = 1.0
     """Weight of the conservative penalty."""
     double_q: bool = True

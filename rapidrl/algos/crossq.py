@@ -21,34 +21,29 @@ from dataclasses import dataclass
 
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.nn.batch_renorm import batch_renorm_mode, interleave_batch_renorm
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
-from rapidrl.train.config import check_hidden, check_positive, check_unit_interval
+from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, with_defaults
 from rapidrl.train.entropy import EntropyConfig, temperature_loss
-from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic, maybe_compile
+from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic, maybe_compile
 from rapidrl.train.offpolicy_losses import critic_loss, soft_actor_loss, soft_target
 
 
 @dataclass
-class CrossQConfig(OffPolicyConfig, EntropyConfig):
+@with_defaults(torch_threads=0, learning_rate=1e-3)  # every core: the 1024-wide critics gain from threads
+class CrossQConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig):
     """sb3-contrib's CrossQ defaults (sb3_contrib/crossq/crossq.py, policies.py). ``tau`` is not used (no target
     networks)."""
 
-    torch_threads: int | None = 0
-    """torch.set_num_threads at construction; 0 (every core): the 1024-wide critics gain from threads."""
-    learning_rate: float = 1e-3
-    """Adam learning rate of actor, critics and temperature."""
     adam_beta1: float = 0.5
     """Adam's beta1 for actor and critics (CrossQ's 0.5; the temperature's Adam keeps 0.9)."""
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer sizes of the actor."""
     critic_hidden: tuple[int, ...] = (1024, 1024)
     """Hidden layer sizes of each critic (sb3-contrib's default; the paper and rl-zoo3's MuJoCo settings: 2048)."""
-    n_critics: int = 2
-    """Critics in the ensemble (targets take the minimum over all of them)."""
     policy_delay: int = 3
     """Critic updates per actor and temperature update."""
     batch_norm_momentum: float = 0.01
@@ -62,7 +57,8 @@ class CrossQConfig(OffPolicyConfig, EntropyConfig):
         super().validate()
         self.validate_entropy()
         check_hidden(self.critic_hidden)
-        check_positive(self, "n_critics", "policy_delay", "batch_norm_eps")
+        self.validate_critics()
+        check_positive(self, "policy_delay", "batch_norm_eps")
         check_positive(self, "renorm_warmup_steps", allow_zero=True)
         check_unit_interval(self, "adam_beta1", "batch_norm_momentum")
 
@@ -86,10 +82,6 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     config_class = CrossQConfig
     stat_names = ("critic_loss", "q_values", "actor_loss", "ent_coef_loss", "ent_coef", "entropy")
     saved_state = ("actor", "critic", "log_alpha", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("CrossQ", self.action_space)
 
     def _build_networks(self) -> None:
         c = self.config

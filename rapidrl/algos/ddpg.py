@@ -19,20 +19,17 @@ from typing import Any
 
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
+from rapidrl.train.config import with_defaults
 from rapidrl.train.offpolicy_actors import DeterministicActorConfig, DeterministicActorCritic
 
 
 @dataclass
+@with_defaults(torch_threads=0, learning_starts=25_000)  # every core: the 256x256 critic's matmuls gain from threads
 class DDPGConfig(OffPolicyConfig, DeterministicActorConfig):
     """CleanRL's ddpg_continuous_action.py defaults (its policy_frequency is ``policy_delay``; learning_starts 25,000
     is its MuJoCo setting; the presets say theirs)."""
-
-    torch_threads: int | None = 0
-    """torch.set_num_threads at construction; 0 (every core) since the 256x256 critic's matmuls gain from threads."""
-    learning_starts: int = 25_000
-    """Env steps (over all envs) taken with uniform-random actions before the first update."""
 
     def validate(self) -> None:
         super().validate()
@@ -53,10 +50,6 @@ class DDPG(DeterministicActorCritic, OffPolicyAlgorithm):
 
     name = "ddpg"
     config_class = DDPGConfig
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("DDPG", self.action_space)
 
     def _n_critics(self) -> int:
         return 1

@@ -27,29 +27,17 @@ from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
-from rapidrl.train.config import check_positive, check_unit_interval, require
+from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.train.schedules import linear_decay
 
 
 @dataclass
+@with_defaults(learning_rate=2.3e-3, buffer_size=100_000, learning_starts=1_000, batch_size=64, tau=1.0,
+               train_freq=256, gradient_steps=128)
 class DQNConfig(OffPolicyConfig):
-    learning_rate: float = 2.3e-3
-    """Adam learning rate."""
-    buffer_size: int = 100_000
-    """Replay capacity in transitions."""
-    learning_starts: int = 1_000
-    """Env steps (over all envs) taken with uniform-random actions before the first update."""
-    batch_size: int = 64
-    """Transitions per gradient step."""
-    tau: float = 1.0
-    """Target update coefficient at each target update (1: hard copy)."""
     target_update_interval: int = 10
-    """Env steps (over all envs) between target-network updates."""
-    train_freq: int = 256
-    """Vector-env steps between two update phases."""
-    gradient_steps: int = 128
-    """Gradient steps per update phase."""
+    """Env steps (over all envs) between target-network updates (each moves the target by ``tau``: 1, a copy)."""
     exploration_fraction: float = 0.16
     """Fraction of the ``learn`` call over which epsilon falls linearly from its initial to its final value."""
     exploration_initial_eps: float = 1.0

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
-from rapidrl.algos.offpolicy import check_box_actions
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.distributions import gaussian_log_prob
@@ -36,6 +35,7 @@ from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import mlp
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.offpolicy_actors import CriticEnsembleConfig
 from rapidrl.train.offpolicy_losses import critic_loss, polyak_update
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -43,7 +43,7 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 @dataclass
-class IQLConfig(OfflineConfig):
+class IQLConfig(OfflineConfig, CriticEnsembleConfig):
     """CORL's ``iql.py`` (``configs/offline/iql/*``): beta 3, expectile 0.7, tau 0.005, Adam 3e-4 for value, critics
     and actor (cosine-annealed), batch 256, 256x256 networks, advantage weights clipped at 100, states normalised."""
 
@@ -55,8 +55,6 @@ class IQLConfig(OfflineConfig):
     """Inverse temperature of the advantage weights (small: cloning; large: greedy in Q)."""
     max_weight: float = 100.0
     """Clip of the advantage weights exp(beta A) (CORL's EXP_ADV_MAX)."""
-    n_critics: int = 2
-    """Critics in the ensemble (the value target takes the minimum over the target critics)."""
     deterministic_actor: bool = False
     """A deterministic actor cloned by squared error (CORL's iql_deterministic), instead of a Gaussian."""
     actor_lr_schedule: str = "cosine"
@@ -69,7 +67,8 @@ class IQLConfig(OfflineConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "n_critics", "max_weight")
+        self.validate_critics()
+        check_positive(self, "max_weight")
         check_positive(self, "beta", "exploration_noise", allow_zero=True)
         require(0.0 < self.expectile < 1.0, f"expectile must be in (0, 1), got {self.expectile}")
         require(self.actor_lr_schedule in ("cosine", "constant"),
@@ -135,10 +134,7 @@ class IQL(OfflineAlgorithm):
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("value_loss", "critic_loss", "actor_loss", "q_values", "advantage")
     saved_state = ("actor", "critic", "critic_target", "value", "optimizer", "actor_optimizer")
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("IQL", self.action_space)
+    box_actions_only = True
 
     def _build_networks(self) -> None:
         space, c = self.action_space, self.config

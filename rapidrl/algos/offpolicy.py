@@ -197,6 +197,8 @@ class OffPolicyAlgorithm(Algorithm):
     """The compiled MLP forward that acts on a few observations, where ``_bind_backend`` made one (DQN, SAC)."""
     multi_input = False
     """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
+    box_actions_only = False
+    """The networks act in a 1-D Box (the actor-critics; ``_check_spaces`` refuses other action spaces)."""
 
     def _build(self) -> None:
         c = self.config
@@ -293,6 +295,8 @@ class OffPolicyAlgorithm(Algorithm):
         if len(self.observation_space.shape) != 1 and not self.multi_input:
             raise TypeError(f"{self.name.upper()}'s networks are MLPs on flat observations, got shape "
                             f"{self.observation_space.shape}; image observations train with PPO, A2C or DQN (CNNs)")
+        if self.box_actions_only:
+            check_box_actions(type(self).__name__, self.action_space)
 
     def _build_networks(self) -> None:
         raise NotImplementedError

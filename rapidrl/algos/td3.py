@@ -14,18 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
+from rapidrl.train.config import with_defaults
 from rapidrl.train.offpolicy_actors import DeterministicActorConfig, DeterministicActorCritic, TargetSmoothingConfig
 
 
 @dataclass
+@with_defaults(torch_threads=0, learning_rate=1e-3)  # every core: the 256x256 critics' matmuls gain from threads
 class TD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmoothingConfig):
-    torch_threads: int | None = 0
-    """torch.set_num_threads at construction; 0 (every core) since the 256x256 critics' matmuls gain from threads."""
-    learning_rate: float = 1e-3
-    """Adam learning rate of actor and critics."""
-
     def validate(self) -> None:
         super().validate()
         self.validate_deterministic_actor()
@@ -38,7 +35,3 @@ class TD3(DeterministicActorCritic, OffPolicyAlgorithm):
 
     name = "td3"
     config_class = TD3Config
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("TD3", self.action_space)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
-from rapidrl.algos.offpolicy import check_box_actions
 from rapidrl.algos.registry import register
 from rapidrl.train.config import check_positive
 from rapidrl.train.offpolicy_actors import DeterministicActorConfig, DeterministicActorCritic, TargetSmoothingConfig
@@ -58,10 +57,6 @@ class TD3BC(DeterministicActorCritic, OfflineAlgorithm):
     name = "td3_bc"
     config_class = TD3BCConfig
     bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("TD3+BC", self.action_space)
 
     def _actor_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``td3_bc_actor_loss`` of the actor's actions mu(s) and the dataset's actions [B, A]."""

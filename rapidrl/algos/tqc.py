@@ -23,22 +23,19 @@ from dataclasses import dataclass
 
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, check_box_actions
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.nn.optim import adam
-from rapidrl.train.config import check_positive, require
+from rapidrl.train.config import check_positive, require, with_defaults
 from rapidrl.train.entropy import EntropyConfig
 from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
 
 
 @dataclass
+@with_defaults(torch_threads=0)  # every core: five 256x256 critics gain from threads
 class TQCConfig(OffPolicyConfig, EntropyConfig):
     """sb3-contrib's TQC defaults (sb3_contrib/tqc/tqc.py, policies.py)."""
 
-    torch_threads: int | None = 0
-    """torch.set_num_threads at construction; 0 (every core): five 256x256 critics gain from threads."""
-    learning_rate: float = 3e-4
-    """Adam learning rate of actor, critics and temperature."""
     n_critics: int = 5
     """Distributional critics."""
     n_quantiles: int = 25
@@ -93,10 +90,6 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     config_class = TQCConfig
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
-
-    def _check_spaces(self) -> None:
-        super()._check_spaces()
-        check_box_actions("TQC", self.action_space)
 
     def _build_networks(self) -> None:
         self._build_actor_and_critics(out_dim=self.config.n_quantiles)

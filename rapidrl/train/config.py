@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import typing
 import warnings
 from typing import Any
@@ -21,6 +22,28 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 class ConfigError(ValueError):
     """A hyperparameter is unknown or has a bad value; the message names it."""
+
+
+def with_defaults(**values: Any):
+    """Class decorator (placed under ``@dataclass``): inherited fields with new defaults, e.g.
+    ``@with_defaults(learning_rate=1e-3)``. Each field keeps its one declaration and docstring in the base class that
+    declares it (a re-declaration would copy both, and the copies drift) and its place in the field order."""
+
+    def apply(cls):
+        inherited: dict[str, dataclasses.Field] = {}
+        for base in cls.__mro__[1:]:
+            for name, f in getattr(base, "__dataclass_fields__", {}).items():
+                inherited.setdefault(name, f)
+        annotations = inspect.get_annotations(cls)  # cls's own
+        for name, value in values.items():
+            if name not in inherited or name in annotations:
+                raise TypeError(f"{cls.__name__}: with_defaults({name}=...) needs a field that only a base declares")
+            annotations[name] = inherited[name].type
+            setattr(cls, name, value)
+        cls.__annotations__ = annotations
+        return cls
+
+    return apply
 
 
 def field_names(cls) -> list[str]:

@@ -42,8 +42,8 @@ from rapidrl.train.offpolicy_losses import (
     td3_target,
 )
 
-__all__ = ["DeterministicActorConfig", "DeterministicActorCritic", "SquashedGaussianActorCritic",
-           "TargetSmoothingConfig", "maybe_compile"]
+__all__ = ["CriticEnsembleConfig", "DeterministicActorConfig", "DeterministicActorCritic",
+           "SquashedGaussianActorCritic", "TargetSmoothingConfig", "maybe_compile"]
 
 
 def maybe_compile(fn: Callable, enabled: bool) -> Callable:
@@ -89,18 +89,27 @@ class DeterministicActorConfig:
 
 
 @dataclass
-class TargetSmoothingConfig:
-    """TD3's twin critics and target policy smoothing (a dataclass mixin of TD3's and TD3+BC's configs)."""
+class CriticEnsembleConfig:
+    """The critic ensemble's size (a dataclass mixin of the configs of TD3, TD3+BC, SAC, CrossQ, CQL and IQL)."""
 
     n_critics: int = 2
-    """Critics in the ensemble (targets take the minimum over all of them)."""
+    """Critics in the ensemble (one batched ``CriticEnsemble``); the targets take the minimum over them."""
+
+    def validate_critics(self) -> None:
+        check_positive(self, "n_critics")
+
+
+@dataclass
+class TargetSmoothingConfig(CriticEnsembleConfig):
+    """TD3's twin critics and target policy smoothing (a dataclass mixin of TD3's and TD3+BC's configs)."""
+
     target_policy_noise: float = 0.2
     """Std of the Gaussian smoothing noise on target actions, as a fraction of the action half-range."""
     target_noise_clip: float = 0.5
     """Clip of that noise, as a fraction of the action half-range."""
 
     def validate_target_smoothing(self) -> None:
-        check_positive(self, "n_critics")
+        self.validate_critics()
         check_positive(self, "target_policy_noise", "target_noise_clip", allow_zero=True)
 
 
@@ -110,6 +119,7 @@ class DeterministicActorCritic:
 
     stat_names = ("critic_loss", "q_values", "actor_loss")
     saved_state = ("actor", "actor_target", "critic", "critic_target", "actor_optimizer", "critic_optimizer")
+    box_actions_only = True
 
     def _n_critics(self) -> int:
         return self.config.n_critics
@@ -188,6 +198,8 @@ class SquashedGaussianActorCritic:
     """SAC, TQC, CrossQ and CQL (module docstring). ``_build_actor_and_critics`` makes the networks and the
     temperature; ``_soft_update`` is the one-step update of SAC and TQC, with the hooks ``_soft_target``,
     ``_critic_loss`` and ``_soft_actor_loss`` (SAC's by default)."""
+
+    box_actions_only = True
 
     def _build_actor_and_critics(self, critic_hidden: Sequence[int] | None = None, *, out_dim: int = 1,
                                  batch_renorm: dict[str, Any] | None = None, target: bool = True) -> None:

@@ -82,7 +82,7 @@ class BC(OfflineAlgorithm):
         with self._autocast():
             out = self.actor(batch.obs)  # [B, A] actions or [B, K] logits
         loss = bc_discrete_loss(out, batch.actions) if self.discrete else bc_loss(out, batch.actions)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer_step(self.optimizer)
         return loss.detach().reshape(1)

@@ -148,8 +148,8 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
         loss = loss_q + loss_pi
         if self.tune_alpha:
             loss = loss + temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.actor_optimizer.zero_grad(set_to_none=False)
+        self.critic_optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer_step(self.actor_optimizer)
         optimizer_step(self.critic_optimizer)
@@ -231,7 +231,7 @@ class DiscreteCQL(OfflineAlgorithm):
         td_loss, _ = dqn_loss(q, next_q, batch.rewards, batch.discounts)
         penalty = discrete_conservative_penalty(q_all, batch.actions)
         loss = td_loss + c.cql_alpha * penalty
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer_step(self.optimizer, c.max_grad_norm)
         return torch.stack([loss.detach(), td_loss.detach(), penalty.detach(), q.detach().mean()])

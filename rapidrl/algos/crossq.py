@@ -108,7 +108,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
             q, next_q = joint_critic_forward(self.critic, batch.obs, batch.actions, batch.next_obs, next_actions)
         target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # online critics
         loss_q = critic_loss(q, target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.critic_optimizer.zero_grad(set_to_none=False)
         loss_q.backward()
         optimizer_step(self.critic_optimizer)
         return torch.stack([loss_q.detach(), q.detach().mean()])
@@ -121,7 +121,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
             actions_pi, log_prob = self.actor(obs)  # [B, A], [B]
         if self.tune_alpha:
             loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-            self.alpha_optimizer.zero_grad(set_to_none=True)
+            self.alpha_optimizer.zero_grad(set_to_none=False)
             loss_alpha.backward()
             optimizer_step(self.alpha_optimizer)
         else:
@@ -129,7 +129,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         with self._autocast():
             q_pi = self.critic(obs, actions_pi, detach_params=True)  # [n, B], gradients reach the actor only
         loss_pi = soft_actor_loss(q_pi, log_prob, alpha)
-        self.actor_optimizer.zero_grad(set_to_none=True)
+        self.actor_optimizer.zero_grad(set_to_none=False)
         loss_pi.backward()
         optimizer_step(self.actor_optimizer)
         return torch.stack([loss_pi.detach(), loss_alpha.detach(), alpha[0], -log_prob.detach().mean()])

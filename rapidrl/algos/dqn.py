@@ -202,7 +202,7 @@ class DQN(OffPolicyAlgorithm):
                 next_q = masked_max(next_target, next_mask)
         weights = batch.weights if c.prioritized else None
         loss, td = dqn_loss(q, next_q, batch.rewards, batch.discounts, weights)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer_step(self.optimizer, c.max_grad_norm)
         td_abs = td.abs()

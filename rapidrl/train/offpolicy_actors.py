@@ -155,7 +155,7 @@ class DeterministicActorCritic:
         with self._autocast():
             q = self.critic(batch.obs, batch.actions)  # [n, B]
         loss_q = critic_loss(q, target)
-        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.critic_optimizer.zero_grad(set_to_none=False)
         loss_q.backward()
         optimizer_step(self.critic_optimizer)
         return torch.stack([loss_q.detach(), q.detach().mean()])
@@ -169,7 +169,7 @@ class DeterministicActorCritic:
     def _actor_update(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Actor step on ``_actor_loss`` and the Polyak update of every target; returns the actor loss."""
         loss_pi = self._actor_loss(obs, actions)
-        self.actor_optimizer.zero_grad(set_to_none=True)
+        self.actor_optimizer.zero_grad(set_to_none=False)
         loss_pi.backward()
         optimizer_step(self.actor_optimizer)
         polyak_update(self._target_params, self._online_params, self.config.tau)
@@ -252,7 +252,7 @@ class SquashedGaussianActorCritic:
             loss = loss + loss_alpha
         else:
             loss_alpha = torch.zeros((), device=self.device)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer_step(self.optimizer)
         polyak_update(self._target_params, self._critic_params, self.config.tau)

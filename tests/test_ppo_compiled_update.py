@@ -29,6 +29,8 @@ CASES = {
     "ippo-column-slices-batch-norm": dict(env="MPE/simple_spread-v3", algo="IPPO", num_envs=6, num_steps=32,
                                           minibatch_size=40, normalize_advantage="batch"),
     "ppo-masked-rollout": dict(env="leaving", num_envs=12, num_steps=16, minibatch_size=32),
+    "action-masks-entropy": dict(env="InvalidActionDiscrete-v0", env_kwargs=dict(dim=12, n_invalid_actions=8),
+                                 ent_coef=0.05),  # the categorical over each sample's stored valid actions
 }
 
 

@@ -27,16 +27,10 @@ def _case(ctx: Context, tutorial, n: int) -> Case:
     case = Case(f"custom_env_step/taxi/{n}", {}, params={"env": REFERENCE, "num_envs": n}, items_per_call=n,
                 item_unit="steps")
     actions = np.random.default_rng(0).integers(0, 6, n)  # [n] int64
-    env = tutorial.TAXI.make_vec(n, seed=0)
-    env.reset(seed=0)
-    case.contenders["rapidrl"] = lambda: env.step(actions)
-    case.teardown.append(env.close)
+    case.add_env("rapidrl", tutorial.TAXI.make_vec(n, seed=0), actions)
     gym = ctx.peer("gymnasium")
     if gym is not None:
-        ref = gym.vector.SyncVectorEnv([lambda: gym.make(REFERENCE)] * n)
-        ref.reset(seed=0)
-        case.contenders["gymnasium/sync"] = lambda: ref.step(actions)
-        case.teardown.append(ref.close)
+        case.add_env("gymnasium/sync", gym.vector.SyncVectorEnv([lambda: gym.make(REFERENCE)] * n), actions)
     return case
 
 

@@ -93,14 +93,10 @@ def _subproc_case(ctx: Context, n: int) -> Case:
         case.notes.append(f"rapidrl subprocess vectorization unavailable: {exc}")
         env = None
     if env is not None:
-        case.contenders["rapidrl"] = lambda: env.step(a)
-        case.teardown.append(env.close)
+        case.add_env("rapidrl", env, a, reset=False)
     gym = ctx.peer("gymnasium")
     if gym is not None:
-        aenv = gym.vector.AsyncVectorEnv([lambda: gym.make(ENV_ID)] * n)
-        aenv.reset(seed=0)
-        case.contenders["gymnasium/async"] = lambda: aenv.step(a)
-        case.teardown.append(aenv.close)
+        case.add_env("gymnasium/async", gym.vector.AsyncVectorEnv([lambda: gym.make(ENV_ID)] * n), a)
     case.notes.append(f"{n} worker processes of Gymnasium's Python {ENV_ID} on a 2-core machine")
     return case
 

@@ -62,36 +62,23 @@ def _case(ctx: Context, env_id: str, n: int) -> Case:
     make_vec = ctx.rapidrl("make_vec")
     if make_vec is not None:
         env = make_vec(env_id, n, seed=0)
-        env.reset(seed=0)
-        case.contenders["rapidrl"] = lambda: env.step(actions)
-        case.teardown.append(env.close)
+        case.add_env("rapidrl", env, actions)
         if getattr(env, "num_threads", 1) > 1:
-            one = make_vec(env_id, n, seed=0, num_threads=1)
-            one.reset(seed=0)
-            case.contenders["rapidrl/1thread"] = lambda: one.step(actions)
-            case.teardown.append(one.close)
+            case.add_env("rapidrl/1thread", make_vec(env_id, n, seed=0, num_threads=1), actions)
     mujoco = ctx.peer("mujoco")
     if mujoco is not None:
         case.contenders["mujoco/bare"] = _bare_step(mujoco, env_id, n, actions)
     if gym is not None:
-        sync = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * n)
-        sync.reset(seed=0)
-        case.contenders["gymnasium/sync"] = lambda: sync.step(actions)
-        case.teardown.append(sync.close)
+        case.add_env("gymnasium/sync", gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * n), actions)
         if n <= ASYNC_MAX_QUICK or not ctx.quick:
-            asy = gym.vector.AsyncVectorEnv([lambda: gym.make(env_id)] * n)
-            asy.reset(seed=0)
-            case.contenders["gymnasium/async"] = lambda: asy.step(actions)
-            case.teardown.append(asy.close)
+            case.add_env("gymnasium/async", gym.vector.AsyncVectorEnv([lambda: gym.make(env_id)] * n), actions)
         else:
             case.notes.append(f"gymnasium/async skipped at {n} envs with --quick ({n} processes)")
     envpool = ctx.peer("envpool")
     if envpool is not None:
         pool = envpool.make(env_id.replace("-v5", "-v4"), env_type="gymnasium", num_envs=n, seed=0)
         pool.reset()
-        actions64 = actions.astype(np.float64)
-        case.contenders["envpool/v4"] = lambda: pool.step(actions64)
-        case.teardown.append(pool.close)
+        case.add_env("envpool/v4", pool, actions.astype(np.float64), reset=False)
     return case
 
 

@@ -63,32 +63,22 @@ def _case(ctx: Context, n: int) -> Case:
     actions = np.random.default_rng(0).integers(0, 4, n)  # [n] int64, Breakout's minimal action set
     make_vec = ctx.rapidrl("make_vec")
     if make_vec is not None:
-        env = make_vec(ENV_ID, n, seed=0)
-        env.reset(seed=0)
-        case.contenders["rapidrl"] = lambda: env.step(actions)
-        case.teardown.append(env.close)
+        case.add_env("rapidrl", make_vec(ENV_ID, n, seed=0), actions)
     ale_py = ctx.peer("ale_py")
     if ale_py is not None:
         from ale_py.vector_env import AtariVectorEnv
 
         raw = AtariVectorEnv(GAME, n, repeat_action_probability=0.25, autoreset_mode="SameStep", episodic_life=True,
                              reward_clipping=True)
-        raw.reset(seed=0)
-        case.contenders["ale_py"] = lambda: raw.step(actions)
-        case.teardown.append(raw.close)
+        case.add_env("ale_py", raw, actions)
     envpool = ctx.peer("envpool")
     if envpool is not None:
         pool = envpool.make(ENVPOOL_ID, env_type="gymnasium", num_envs=n, seed=0, repeat_action_probability=0.25,
                             episodic_life=True, reward_clip=True)
         pool.reset()
-        actions32 = actions.astype(np.int32)
-        case.contenders["envpool"] = lambda: pool.step(actions32)
-        case.teardown.append(pool.close)
+        case.add_env("envpool", pool, actions.astype(np.int32), reset=False)
     if ctx.peer("gymnasium") is not None:
-        vec = _gymnasium_async(n)
-        vec.reset(seed=0)
-        case.contenders["gymnasium/async"] = lambda: vec.step(actions)
-        case.teardown.append(vec.close)
+        case.add_env("gymnasium/async", _gymnasium_async(n), actions)
     return case
 
 

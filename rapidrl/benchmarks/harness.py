@@ -99,6 +99,14 @@ class Case:
     teardown: list[Callable[[], Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def add_env(self, name: str, env, actions, *, reset: bool = True) -> None:
+        """Contender ``name`` steps the vector env ``env`` with ``actions`` (reset first with seed 0 unless ``reset``
+        is False), closed at teardown."""
+        if reset:
+            env.reset(seed=0)
+        self.contenders[name] = lambda: env.step(actions)
+        self.teardown.append(env.close)
+
 
 @dataclass
 class Result:

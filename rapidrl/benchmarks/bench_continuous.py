@@ -207,9 +207,25 @@ def _run(lib: str, target: str, kwargs: dict, threads: int) -> dict:
                         checkout=None if lib == "rapidrl" else CHECKOUT, timeout=7200)
 
 
+def _rows(results: dict, run: str, columns) -> list[dict]:
+    """One row per (library, thread count) of ``interleaved``'s one-seed ``results``: SPS, ``columns(result)``, and
+    at each library's best thread count its speed-up over rapidrl's best."""
+    from rapidrl.benchmarks.isolated import best_by_threads
+
+    rows = []
+    _, base = best_by_threads(results["rapidrl"])
+    for lib, by_threads in results.items():
+        best_t, best = best_by_threads(by_threads)
+        for t, (r,) in sorted(by_threads.items()):
+            rows.append({"run": run, "library": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
+                         "SPS": round(r["sps"], 1), **columns(r),
+                         "rapidrl speed-up": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+    return rows
+
+
 def extras(ctx) -> tuple[str, list[dict]]:
     """End-to-end SPS (and HER's steps and wall time to 95% success) per library at its best thread count."""
-    from rapidrl.benchmarks.isolated import best_by_threads, interleaved, thread_counts
+    from rapidrl.benchmarks.isolated import interleaved, thread_counts
 
     missing = _sb3_available()
     libs = ["rapidrl"] + ([] if missing else ["sb3"])
@@ -221,30 +237,16 @@ def extras(ctx) -> tuple[str, list[dict]]:
         warm, steps = quick if ctx.quick else full
         kw = dict(algo=algo, warmup=warm, steps=steps)
         jobs = {lib: (lambda seed, t, lib=lib, kw=kw: _run(lib, "job_sps", {**kw, "seed": seed}, t)) for lib in libs}
-        results = interleaved(jobs, [0], thread_counts())
-        _, base = best_by_threads(results["rapidrl"])
-        for lib, by_threads in results.items():
-            best_t, best = best_by_threads(by_threads)
-            for t, (r,) in sorted(by_threads.items()):
-                rows.append({"run": f"{algo} {env_id} {steps} steps after {warm}", "library": lib,
-                             "torch threads": f"{t}{' (best)' if t == best_t else ''}", "SPS": round(r["sps"], 1),
-                             "warm-up s": round(r["warmup_s"], 1), "note": "",
-                             "rapidrl speed-up": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+        rows += _rows(interleaved(jobs, [0], thread_counts()), f"{algo} {env_id} {steps} steps after {warm}",
+                      lambda r: {"warm-up s": round(r["warmup_s"], 1), "note": ""})
     if "her" in only:
         max_steps, every = HER_RUN["quick" if ctx.quick else "full"]
         jobs = {lib: (lambda seed, t, lib=lib: _run(lib, "job_her", dict(max_steps=max_steps, every=every,
                                                                           seed=seed), t)) for lib in libs}
-        results = interleaved(jobs, [0], thread_counts())
-        _, base = best_by_threads(results["rapidrl"])
-        for lib, by_threads in results.items():
-            best_t, best = best_by_threads(by_threads)
-            for t, (r,) in sorted(by_threads.items()):
-                rows.append({"run": f"SAC+HER PointReach-v0 to 95% success (max {max_steps})", "library": lib,
-                             "torch threads": f"{t}{' (best)' if t == best_t else ''}", "SPS": round(r["sps"], 1),
-                             "warm-up s": None,
-                             "note": f"95% at step {r['reached_step']}, {r['reached_wall_s']} s of training; "
-                                     f"success by step: {r['history']}",
-                             "rapidrl speed-up": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+        rows += _rows(interleaved(jobs, [0], thread_counts()),
+                      f"SAC+HER PointReach-v0 to 95% success (max {max_steps})",
+                      lambda r: {"warm-up s": None, "note": f"95% at step {r['reached_step']}, {r['reached_wall_s']} s "
+                                                           f"of training; success by step: {r['history']}"})
     if missing:
         rows.append({"run": "sb3 / sb3-contrib", "library": "skipped", "torch threads": "", "SPS": None,
                      "warm-up s": None, "note": missing, "rapidrl speed-up": ""})
@@ -253,10 +255,8 @@ def extras(ctx) -> tuple[str, list[dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rapidrl.benchmarks.bench_continuous [options]``: ``rapidrl bench continuous [options]``."""
-    from rapidrl.benchmarks.run import SUITES
-    from rapidrl.benchmarks.run import main as run_main
+    from rapidrl.benchmarks.run import main as run_main  # the suite is in run.SUITES
 
-    SUITES.setdefault("continuous", __name__)
     return run_main(["continuous", *(sys.argv[1:] if argv is None else argv)])
 
 

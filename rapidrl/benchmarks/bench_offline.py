@@ -245,10 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "returns":
         return returns_main(argv[1:])
-    from rapidrl.benchmarks.run import SUITES
-    from rapidrl.benchmarks.run import main as run_main
+    from rapidrl.benchmarks.run import main as run_main  # the suite is in run.SUITES
 
-    SUITES.setdefault("offline", __name__)
     return run_main(["offline", *argv])
 
 

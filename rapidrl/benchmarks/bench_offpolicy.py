@@ -223,10 +223,8 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rapidrl.benchmarks.bench_offpolicy [options]``: the same as ``rapidrl bench offpolicy [options]``."""
-    from rapidrl.benchmarks.run import SUITES
-    from rapidrl.benchmarks.run import main as run_main
+    from rapidrl.benchmarks.run import main as run_main  # the suite is in run.SUITES
 
-    SUITES.setdefault("offpolicy", __name__)
     return run_main(["offpolicy", *(sys.argv[1:] if argv is None else argv)])
 
 

@@ -281,3 +281,30 @@ def test_pqn_step_collection_acts_on_masks():
     worst = []
     model.learn(1024, progress_bar=False, callback=lambda m: worst.append(float(np.min(np.asarray(m.buffer.rewards)))))
     assert min(worst) >= 0 and model.evaluate(4)[0] >= 0
+
+
+def game_outcomes(model, lookahead: float, games: int = 500, seed: int = 123) -> tuple[float, float, float]:
+    """(win, draw, loss) rates of ``model``'s greedy masked play in ``games`` TicTacToe-v3 games against the random
+    (``lookahead=0``) or the one-step-lookahead (``lookahead=1``) player, first and second alike."""
+    envs = rr.make_vec("TicTacToe-v3", 50, seed=seed, lookahead=lookahead)
+    obs, info = envs.reset(seed=seed)
+    results: list[float] = []
+    while len(results) < games:
+        actions = model.predict(obs, deterministic=True, action_masks=info["action_mask"])
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        results.extend(rewards[terminated | truncated].tolist())
+    r = np.asarray(results[:games])
+    return float((r > 0).mean()), float((r == 0).mean()), float((r < 0).mean())
+
+
+def test_ppo_learns_tictactoe_against_fixed_players():
+    """PPO on TicTacToe-v3 (PettingZoo's game, tested move by move in test_masks.py) against the random and the
+    one-step-lookahead player (half each), 100k steps (~2 s): greedy play over 500 games wins >= 75% against the
+    random player and loses <= 10% (measured seeds 0-2: wins 86-90%, losses 2-5%; a random player wins ~44% and loses
+    ~43% of its games against it), and loses <= 30% against the lookahead player (measured 5-16%)."""
+    model = rr.PPO("TicTacToe-v3", env_kwargs=dict(lookahead=0.5), num_envs=16, num_steps=64, minibatch_size=256,
+                   update_epochs=4, learning_rate=2.5e-3, ent_coef=0.01, hidden=(64, 64), seed=0)
+    model.learn(100_000, progress_bar=False)
+    win, _, loss = game_outcomes(model, 0.0)
+    assert win >= 0.75 and loss <= 0.1, (win, loss)
+    assert game_outcomes(model, 1.0)[2] <= 0.3

@@ -247,7 +247,7 @@ FAMILIES: list[Family] = [
     Family("goal-conditioned", lambda: ("PointReach-v0", "BitFlipping-v0"), _lazy("rapidrl.envs.goal:make_goal_vec"),
            ("numba",), gymnasium=True, gymnasium_setup=_lazy("rapidrl.envs.goal:register_envs"), builtin=True),
     Family("action masks", lambda: ("InvalidActionDiscrete-v0", "TicTacToe-v3", "MaskedCue-v0"),
-           _lazy("rapidrl.envs.masked:make_masked_vec"), ("numba",)),
+           _lazy("rapidrl.envs.masked:make_masked_vec"), ("numba",), builtin=True),
     Family("registered", _registered_ids, _make_numba, ("numba",), builtin=True),
 ]
 """Every family, in the order ids are matched."""

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.isolated import interleaved
 
 TARGETS = {"CartPole-v1": 495.13, "Acrobot-v1": -95.63}
 """CleanRL's published pqn.py returns at 500k steps (3 seeds, docs/rl-algorithms/pqn.md)."""
@@ -157,16 +158,15 @@ def compare(env_id: str, seeds: list[int], threads: list[int], steps: int = STEP
         contenders["cleanrl"] = run_cleanrl
     else:
         progress("CleanRL skipped: set RAPIDRL_CLEANRL_DIR and RAPIDRL_CLEANRL_PYTHON")
-    names = list(contenders)
-    out: dict[str, dict[int, list[dict]]] = {n: {} for n in names}
-    for k, seed in enumerate(seeds):
-        order = names[k % len(names):] + names[:k % len(names)]
-        for t in threads:
-            for name in order:
-                result = contenders[name](env_id, seed, t, steps)
-                progress(f"{env_id} {name} seed {seed} threads {t}: {json.dumps(result)}")
-                out[name].setdefault(t, []).append(result)
-    return out
+
+    def job(name: str):
+        def run(seed: int, t: int) -> dict:
+            result = contenders[name](env_id, seed, t, steps)
+            progress(f"{env_id} {name} seed {seed} threads {t}: {json.dumps(result)}")
+            return result
+        return run
+
+    return interleaved({name: job(name) for name in contenders}, seeds, threads)
 
 
 def _median(runs: list[dict], key: str) -> float | None:

@@ -44,6 +44,7 @@ SUITES = {
     "offline": "rapidrl.benchmarks.bench_offline",
     "continuous": "rapidrl.benchmarks.bench_continuous",
     "pqn": "rapidrl.benchmarks.bench_pqn",
+    "masks": "rapidrl.benchmarks.bench_masks",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

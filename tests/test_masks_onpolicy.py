@@ -171,6 +171,8 @@ ALGOS = {
                                        seed=0),
     "ppo_normalized_obs": lambda: rr.PPO(IDENTITY, env_kwargs=_identity(12, 8), num_envs=4, num_steps=16,
                                          minibatch_size=32, hidden=(16,), normalize_obs=True, seed=0),
+    "ppo_bf16_shared_step": lambda: rr.PPO(IDENTITY, env_kwargs=_identity(12, 8), num_envs=4, num_steps=16,
+                                           minibatch_size=32, hidden=(16,), precision="bf16", shared=True, seed=0),
 }
 
 

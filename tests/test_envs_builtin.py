@@ -199,7 +199,7 @@ def test_arena_views_agree_between_python_and_compiled_code(env_id):
         if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and x.shape == y.shape, name
             if x.size:  # the empty action masks of an env without them share no memory
-                assert np.shares_memory(x, y) and x.ctypes.data == y.ctypes.data, name
+                assert np.shares_memory(x, y) and x.ctypes.data == y.ctypes.data and x.strides == y.strides, name
         else:
             assert x == y, name
     if env_id == "Acrobot-v1":

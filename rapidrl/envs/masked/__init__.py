@@ -14,11 +14,20 @@ collectors mask inside their compiled loop.
 
 from __future__ import annotations
 
+import numpy as np
+
 from rapidrl.envs.core.numba_env import NumbaVecEnv
 
 MASKED_ENVS = ("InvalidActionDiscrete-v0", "TicTacToe-v3", "MaskedCue-v0")
 
-__all__ = ["MASKED_ENVS", "make_masked_vec", "masked_env"]
+__all__ = ["MASKED_ENVS", "make_masked_vec", "masked_env", "size_arg"]
+
+
+def size_arg(env_id: str, name: str, value) -> int:
+    """``value`` as an int, checked >= 2: the size argument of a sized masked env (``dim``, ``num_cues``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
+        raise ValueError(f"{env_id}: {name} must be an int >= 2, got {value!r}")
+    return int(value)
 
 
 def masked_env(env_id: str, **kwargs):

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs.core.numba_env import NumbaEnv
+from rapidrl.envs.masked import size_arg
 from rapidrl.kernels.rng import next_uniform
 
 __all__ = ["invalid_action_env"]
@@ -79,9 +80,7 @@ def _check_params(params: np.ndarray, dim: int) -> None:
 @functools.cache
 def invalid_action_env(dim: int = 70) -> NumbaEnv:
     """The definition with ``dim`` actions (and a one-hot observation of ``dim``)."""
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 2:
-        raise ValueError(f"{ENV_ID}: dim must be an int >= 2, got {dim!r}")
-    dim = int(dim)
+    dim = size_arg(ENV_ID, "dim", dim)
     return NumbaEnv(id=ENV_ID, observation_space=gym.spaces.Box(0.0, 1.0, (dim,), np.float32),
                     action_space=gym.spaces.Discrete(dim), state_shape=(None, 1 + dim), state_dtype=np.int64,
                     reset=reset, step=step, observe=observe, mask=mask,

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from rapidrl.envs.core.numba_env import NumbaEnv
+from rapidrl.envs.masked import size_arg
 from rapidrl.kernels.rng import next_uniform
 
 __all__ = ["masked_cue_env"]
@@ -96,9 +97,7 @@ def _check_params(params: np.ndarray, num_cues: int) -> None:
 @functools.cache
 def masked_cue_env(num_cues: int = 6) -> NumbaEnv:
     """The definition with ``num_cues`` cues and actions (params: ``delay`` 2, ``valid`` 3)."""
-    if isinstance(num_cues, bool) or not isinstance(num_cues, (int, np.integer)) or num_cues < 2:
-        raise ValueError(f"{ENV_ID}: num_cues must be an int >= 2, got {num_cues!r}")
-    k = int(num_cues)
+    k = size_arg(ENV_ID, "num_cues", num_cues)
     return NumbaEnv(id=ENV_ID, observation_space=gym.spaces.Box(0.0, 1.0, (k + 1,), np.float32),
                     action_space=gym.spaces.Discrete(k), state_shape=(None, FLAGS + k), state_dtype=np.int64,
                     reset=reset, step=step, observe=observe, mask=mask, params={"delay": 2, "valid": k // 2},

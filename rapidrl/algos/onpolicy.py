@@ -43,23 +43,13 @@ from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.collect import COLLECTIONS, choose_collection, make_collector
 from rapidrl.train.collect.step import normalized
 from rapidrl.train.collect.threaded import AsyncCollector
-from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.config import RolloutConfig, check_hidden, check_positive, check_unit_interval, require
 from rapidrl.train.paths import PathChoice
 from rapidrl.train.recurrent import RecurrentActor, RolloutSequences, predict_with_state
 
 
 @dataclass
-class OnPolicyConfig(RuntimeConfig):
-    num_envs: int = 8
-    """Parallel environments collecting experience."""
-    num_steps: int = 128
-    """Steps per env in each rollout (the rollout holds num_steps * num_envs transitions)."""
-    learning_rate: float = 2.5e-4
-    """Optimizer learning rate (start value when annealed)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the total timesteps of ``learn``."""
-    gamma: float = 0.99
-    """Discount factor."""
+class OnPolicyConfig(RolloutConfig):
     gae_lambda: float = 0.95
     """GAE lambda (1.0 gives Monte-Carlo advantages with bootstrapping at the rollout end)."""
     ent_coef: float = 0.0
@@ -125,9 +115,8 @@ class OnPolicyConfig(RuntimeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "num_envs", "num_steps", "learning_rate")
         check_positive(self, "ent_coef", "vf_coef", "max_grad_norm", allow_zero=True)
-        check_unit_interval(self, "gamma", "gae_lambda")
+        check_unit_interval(self, "gae_lambda")
         check_hidden(self.hidden, allow_empty=self.recurrent != "none")
         require(self.activation in ("tanh", "relu"), f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         require(self.squash in ("clip", "tanh"), f"squash must be 'clip' or 'tanh', got {self.squash!r}")

@@ -47,23 +47,23 @@ from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.collect.step import StepCollector
-from rapidrl.train.config import RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
+from rapidrl.train.config import (
+    RolloutConfig,
+    check_hidden,
+    check_positive,
+    check_unit_interval,
+    require,
+    with_defaults,
+)
 from rapidrl.train.paths import choose
 from rapidrl.train.schedules import linear_decay
 
 
 @dataclass
-class PQNConfig(RuntimeConfig):
-    num_envs: int = 4
-    """Parallel environments collecting experience."""
-    num_steps: int = 128
-    """Steps per env in each rollout (the rollout holds num_steps * num_envs transitions)."""
-    learning_rate: float = 2.5e-4
-    """RAdam learning rate (start value when annealed)."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the total timesteps of ``learn``."""
-    gamma: float = 0.99
-    """Discount factor."""
+@with_defaults(num_envs=4)
+class PQNConfig(RolloutConfig):
+    """PQN's settings (its optimizer is RAdam)."""
+
     q_lambda: float = 0.65
     """lambda of the Q(lambda) targets (0: one-step Q-learning targets; 1: Monte-Carlo returns)."""
     update_epochs: int = 4
@@ -93,9 +93,9 @@ class PQNConfig(RuntimeConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "num_envs", "num_steps", "learning_rate", "update_epochs", "minibatch_size")
+        check_positive(self, "update_epochs", "minibatch_size")
         check_positive(self, "max_grad_norm", allow_zero=True)
-        check_unit_interval(self, "gamma", "q_lambda", "exploration_fraction", "exploration_initial_eps",
+        check_unit_interval(self, "q_lambda", "exploration_fraction", "exploration_initial_eps",
                             "exploration_final_eps")
         require(self.exploration_fraction > 0, "exploration_fraction must be > 0")
         check_hidden(self.hidden)

@@ -191,6 +191,28 @@ class RuntimeConfig:
                 and self.log_every_steps >= 0, f"log_every_steps must be an int >= 0, got {self.log_every_steps!r}")
 
 
+
+@dataclasses.dataclass
+class RolloutConfig(RuntimeConfig):
+    """Fields of the algorithms that learn from rollouts of ``num_steps`` per env (on-policy algorithms, PQN)."""
+
+    num_envs: int = 8
+    """Parallel environments collecting experience."""
+    num_steps: int = 128
+    """Steps per env in each rollout (the rollout holds num_steps * num_envs transitions)."""
+    learning_rate: float = 2.5e-4
+    """Optimizer learning rate (start value when annealed)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the total timesteps of ``learn``."""
+    gamma: float = 0.99
+    """Discount factor."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "num_envs", "num_steps", "learning_rate")
+        check_unit_interval(self, "gamma")
+
+
 def apply_runtime(config: RuntimeConfig) -> None:
     """Apply the process settings of ``config``: torch threads, denormal flushing, heap retention."""
     import torch

@@ -31,7 +31,7 @@ from rapidrl.algos.ppo import PPO, PPOConfig
 from rapidrl.algos.registry import register
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.nn.policies import ActorCritic, mlp
-from rapidrl.train.config import require
+from rapidrl.train.config import require, with_defaults
 from rapidrl.train.evaluation import check_n_episodes
 
 
@@ -72,14 +72,10 @@ class MultiAgentActorCritic(ActorCritic):
 
 
 @dataclass
+@with_defaults(num_steps=25, minibatch_size=600, update_epochs=5, learning_rate=7e-4, ent_coef=0.01)
 class MAPPOConfig(PPOConfig):
     num_envs: int = 96
     """Agent rows: env copies x agents (a multiple of the env's agent count)."""
-    num_steps: int = 25
-    minibatch_size: int = 600
-    update_epochs: int = 5
-    learning_rate: float = 7e-4
-    ent_coef: float = 0.01
     centralized_critic: bool = True
     """The critic reads the global state + agent one-hot (MAPPO); False: the agent's own observation (IPPO)."""
 

@@ -73,6 +73,16 @@ def _next_value(i, next_values, final_values, terminated, truncated, zero):
     return next_values[i], False, False
 
 
+
+@numba.njit(cache=True, inline="always")
+def _rows_after(t, values, acc, last_values):
+    """The rows after step t of ``values`` [T, N] and of a backward recursion's output ``acc`` [T, N], both the
+    bootstrap ``last_values`` [N] at t = T - 1, and whether step t + 1 lies in the rollout (the recursion carries)."""
+    if t < values.shape[0] - 1:
+        return True, values[t + 1], acc[t + 1]
+    return False, last_values, last_values
+
+
 @numba.njit(cache=True, nogil=True)
 def _gae_core(rewards, values, last_values, terminated, truncated, final_values, gamma, lam, adv, ret, i0, i1):
     """GAE for envs [i0, i1) of [T, N] arrays (see ``gae``). Returns #truncated-not-terminated steps."""
@@ -137,9 +147,7 @@ def _lambda_returns_core(rewards, values, last_values, terminated, truncated, fi
     one_m_lam = (lam - lam + 1) - lam
     count = 0
     for t in range(T - 1, -1, -1):
-        carry = t < T - 1
-        nxt_v = values[t + 1] if carry else last_values
-        nxt_g = out[t + 1] if carry else last_values
+        carry, nxt_v, nxt_g = _rows_after(t, values, out, last_values)
         for i in range(N):
             nv, ended, cut = _next_value(i, nxt_v, final_values[t], terminated[t], truncated[t], zero)
             count += cut
@@ -197,9 +205,7 @@ def _vtrace_core(log_rhos, rewards, values, bootstrap_value, terminated, truncat
     zero = gamma - gamma
     count = 0
     for t in range(T - 1, -1, -1):
-        carry = t < T - 1
-        nxt_v = values[t + 1] if carry else bootstrap_value
-        nxt_vs = vs[t + 1] if carry else bootstrap_value
+        carry, nxt_v, nxt_vs = _rows_after(t, values, vs, bootstrap_value)
         for i in range(N):
             ratio = np.exp(log_rhos[t, i])
             rho = rho_bar if ratio > rho_bar else ratio  # NaN ratios propagate

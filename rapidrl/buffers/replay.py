@@ -83,6 +83,18 @@ class _hybridmethod:
         return self.func.__get__(cls if obj is None else obj, cls)
 
 
+def _table_slot(index: int) -> property:
+    """An int property stored in slot ``index`` of the buffer's table (``self._table``, int64)."""
+
+    def get(self) -> int:
+        return int(self._table[index])
+
+    def set_(self, value: int) -> None:
+        self._table[index] = value
+
+    return property(get, set_)
+
+
 class ReplayBuffer:
     """Uniform replay ring buffer (see the module docstring for layout, n-step, random numbers and thread safety).
 
@@ -177,21 +189,8 @@ class ReplayBuffer:
         describe_storage(self._table, self._store, self.capacity, self._rows_per_add, enabled)
 
     # head, size and draws live in the table (the compiled fast paths move them)
-    @property
-    def _pos(self) -> int:
-        return int(self._table[T_POS])
-
-    @_pos.setter
-    def _pos(self, value: int) -> None:
-        self._table[T_POS] = value
-
-    @property
-    def _size(self) -> int:
-        return int(self._table[T_SIZE])
-
-    @_size.setter
-    def _size(self, value: int) -> None:
-        self._table[T_SIZE] = value
+    _pos = _table_slot(T_POS)
+    _size = _table_slot(T_SIZE)
 
     # -- public state ------------------------------------------------------------------------------
     def __len__(self) -> int:

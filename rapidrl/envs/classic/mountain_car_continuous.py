@@ -18,15 +18,16 @@ params: [max_episode_steps, goal_velocity, low, high].
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import gymnasium as gym
 import numba
 import numpy as np
 
+from rapidrl.envs.classic import mountain_car
 from rapidrl.envs.classic import render as _render
 from rapidrl.envs.classic.mountain_car import check_params, observe, reset, torch_initial, torch_observe
-from rapidrl.envs.core.numba_env import NumbaEnv
 
 MIN_ACTION = -1.0
 MAX_ACTION = 1.0
@@ -115,20 +116,14 @@ def torch_step(state, actions, params):
 
 __all__ = ["SPEC", "check_params", "observe", "reset", "step", "torch_initial", "torch_observe", "torch_step"]
 
-SPEC = NumbaEnv(
+# MountainCar-v0's definition (observation space, state, reset, observe, params and their check) with its own action
+# space, step, time limit, rendering and threshold
+SPEC = dataclasses.replace(
+    mountain_car.SPEC,
     id="MountainCarContinuous-v0",
-    observation_space=gym.spaces.Box(np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
-                                     np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32), dtype=np.float32),
     action_space=gym.spaces.Box(MIN_ACTION, MAX_ACTION, shape=(1,), dtype=np.float32),
-    state_shape=(2, None),
-    reset=reset,
     step=step,
-    observe=observe,
-    params={"goal_velocity": 0.0, "low": -0.6, "high": -0.4},
     max_episode_steps=999,
-    reset_params=("low", "high"),
-    check_params=check_params,
     render=_render.mountain_car_continuous,
-    render_fps=30,
     reward_threshold=90.0,
 )

@@ -23,11 +23,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from rapidrl._system import usable_cpu_count
+from rapidrl.benchmarks.episodes import gym_returns
 from rapidrl.benchmarks.harness import Case, Context, rapidrl_precision
 
 REPEATS = {"quick": 5, "full": 20}
@@ -103,22 +103,13 @@ def train(lib: str, model, steps: int) -> None:
 
 def gym_eval(lib: str, model, env_id: str, episodes: int = 10, seed: int = 1_000) -> float:
     """Mean return of ``episodes`` Gymnasium episodes with the library's own deterministic ``predict``."""
-    env = gym.make(env_id)
-    returns = []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        done, total = False, 0.0
-        while not done:
-            if lib == "sb3":
-                action = model.predict(obs, deterministic=True)[0]
-            else:
-                action = model.predict(obs, deterministic=True)
-            obs, r, term, trunc, _ = env.step(action)
-            total += float(r)
-            done = term or trunc
-        returns.append(total)
-    env.close()
-    return float(np.mean(returns))
+    if lib == "sb3":
+        def act(obs):
+            return model.predict(obs, deterministic=True)[0]
+    else:
+        def act(obs):
+            return model.predict(obs, deterministic=True)
+    return float(np.mean(gym_returns(act, env_id, episodes, seed)))
 
 
 BUILDERS = {"sac": {"rapidrl": rapidrl_sac, "sb3": sb3_sac, "rlox": rlox_sac},

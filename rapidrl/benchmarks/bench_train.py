@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from rapidrl.benchmarks.episodes import gym_returns
 from rapidrl.benchmarks.harness import Context
 from rapidrl.benchmarks.isolated import timed_learn
 
@@ -116,18 +117,7 @@ def job_time_to_solve(seed: int) -> dict:
 def _gym_eval(act, seed: int, episodes: int = 10) -> float:
     """Mean return of ``episodes`` deterministic CartPole-v1 episodes (rlox's own evaluate() hands the env a
     tensor that CartPole rejects, so the peer is evaluated here with its predict())."""
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    total = 0.0
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + 1000 + k)
-        done = False
-        while not done:
-            obs, r, term, trunc, _ = env.step(act(obs))
-            total += r
-            done = term or trunc
-    return total / episodes
+    return float(np.mean(gym_returns(act, "CartPole-v1", episodes, seed + 1000)))
 
 
 def _sb3_ppo(sb3, steps: int, seed: int):

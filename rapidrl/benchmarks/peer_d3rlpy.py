@@ -53,20 +53,11 @@ def _config(d3rlpy, algo: str, settings: dict):
 
 
 def _evaluate(algo, env_id: str, episodes: int, seed: int) -> list[float]:
-    import gymnasium as gym
     import numpy as np
 
-    env = gym.make(env_id)
-    returns = []
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        done, total = False, 0.0
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(algo.predict(np.asarray(obs, np.float32)[None])[0])
-            total += float(reward)
-            done = terminated or truncated
-        returns.append(total)
-    return returns
+    from rapidrl.benchmarks.episodes import gym_returns
+
+    return gym_returns(lambda obs: algo.predict(np.asarray(obs, np.float32)[None])[0], env_id, episodes, seed)
 
 
 def job_d3rlpy(algo: str, data: str, settings: dict, steps: int, seed: int, warmup: int = 0,

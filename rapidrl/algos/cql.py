@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -37,6 +36,7 @@ from rapidrl.train.config import check_positive, check_unit_interval, with_defau
 from rapidrl.train.entropy import EntropyConfig, temperature_loss
 from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic
 from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update, soft_actor_loss, soft_target, td3_target
+from rapidrl.train.spaces import check_discrete_actions
 
 
 @dataclass
@@ -203,9 +203,7 @@ class DiscreteCQL(OfflineAlgorithm):
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise TypeError(f"DiscreteCQL needs a Discrete action space, got {self.action_space}; CQL takes Box "
-                            "actions")
+        check_discrete_actions("DiscreteCQL", self.action_space, "CQL takes Box actions")
 
     def _build_networks(self) -> None:
         c = self.config

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -30,6 +29,7 @@ from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.train.schedules import linear_decay
+from rapidrl.train.spaces import check_discrete_actions
 
 
 @dataclass
@@ -91,9 +91,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise TypeError(f"DQN needs a Discrete action space, got {self.action_space}; PPO and A2C take "
-                            "MultiDiscrete, MultiBinary and Box actions")
+        check_discrete_actions("DQN", self.action_space)
 
     def _build_networks(self) -> None:
         c = self.config

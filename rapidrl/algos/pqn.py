@@ -57,6 +57,7 @@ from rapidrl.train.config import (
 )
 from rapidrl.train.paths import choose
 from rapidrl.train.schedules import linear_decay
+from rapidrl.train.spaces import check_discrete_actions
 
 
 @dataclass
@@ -160,9 +161,7 @@ class PQN(Algorithm):
 
     def _build(self) -> None:
         c = self.config
-        if not isinstance(self.action_space, gym.spaces.Discrete):
-            raise TypeError(f"PQN needs a Discrete action space, got {self.action_space}; PPO and A2C take "
-                            "MultiDiscrete, MultiBinary and Box actions")
+        check_discrete_actions("PQN", self.action_space)
         if not isinstance(self.observation_space, gym.spaces.Box):
             raise TypeError(f"PQN needs a Box observation space, got {self.observation_space}")
         kind = encoder_for(self.observation_space, c.encoder)

@@ -9,6 +9,14 @@ import torch
 from rapidrl.envs.spaces import EncodedBox
 
 
+def check_discrete_actions(name: str, space: gym.Space,
+                           others: str = "PPO and A2C take MultiDiscrete, MultiBinary and Box actions") -> None:
+    """TypeError unless ``space`` is Discrete (the actions of DQN, DiscreteCQL, PQN); ``others`` names the
+    algorithms that take the rest."""
+    if not isinstance(space, gym.spaces.Discrete):
+        raise TypeError(f"{name} needs a Discrete action space, got {space}; {others}")
+
+
 def space_to_dict(space: gym.Space) -> dict:
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}

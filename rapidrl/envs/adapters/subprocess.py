@@ -48,14 +48,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.adapters.gymnasium import (
-    EnvOutputs,
-    check_spaces,
-    env_name,
-    reset_env,
-    resolve_env_fns,
-    step_env,
-)
+from rapidrl.envs.adapters.gymnasium import EnvOutputs, check_spaces, env_name, reset_env, resolve_env_fns, step_env
 from rapidrl.envs.core.actions import check_actions
 from rapidrl.envs.core.arena import ArenaLayout
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode

@@ -25,35 +25,18 @@ GAMMA, LAM = 0.99, 0.95
 # plain implementations the peers would write
 
 
-def gae_numpy(rewards, values, last_values, terminated, truncated, gamma, lam):
-    """GAE over time-major [T, N] float arrays: loop over T, vectorized over N.
+def gae_loop(xp, rewards, values, last_values, terminated, truncated, gamma, lam):
+    """GAE over time-major [T, N] float arrays of the array module ``xp`` (NumPy, or torch: the loop a PyTorch
+    codebase runs): loop over T, vectorized over N.
 
     ``terminated`` stops bootstrapping; ``truncated`` only cuts the trace. The benchmark data has no
     truncations, so every contender computes the same advantages.
     """
     T = rewards.shape[0]
-    adv = np.empty_like(rewards)  # [T, N]
-    last = np.zeros_like(last_values)  # [N]
+    adv = xp.empty_like(rewards)  # [T, N]
+    last = xp.zeros_like(last_values)  # [N]
     next_v = last_values
-    for t in range(T - 1, -1, -1):
-        not_term = 1.0 - terminated[t]  # [N]
-        not_done = not_term * (1.0 - truncated[t])
-        delta = rewards[t] + gamma * next_v * not_term - values[t]
-        last = delta + gamma * lam * not_done * last
-        adv[t] = last
-        next_v = values[t]
-    return adv, adv + values
-
-
-def gae_torch(rewards, values, last_values, terminated, truncated, gamma, lam):
-    """``gae_numpy`` written with torch ops (the loop a PyTorch codebase runs)."""
-    import torch
-
-    T = rewards.shape[0]
-    adv = torch.empty_like(rewards)
-    last = torch.zeros_like(last_values)
-    next_v = last_values
-    not_term = 1.0 - terminated  # [T, N] float
+    not_term = 1.0 - terminated  # [T, N]
     not_done = not_term * (1.0 - truncated)
     for t in range(T - 1, -1, -1):
         delta = rewards[t] + gamma * next_v * not_term[t] - values[t]
@@ -202,14 +185,14 @@ def _gae_case(ctx: Context, T: int, N: int, dtype) -> Case:
             case.contenders["rapidrl"] = plain
             checks["rapidrl"] = lambda: plain()[0]
     tf, trf = term.astype(dt), trunc.astype(dt)
-    case.contenders["numpy"] = lambda: gae_numpy(r, v, lv, tf, trf, GAMMA, LAM)
-    checks["numpy"] = lambda: gae_numpy(r, v, lv, tf, trf, GAMMA, LAM)[0]
+    case.contenders["numpy"] = lambda: gae_loop(np, r, v, lv, tf, trf, GAMMA, LAM)
+    checks["numpy"] = lambda: gae_loop(np, r, v, lv, tf, trf, GAMMA, LAM)[0]
     torch = ctx.peer("torch")
     if torch is not None:
         tr, tv, tlv = torch.from_numpy(r), torch.from_numpy(v), torch.from_numpy(lv)
         ttf, ttrf = torch.from_numpy(tf), torch.from_numpy(trf)
-        case.contenders["torch"] = lambda: gae_torch(tr, tv, tlv, ttf, ttrf, GAMMA, LAM)
-        checks["torch"] = lambda: gae_torch(tr, tv, tlv, ttf, ttrf, GAMMA, LAM)[0].numpy()
+        case.contenders["torch"] = lambda: gae_loop(torch, tr, tv, tlv, ttf, ttrf, GAMMA, LAM)
+        checks["torch"] = lambda: gae_loop(torch, tr, tv, tlv, ttf, ttrf, GAMMA, LAM)[0].numpy()
     rlox = ctx.peer("rlox")
     if rlox is not None:
         # rlox: flat env-major [N*T], dones = terminated (no separate truncation)

@@ -145,8 +145,8 @@ def _jobs(ctx: Context | None, algo: str, source: str, arrays: str, steps: int, 
 
     both = {**preset_settings(algo), **(overrides or {}), "schedule_steps": warmup + steps}
 
-    def rapidrl_job(precision: str):
-        return lambda seed, t: run_isolated(f"{__name__}:job_rapidrl", {
+    def rapidrl_job(precision: str):  # the module by name: __name__ is "__main__" under python -m
+        return lambda seed, t: run_isolated("rapidrl.benchmarks.bench_offline:job_rapidrl", {
             "algo": algo, "data": source, "steps": steps, "seed": seed, "warmup": warmup, "settings": both,
             "precision": precision, **extra}, torch_threads=t)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba
 
 from rapidrl.envs.minatar.draws import rand, randint
+from rapidrl.envs.minatar.moves import moved
 
 CHANNELS = 4
 MINIMAL_ACTIONS = (0, 1, 2, 3, 4)  # n, l, u, r, d
@@ -76,14 +77,7 @@ def act(state, i, a, ramping, rng_key, rng_counter):
         state[i, SPAWN_TIMER] = state[i, SPAWN_SPEED]
     px = state[i, PLAYER_X]
     py = state[i, PLAYER_Y]
-    if a == 1:
-        px = max(0, px - 1)
-    elif a == 3:
-        px = min(9, px + 1)
-    elif a == 2:
-        py = max(1, py - 1)
-    elif a == 4:
-        py = min(8, py + 1)
+    px, py = moved(a, px, py, 1)
     state[i, PLAYER_X] = px
     state[i, PLAYER_Y] = py
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numba
 
 from rapidrl.envs.minatar.draws import rand, randint
+from rapidrl.envs.minatar.moves import moved
 
 CHANNELS = 10
 MINIMAL_ACTIONS = (0, 1, 2, 3, 4, 5)
@@ -339,16 +340,12 @@ def act(state, i, a, ramping, rng_key, rng_counter):
     if a == 5 and state[i, SHOT_TIMER] == 0:
         _append(state, i, FB, 3, N_FB, CAP_FB, sx, sy, state[i, SUB_OR], 0, 0)
         state[i, SHOT_TIMER] = SHOT_COOL_DOWN
-    elif a == 1:
-        sx = max(0, sx - 1)
-        state[i, SUB_OR] = 0
-    elif a == 3:
-        sx = min(9, sx + 1)
-        state[i, SUB_OR] = 1
-    elif a == 2:
-        sy = max(0, sy - 1)
-    elif a == 4:
-        sy = min(8, sy + 1)
+    else:
+        sx, sy = moved(a, sx, sy, 0)
+        if a == 1:
+            state[i, SUB_OR] = 0  # facing left
+        elif a == 3:
+            state[i, SUB_OR] = 1  # facing right
     state[i, SUB_X] = sx
     state[i, SUB_Y] = sy
 

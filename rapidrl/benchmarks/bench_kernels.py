@@ -77,6 +77,23 @@ def group_adv_trl(rewards, group_size, eps=1e-6):
     return (rewards - mean) / (std + eps)
 
 
+def add_group_adv_peers(ctx: Context, case: Case, checks: dict, rew: np.ndarray, group_size: int) -> None:
+    """The torch (TRL's code, compared) and rlox (not compared) contenders of a group-advantage case on the flat
+    rewards ``rew`` [B*G], groups of ``group_size`` consecutive entries."""
+    torch = ctx.peer("torch")
+    if torch is not None:
+        t = torch.from_numpy(rew.copy())
+        case.contenders["torch"] = lambda: group_adv_trl(t, group_size)
+        checks["torch"] = lambda: group_adv_trl(t, group_size).numpy()
+        case.notes.append(f"torch: TRL GRPOTrainer's view/mean/std/repeat_interleave code on a {rew.dtype} tensor")
+    rlox = ctx.peer("rlox")
+    if rlox is not None:
+        rew64 = rew.astype(np.float64)
+        case.contenders["rlox"] = lambda: rlox.compute_batch_group_advantages(rew64, group_size)
+        case.notes.append("rlox takes float64 input (converted before timing) and divides by the population std "
+                          "(ddof=0), the others by the sample std; rlox not compared")
+
+
 def token_kl_numpy(logp, ref_logp):
     """Schulman k3 per token: [B, T] -> [B, T], ``exp(d) - d - 1`` with ``d = ref_logp - logp``."""
     d = ref_logp - logp
@@ -250,7 +267,6 @@ def _group_adv_case(ctx: Context, G: int, K: int) -> Case:
     k = ctx.rapidrl("kernels")
     rng = np.random.default_rng(2)
     rew = rng.standard_normal((G, K))  # [G, K] f64
-    flat = rew.ravel()  # [G*K]
     case = Case(f"group_advantages/{G}x{K}", {}, params={"groups": G, "group_size": K, "dtype": "float64"})
     checks: dict[str, Callable[[], Any]] = {}
     if k is not None and hasattr(k, "group_advantages"):
@@ -258,16 +274,7 @@ def _group_adv_case(ctx: Context, G: int, K: int) -> Case:
         checks["rapidrl"] = lambda: np.reshape(k.group_advantages(rew), -1)
     case.contenders["numpy"] = lambda: group_adv_numpy(rew)
     checks["numpy"] = lambda: group_adv_numpy(rew).ravel()
-    torch = ctx.peer("torch")
-    if torch is not None:
-        tflat = torch.from_numpy(flat.copy())
-        case.contenders["torch"] = lambda: group_adv_trl(tflat, K)
-        checks["torch"] = lambda: group_adv_trl(tflat, K).numpy()
-        case.notes.append("torch: TRL GRPOTrainer's view/mean/std/repeat_interleave code")
-    rlox = ctx.peer("rlox")
-    if rlox is not None:
-        case.contenders["rlox"] = lambda: rlox.compute_batch_group_advantages(flat, K)
-        case.notes.append("rlox normalizes by the population std (ddof=0), the others by the sample std")
+    add_group_adv_peers(ctx, case, checks, rew.ravel(), K)
     _run_checks(case, checks, rtol=1e-4, atol=1e-4)
     return case
 

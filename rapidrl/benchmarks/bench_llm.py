@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rapidrl.benchmarks.bench_kernels import group_adv_numpy, group_adv_trl
+from rapidrl.benchmarks.bench_kernels import add_group_adv_peers, group_adv_numpy
 from rapidrl.benchmarks.harness import Case, Context
 
 REPEATS = {"quick": 5, "full": 30}
@@ -74,17 +74,7 @@ def _group_adv_case(ctx: Context, B: int, G: int) -> Case:
     if ctx.peer("numpy") is not None:
         case.contenders["numpy"] = lambda: group_adv_numpy(rew.reshape(B, G)).reshape(-1)
         checks["numpy"] = lambda: group_adv_numpy(rew.reshape(B, G)).reshape(-1)
-    if torch is not None:
-        t = torch.from_numpy(rew.copy())
-        case.contenders["torch"] = lambda: group_adv_trl(t, G)
-        checks["torch"] = lambda: group_adv_trl(t, G).numpy()
-        case.notes.append("torch: TRL GRPOTrainer's view/mean/std/repeat_interleave code on a float32 tensor")
-    rlox = ctx.peer("rlox")
-    if rlox is not None:
-        rew64 = rew.astype(np.float64)
-        case.contenders["rlox"] = lambda: rlox.compute_batch_group_advantages(rew64, G)
-        case.notes.append("rlox needs float64 input (converted before timing) and divides by the "
-                          "population std (ddof=0), the others by the sample std; rlox not compared")
+    add_group_adv_peers(ctx, case, checks, rew, G)
     _agree(case, checks, rtol=1e-4, atol=1e-5)
     return case
 

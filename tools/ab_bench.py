@@ -7,6 +7,9 @@ once with B (the order alternates between rounds), so machine noise hits both al
 peers too, so each side has its own rapidrl/peer ratio from the same process; the table gives, per case, the
 median per-call time of rapidrl on each side over the rounds, B's speedup over A, and each side's median
 speedup against every peer. ``--python`` picks the interpreter (one with the peers installed).
+A suite's ``extras`` rows (end-to-end runs: the train suite has nothing else) follow in a second table: per row
+(its case, contender and torch threads) and per numeric column, each side's median and B's value over A's
+(higher is better for SPS, lower for seconds and ms).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +29,32 @@ def run_side(python: str, checkout: Path, suite: str, extra: list[str], out: Pat
     cmd = [python, "-m", "rapidrl.benchmarks.run", suite, "--out", str(out), *extra]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / f"{suite}.json").read_text())
+
+
+# extras columns that name a row (torch threads without its " (best)" mark), and columns that are not timings
+ROW_KEYS = ("case", "run", "contender", "library", "torch threads", "num_envs")
+NOT_TIMINGS = ("phases", "eval mean per seed", "eval_return")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def extras_table(docs: dict[str, list[dict]]) -> list[str]:
+    """Markdown lines comparing the sides' ``extras`` rows: one line per row and numeric column."""
+    values: dict[tuple, dict[str, list[float]]] = {}
+    for label in ("A", "B"):
+        for doc in docs[label]:
+            for row in (doc.get("extras") or {}).get("rows", []):
+                key = " / ".join(str(row[k]).replace(" (best)", "") for k in ROW_KEYS if k in row)
+                for col, val in row.items():
+                    found = NUMBER.search(str(val)) if col not in ROW_KEYS + NOT_TIMINGS and val is not None else None
+                    if found:
+                        values.setdefault((key, col), {"A": [], "B": []})[label].append(
+                            float(found.group().replace(",", "")))
+    lines = ["", "| extras row | column | A (median) | B (median) | B/A |", "|---|---|---:|---:|---:|"]
+    for (key, col), sides in values.items():
+        if sides["A"] and sides["B"]:
+            a, b = statistics.median(sides["A"]), statistics.median(sides["B"])
+            lines.append(f"| {key} | {col} | {a:,.2f} | {b:,.2f} | {b / a if a else float('nan'):.2f} |")
+    return lines if len(lines) > 3 else []
 
 
 def main() -> int:
@@ -65,6 +95,7 @@ def main() -> int:
                 for k in peers)
         if len(med) == 2:
             print(f"| {name} | {med['A']:.2f} | {med['B']:.2f} | {med['A'] / med['B']:.2f}x | {vs['A']} | {vs['B']} |")
+    print("\n".join(extras_table(docs)))
     return 0
 
 

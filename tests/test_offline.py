@@ -25,6 +25,8 @@ from rapidrl.algos.cql import (
     discrete_conservative_penalty,
 )
 from rapidrl.algos.iql import IQL, advantage_weighted_loss, cosine_lr, expectile_loss, iql_q_target
+from rapidrl.algos.offline import OfflineAlgorithm
+from rapidrl.algos.registry import algorithms
 from rapidrl.algos.td3_bc import TD3BC, td3_bc_actor_loss
 from rapidrl.buffers.dataset import DatasetError, collect_episodes, load_dataset, write_dataset
 from rapidrl.train.offpolicy_losses import soft_actor_loss
@@ -173,6 +175,17 @@ def test_discrete_bc_clones_cartpole(datasets, precision):
     model = BC(dataset="test/cartpole/noisy-v0", precision=precision, **SMALL)
     model.learn(500, progress_bar=False)
     assert model.evaluate(10)[0] > 300
+
+
+# the algorithms the learning tests above train, each at every precision in PRECISIONS
+LEARNING_TESTED = {BC, TD3BC, IQL, CQL, DiscreteCQL}
+
+
+def test_every_offline_algorithm_has_a_learning_test_in_bf16():
+    """OfflineAlgorithm.bf16_learning_tested is True for every subclass: it holds only while each has a test above."""
+    offline = {cls for cls in algorithms().values() if issubclass(cls, OfflineAlgorithm)}
+    assert offline == LEARNING_TESTED
+    assert all(cls.bf16_learning_tested for cls in offline)
 
 
 # -- save, load, resume, export -------------------------------------------------------------------------------------

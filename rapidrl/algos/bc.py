@@ -58,7 +58,6 @@ class BC(OfflineAlgorithm):
 
     name = "bc"
     config_class = BCConfig
-    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("actor_loss",)
     saved_state = ("actor", "optimizer")
 

@@ -93,7 +93,6 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
 
     name = "cql"
     config_class = CQLConfig
-    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("critic_loss", "penalty", "actor_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "actor_optimizer", "critic_optimizer")
 
@@ -197,7 +196,6 @@ class DiscreteCQL(OfflineAlgorithm):
 
     name = "discrete_cql"
     config_class = DiscreteCQLConfig
-    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("loss", "td_loss", "penalty", "q_values")
     saved_state = ("q_net", "q_target", "optimizer")
 

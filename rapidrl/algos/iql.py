@@ -131,7 +131,6 @@ class IQL(OfflineAlgorithm):
 
     name = "iql"
     config_class = IQLConfig
-    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
     stat_names = ("value_loss", "critic_loss", "actor_loss", "q_values", "advantage")
     saved_state = ("actor", "critic", "critic_target", "value", "optimizer", "actor_optimizer")
     box_actions_only = True

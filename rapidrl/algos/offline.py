@@ -105,6 +105,10 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     normalised input), ``saved_state``.
     """
 
+    # every offline algorithm's learning test in tests/test_offline.py runs in bf16 too (a test there checks that
+    # each subclass has one)
+    bf16_learning_tested = True
+
     def __init__(self, env=None, config=None, *, dataset=None, eval_env=None, env_kwargs: dict | None = None,
                  distributed: bool = False, **hyperparameters):
         given = dataset if isinstance(dataset, OfflineDataset) else None

@@ -56,7 +56,6 @@ class TD3BC(DeterministicActorCritic, OfflineAlgorithm):
 
     name = "td3_bc"
     config_class = TD3BCConfig
-    bf16_learning_tested = True  # tests/test_offline.py's learning tests, in bf16 too
 
     def _actor_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """``td3_bc_actor_loss`` of the actor's actions mu(s) and the dataset's actions [B, A]."""

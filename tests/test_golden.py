@@ -79,7 +79,9 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "pqn_cnn": ("PQN", "MinAtar/Breakout-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1), 256),
     "ddpg": ("DDPG", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
     "tqc": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
-                                       n_critics=2, n_quantiles=5), 160),
+                                       n_critics=2, n_quantiles=5), 160),  # compiled quantile loss
+    "tqc_torch": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
+                                             n_critics=2, n_quantiles=5, gradient_backend="torch"), 160),
     "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
     # hindsight relabelling (a Box and a Discrete goal task)

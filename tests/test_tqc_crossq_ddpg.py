@@ -42,6 +42,34 @@ def test_quantile_huber_loss_on_hand_computed_cases():
     torch.testing.assert_close(q.grad, torch.tensor([[[0.75 * 0.5 / 2, 0.25 * 0.5 / 2]]]))
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_compiled_quantile_huber_loss_and_gradient_equal_autograd_through_the_reference(compiled, monkeypatch):
+    """The compiled backend's loss (rapidrl.kernels.quantile, compiled and as plain Python) against autograd through
+    ``quantile_huber_loss``: targets on both sides of every quantile, in both Huber regions, exactly at |delta| = 1
+    and at delta = 0."""
+    from rapidrl.algos.tqc import CompiledQuantileHuberLoss
+    from rapidrl.kernels import quantile
+
+    if not compiled:
+        monkeypatch.setattr(quantile, "_quantile_huber", quantile._quantile_huber.py_func)
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(3, 6, 5, generator=g)
+    z[0, 0, 0] = 0.5
+    target = (torch.randn(6, 7, generator=g) * 2).sort(1).values
+    target[0, :3] = torch.tensor([-0.5, 0.5, 1.5])  # against z = 0.5: delta -1 and 0 and 1 exactly
+    ref_z, got_z = z.clone().requires_grad_(), z.clone().requires_grad_()
+    ref = quantile_huber_loss(ref_z, target)
+    got = CompiledQuantileHuberLoss.apply(got_z, target)
+    (2.0 * ref).backward()
+    (2.0 * got).backward()  # the incoming gradient scales the saved one
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_z.grad, ref_z.grad)
+    with pytest.raises(TypeError, match="quantiles must have dtype float32"):
+        quantile.quantile_huber(z.double().numpy(), target.numpy(), np.empty((3, 6, 5), np.float32))
+    with pytest.raises(ValueError, match="target must have shape"):
+        quantile.quantile_huber(z.numpy(), target[:5].numpy(), np.empty((3, 6, 5), np.float32))
+
+
 def test_truncated_target_pools_sorts_and_drops_the_top_quantiles():
     next_q = torch.tensor([[[1.0, 5.0, 3.0]], [[2.0, 6.0, 4.0]]])  # [n=2, B=1, Q=3]: pooled 1..6
     got = truncated_target(torch.tensor([1.0]), torch.tensor([0.5]), next_q, torch.tensor([-2.0]),

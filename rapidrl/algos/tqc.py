@@ -15,6 +15,11 @@ One update is one backward pass and one Adam step for actor, critics and tempera
 parameters; the actor's loss goes through the critics of before this step, with their weights held constant), then
 a Polyak target update, as ``rapidrl.algos.sac``. sb3-contrib's TQC takes three optimizer steps in turn, its actor
 seeing the critics after theirs; the settings and the losses are sb3-contrib's.
+
+Gradient backends: "compiled" (the CPU default) computes the quantile Huber loss and its gradient in one Numba pass
+(``rapidrl.kernels.quantile``, ``CompiledQuantileHuberLoss``) instead of ~15 PyTorch operators on the pairwise
+[n, B, Q, M] tensor, the rest through autograd; "torch" is autograd throughout (``quantile_huber_loss``: the
+reference, any device and precision).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
+from rapidrl.kernels.quantile import quantile_huber
 from rapidrl.nn.optim import adam
 from rapidrl.train.config import check_positive, require, with_defaults
 from rapidrl.train.entropy import EntropyConfig
@@ -77,6 +83,24 @@ def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor) -> torch.
     return (weight * huber).mean()
 
 
+class CompiledQuantileHuberLoss(torch.autograd.Function):
+    """``quantile_huber_loss(quantiles, target)`` on the CPU in float32 with its gradient from the same compiled
+    pass (``rapidrl.kernels.quantile``); ``CompiledQuantileHuberLoss.apply(quantiles, target)``."""
+
+    @staticmethod
+    def forward(ctx, quantiles: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        z = quantiles.detach().contiguous()  # [n, B, Q]
+        grad = torch.empty_like(z)
+        loss = quantile_huber(z.numpy(), target.detach().contiguous().numpy(), grad.numpy())
+        ctx.save_for_backward(grad)
+        return torch.tensor(loss, dtype=quantiles.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (grad,) = ctx.saved_tensors
+        return grad * grad_output, None
+
+
 def actor_loss(quantiles_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """E[alpha log pi(a|s) - mean_{i,j} Z_ij(s, a)], a ~ pi(s): quantiles_pi [n, B, Q], log_prob [B]."""
     return (alpha * log_prob - quantiles_pi.mean(dim=(0, 2))).mean()
@@ -96,6 +120,18 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         params = [*self.actor.parameters(), *self.critic.parameters()]
         self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
 
+    def _gradient_backends(self) -> dict:
+        def compiled() -> str | None:
+            if self.device.type != "cpu":
+                return "needs device='cpu'"
+            if self.config.torch_compile:
+                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
+            if self.config.precision == "bf16":
+                return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
+            return None
+
+        return {"compiled": compiled, "torch": lambda: None}
+
     # -- update: SAC's (``_soft_update``) with these target and losses ----------------------------------------------
     def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
                      ) -> torch.Tensor:
@@ -103,11 +139,14 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
                                 self.config.top_quantiles_to_drop_per_net)  # [B, M]
 
     def _critic_loss(self, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.gradient_backend == "compiled":
+            return CompiledQuantileHuberLoss.apply(q, target)
         return quantile_huber_loss(q, target)
 
     def _soft_actor_loss(self, q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         return actor_loss(q_pi, log_prob, alpha)
 
     def _update_step(self, batch) -> torch.Tensor:
-        """One update (the "torch" backend: autograd on the losses above); returns ``stat_names``' statistics."""
+        """One update (autograd on the losses above; the "compiled" backend's quantile loss and its gradient in one
+        compiled pass); returns ``stat_names``' statistics."""
         return self._soft_update(batch)

@@ -105,3 +105,15 @@ def test_interleave_and_mode_switch():
         assert all(m.training for m in net if isinstance(m, BatchRenorm))
         net(torch.randn(4, 3))
     assert not any(m.training for m in net) and int(net[0].steps) == 1
+
+
+@pytest.mark.parametrize("shape", [(7, 3), (2, 7, 3)])
+def test_batch_moments_and_their_hand_written_gradient_equal_var_mean(shape):
+    from rapidrl.nn.batch_renorm import batch_moments
+
+    x = (torch.randn(*shape, dtype=torch.float64) * 3 + 1).requires_grad_(True)
+    var, mu = batch_moments(x)
+    var_ref, mu_ref = torch.var_mean(x, dim=-2, keepdim=True, correction=0)
+    torch.testing.assert_close(var, var_ref)
+    torch.testing.assert_close(mu, mu_ref)
+    assert torch.autograd.gradcheck(lambda t: batch_moments(t), (x,))

@@ -17,7 +17,10 @@ the paper's linear schedule. Two differences from sb3-contrib, both the paper's:
 one, and eps enters sigma_B once (sb3-contrib divides by sqrt(var_B / r^2 + eps)). The running variance (not the
 running sigma of the paper's Algorithm 1) is averaged, as CrossQ and sb3-contrib do.
 
-The layer computes y as one per-feature affine map of x (``y = x * a + b``), which is what it costs.
+The layer computes y as one per-feature affine map of x (``y = x * a + b``), which is what it costs, and the batch
+statistics in two passes over x (``batch_moments``: mean, then the mean squared deviation) with a one-expression
+backward: ``torch.var_mean`` over the row axis of CrossQ's [2, 512, 1024] activations measured ~10x slower
+(8.1 ms vs 0.8 ms forward at 1 thread).
 """
 
 from __future__ import annotations
@@ -28,7 +31,30 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-__all__ = ["BatchRenorm", "batch_renorm_mode", "interleave_batch_renorm"]
+__all__ = ["BatchRenorm", "batch_moments", "batch_renorm_mode", "interleave_batch_renorm"]
+
+
+class _BatchMoments(torch.autograd.Function):
+    """(var_B, mu_B) over dim -2 with keepdim; backward d x = (g_mu + 2 g_var (x - mu_B)) / B (the term through
+    mu_B in var_B vanishes: the deviations sum to zero)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mu = x.mean(dim=-2, keepdim=True)  # [.., 1, F]
+        var = (x - mu).square_().mean(dim=-2, keepdim=True)
+        ctx.save_for_backward(x, mu)
+        return var, mu
+
+    @staticmethod
+    def backward(ctx, grad_var: torch.Tensor, grad_mu: torch.Tensor) -> torch.Tensor:
+        x, mu = ctx.saved_tensors
+        rows = x.shape[-2]
+        return torch.addcmul(grad_mu / rows, x - mu, grad_var * (2.0 / rows))
+
+
+def batch_moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(biased variance, mean) of x [.., B, F] over its rows, each [.., 1, F] (differentiable)."""
+    return _BatchMoments.apply(x)
 
 
 class BatchRenorm(nn.Module):
@@ -59,7 +85,9 @@ class BatchRenorm(nn.Module):
         if not self.training:
             scale = weight * torch.rsqrt(self.running_var + self.eps)
             return x * scale + (bias - self.running_mean * scale)
-        var_b, mu_b = torch.var_mean(x.float(), dim=-2, keepdim=x.dim() > 2, correction=0)  # [.., F]
+        var_b, mu_b = batch_moments(x.float())  # [.., 1, F]
+        if x.dim() == 2:
+            var_b, mu_b = var_b[0], mu_b[0]  # [F]
         inv_b = torch.rsqrt(var_b + self.eps)  # 1 / sigma_B
         with torch.no_grad():  # r and d are constants of the gradient; r = 1, d = 0 during the warm-up
             renorm = self.steps >= self.warmup_steps  # a tensor: no host sync

@@ -18,8 +18,8 @@ seeing the critics after theirs; the settings and the losses are sb3-contrib's.
 
 Gradient backends: "compiled" (the CPU default) computes the quantile Huber loss and its gradient in one Numba pass
 (``rapidrl.kernels.quantile``, ``CompiledQuantileHuberLoss``) instead of ~15 PyTorch operators on the pairwise
-[n, B, Q, M] tensor, the rest through autograd; "torch" is autograd throughout (``quantile_huber_loss``: the
-reference, any device and precision).
+[n, B, Q, M] tensor, the networks through autograd (under bf16 autocast too: the loss takes their float32
+outputs); "torch" is autograd throughout (``quantile_huber_loss``: the reference, any device).
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     config_class = TQCConfig
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
+    compiled_backend_autocasts = True  # only the loss is compiled: the networks run under bf16 autocast either way
 
     def _build_networks(self) -> None:
         self._build_actor_and_critics(out_dim=self.config.n_quantiles)
@@ -126,8 +127,6 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
                 return "needs device='cpu'"
             if self.config.torch_compile:
                 return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
-            if self.config.precision == "bf16":
-                return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
             return None
 
         return {"compiled": compiled, "torch": lambda: None}

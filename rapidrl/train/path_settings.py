@@ -25,6 +25,9 @@ class PathSettings:
     bf16_learning_tested: ClassVar[bool] = False
     """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
     (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
+    compiled_backend_autocasts: ClassVar[bool] = False
+    """The compiled backend runs the networks through autograd, as the torch one (TQC compiles only its loss, on the
+    networks' float32 outputs), so precision="bf16" applies on it too."""
     bf16_beats_compiled: ClassVar[bool] = False
     """The bf16 torch update measured faster than the compiled float32 backend on heavy networks (SAC), so "auto"
     for both settings gives torch + bf16 where the hardware has native bf16 (``_auto_bf16_over_compiled``)."""
@@ -44,7 +47,8 @@ class PathSettings:
 
     def _resolve_precision(self) -> PathChoice:
         """``paths["precision"]`` from the config's setting, after the gradient backend (rapidrl.train.precision)."""
-        return resolve_precision(self.config.precision, device=self.device, gradient_backend=self.gradient_backend,
+        backend = "torch" if self.compiled_backend_autocasts else self.gradient_backend  # autocast runs on both
+        return resolve_precision(self.config.precision, device=self.device, gradient_backend=backend,
                                  tested=self.bf16_learning_tested,
                                  heavy=heavy_networks(self.trainable_modules(), self._update_batch()),
                                  unsupported=self._bf16_unsupported())

@@ -118,7 +118,7 @@ def test_minibatches_cover_every_sample_once_per_epoch(batch_size):
     g = torch.Generator().manual_seed(0)
     seen = []
     sizes = []
-    for mb in buf.minibatches(batch_size, generator=g, normalize_advantages="none", epochs=2):
+    for mb in buf.minibatches(batch_size, generator=g, normalize_advantage="none", epochs=2):
         flat = mb.obs[:, 0].long()
         sizes.append(len(flat))
         t, n = flat // 4, flat % 4
@@ -142,7 +142,7 @@ def test_minibatch_order_is_reproducible_from_the_generator():
     buf.compute_advantages(lv, gamma=0.99, lam=0.95)
 
     def order(gen):
-        return [mb.obs[:, 0].tolist() for mb in buf.minibatches(16, generator=gen, normalize_advantages="none")]
+        return [mb.obs[:, 0].tolist() for mb in buf.minibatches(16, generator=gen, normalize_advantage="none")]
 
     assert order(torch.Generator().manual_seed(3)) == order(torch.Generator().manual_seed(3))
     assert order(np.random.default_rng(3)) == order(np.random.default_rng(3))
@@ -153,18 +153,31 @@ def test_advantage_normalization_modes():
     buf, lv = _filled(T=16, N=4, seed=2)
     buf.compute_advantages(lv, gamma=0.99, lam=0.95)
     raw = buf.advantages.copy()
-    for mb in buf.minibatches(16, generator=torch.Generator().manual_seed(0), normalize_advantages="minibatch"):
+    for mb in buf.minibatches(16, generator=torch.Generator().manual_seed(0), normalize_advantage="minibatch"):
         assert abs(mb.advantages.mean().item()) < 1e-5
         assert mb.advantages.std(correction=0).item() == pytest.approx(1.0, abs=1e-4)
     g = torch.Generator().manual_seed(0)
     mean, std = raw.mean(), raw.std()
-    for mb in buf.minibatches(16, generator=g, normalize_advantages="batch"):
+    for mb in buf.minibatches(16, generator=g, normalize_advantage="batch"):
         flat = mb.obs[:, 0].long()
         expected = (raw[flat // 4, flat % 4] - mean) / (std + 1e-8)
         np.testing.assert_allclose(mb.advantages.numpy(), expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(buf.advantages, raw)  # storage untouched
     # A 1-sample minibatch normalizes to 0, never NaN.
-    assert all(mb.advantages.item() == 0.0 for mb in buf.minibatches(1, normalize_advantages="minibatch"))
+    assert all(mb.advantages.item() == 0.0 for mb in buf.minibatches(1, normalize_advantage="minibatch"))
+
+
+def test_minibatches_take_the_old_keyword_with_a_warning():
+    buf, lv = _filled(T=16, N=4, seed=2)
+    buf.compute_advantages(lv, gamma=0.99, lam=0.95)
+    new = [mb.advantages.clone() for mb in buf.minibatches(16, generator=torch.Generator().manual_seed(0),
+                                                           normalize_advantage="batch")]
+    with pytest.warns(DeprecationWarning, match="now spelled normalize_advantage="):
+        old = [mb.advantages.clone() for mb in buf.minibatches(16, generator=torch.Generator().manual_seed(0),
+                                                               normalize_advantages="batch")]
+    assert len(old) == len(new) == 4
+    for a, b in zip(old, new):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_minibatch_argument_checks():
@@ -172,8 +185,8 @@ def test_minibatch_argument_checks():
     for bad in (0, 9):
         with pytest.raises(ValueError, match="batch_size"):
             next(buf.minibatches(bad))
-    with pytest.raises(ValueError, match="normalize_advantages"):
-        next(buf.minibatches(4, normalize_advantages="epoch"))
+    with pytest.raises(ValueError, match="normalize_advantage must"):
+        next(buf.minibatches(4, normalize_advantage="epoch"))
     with pytest.raises(TypeError, match="generator"):
         next(buf.minibatches(4, generator=3))
     buf.reset()

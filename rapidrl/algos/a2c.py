@@ -47,7 +47,7 @@ class A2C(OnPolicyAlgorithm):
             mb = self._sequences.whole(c.normalize_advantage)
         else:
             (mb,) = list(self.buffer.minibatches(c.num_steps * c.num_envs, generator=self.torch_generator,
-                                                 normalize_advantages=c.normalize_advantage))
+                                                 normalize_advantage=c.normalize_advantage))
         with self._autocast():  # bf16 autocast under precision="bf16" (the heads return float32)
             log_probs, entropy, values = mb.evaluate(self.policy)
         # L = -E[A log pi] + vf_coef * E[(R - V)^2] - ent_coef * E[H] (SB3's A2C; value_scale 1)

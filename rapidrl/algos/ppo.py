@@ -204,7 +204,7 @@ class PPO(OnPolicyAlgorithm):
         if self.policy.recurrent:
             return self._sequences.epochs(c.minibatch_size // c.num_steps, self.torch_generator, normalize)
         return lambda: self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
-                                               normalize_advantages=normalize)
+                                               normalize_advantage=normalize)
 
     @torch.no_grad()
     def _vtrace_advantages(self) -> None:

@@ -266,7 +266,7 @@ class PQN(Algorithm):
         count = 0
         with self.timer.phase("update"):
             for mb in self.buffer.minibatches(c.minibatch_size, generator=self.torch_generator,
-                                              normalize_advantages="none", epochs=c.update_epochs):
+                                              normalize_advantage="none", epochs=c.update_epochs):
                 with self._autocast():  # bf16 autocast under precision="bf16" (the Q network returns float32)
                     q = self._q_values(mb.obs).gather(1, mb.actions.unsqueeze(1)).squeeze(1)  # [B]
                     loss = pqn_loss(q, mb.returns)

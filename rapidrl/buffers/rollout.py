@@ -46,7 +46,8 @@ _FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "tr
 _ADDED = _FIELDS[:8]  # written by add(), in its argument order
 _BATCH = ("obs", "actions", "log_probs", "values", "advantages", "returns")
 ADVANTAGE_NORMALIZATIONS = ("minibatch", "batch", "none")
-"""The values of ``minibatches(normalize_advantages=...)``, and of the on-policy configs' ``normalize_advantage``."""
+"""The values of ``minibatches(normalize_advantage=...)``, and of the on-policy configs' ``normalize_advantage``."""
+_UNSET = object()  # minibatches' deprecated normalize_advantages keyword, not given
 
 
 class RolloutBatch(NamedTuple):
@@ -295,17 +296,19 @@ class RolloutBuffer:
 
     # -- minibatches -------------------------------------------------------------------------------
     def minibatches(self, batch_size: int, *, generator: torch.Generator | np.random.Generator | None = None,
-                    normalize_advantages: str = "minibatch", epochs: int = 1) -> Iterator[RolloutBatch]:
+                    normalize_advantage: str = "minibatch", epochs: int = 1,
+                    normalize_advantages=_UNSET) -> Iterator[RolloutBatch]:
         """Yield shuffled minibatches of the full rollout, ``epochs`` passes over all T*N samples.
 
         batch_size: 1 .. T*N. Each epoch is one random permutation cut into ceil(T*N / batch_size)
         minibatches: every sample appears exactly once per epoch, and when batch_size does not divide
         T*N the last minibatch of the epoch is smaller (T*N mod batch_size samples).
         generator: torch.Generator, numpy Generator, or None (torch's global generator).
-        normalize_advantages: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the mean and
-        std of the whole rollout) or "none" (``ADVANTAGE_NORMALIZATIONS``; None, rapidrl's earlier spelling of
-        "none", is taken with a DeprecationWarning). Std is the population std (+1e-8), so a 1-sample minibatch
-        gives 0, not NaN. The stored advantages are never modified.
+        normalize_advantage: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the mean and
+        std of the whole rollout) or "none" (``ADVANTAGE_NORMALIZATIONS``, the configs' ``normalize_advantage``).
+        Std is the population std (+1e-8), so a 1-sample minibatch gives 0, not NaN. The stored advantages are
+        never modified. rapidrl's earlier spellings, ``normalize_advantages=`` and its None for "none", are taken
+        with a DeprecationWarning.
         Yields ``RolloutBatch`` views of reused tensors (overwritten by the next minibatch). A ``masked`` rollout
         yields fresh tensors holding its active samples only (each once per epoch).
         """
@@ -313,14 +316,17 @@ class RolloutBuffer:
         batch_size = check_int("batch_size", batch_size, low=1, high=total)
         epochs = check_int("epochs", epochs, low=1)
         if normalize_advantages is None:
-            warnings.warn('minibatches(normalize_advantages=None) is now spelled normalize_advantages="none"',
+            warnings.warn('minibatches(normalize_advantages=None), later normalize_advantages="none", is now '
+                          'spelled normalize_advantage="none"', DeprecationWarning, stacklevel=2)
+            normalize_advantage = "none"
+        elif normalize_advantages is not _UNSET:
+            warnings.warn("minibatches(normalize_advantages=...) is now spelled normalize_advantage=...",
                           DeprecationWarning, stacklevel=2)
-            normalize_advantages = "none"
-        if normalize_advantages not in ADVANTAGE_NORMALIZATIONS:
-            raise ValueError(f"normalize_advantages must be one of {ADVANTAGE_NORMALIZATIONS}, "
-                             f"got {normalize_advantages!r}")
-        if normalize_advantages == "none":
-            normalize_advantages = None
+            normalize_advantage = normalize_advantages
+        if normalize_advantage not in ADVANTAGE_NORMALIZATIONS:
+            raise ValueError(f"normalize_advantage must be one of {ADVANTAGE_NORMALIZATIONS}, "
+                             f"got {normalize_advantage!r}")
+        normalize = None if normalize_advantage == "none" else normalize_advantage
         if generator is not None and not isinstance(generator, (torch.Generator, np.random.Generator)):
             raise TypeError(f"generator must be a torch.Generator, numpy Generator or None, "
                             f"got {type(generator).__name__}")
@@ -333,9 +339,9 @@ class RolloutBuffer:
                                              device=self.device) for f in fields))
             self._minibatch_cache[batch_size] = out
         if self.masked:
-            yield from self._active_minibatches(batch_size, generator, normalize_advantages, epochs)
+            yield from self._active_minibatches(batch_size, generator, normalize, epochs)
             return
-        moments = advantage_moments(self.tensors.advantages) if normalize_advantages == "batch" else None
+        moments = advantage_moments(self.tensors.advantages) if normalize == "batch" else None
         for _ in range(epochs):
             self._shuffle(generator)
             for start in range(0, total, batch_size):
@@ -344,7 +350,7 @@ class RolloutBuffer:
                 mb = RolloutBatch(*(x[:m] for x in out[:len(fields)])) if m < batch_size else out
                 for name, dst in zip(fields, mb):
                     torch.index_select(self._flat[name], 0, idx, out=dst)
-                if normalize_advantages is not None:
+                if normalize is not None:
                     _normalize_advantages(mb.advantages, moments, inplace=True)
                 yield mb
 

@@ -176,8 +176,6 @@ class PQN(Algorithm):
         self.buffer = RolloutBuffer(c.num_steps, c.num_envs, obs_shape, (), obs_dtype=self._obs_dtype,
                                     action_dtype=np.int64, device=c.device)
         self._obs = np.zeros((c.num_envs, *obs_shape), self._obs_dtype)
-        # the valid actions of the current observations (an env with action masks), kept beside them
-        self._action_mask = np.ones((c.num_envs, self.action_mask_size), np.bool_) if self.action_mask_size else None
         self._raw_obs = np.zeros((c.num_steps, c.num_envs, *obs_shape), self._obs_dtype)
         self._needs_reset = True
         self.torch_generator = torch.Generator().manual_seed(self.seed)  # minibatch order
@@ -225,22 +223,19 @@ class PQN(Algorithm):
                 g["lr"] = c.learning_rate * progress
         self.actor.epsilon = self.epsilon()
         if self._needs_reset:
-            obs, info = self.env.reset(seed=self._env_seed)
+            obs, _ = self.env.reset(seed=self._env_seed)
             np.copyto(self._obs, obs)
-            if self._action_mask is not None:
-                np.copyto(self._action_mask, info["action_mask"])
             self._needs_reset = False
         with torch.no_grad():
             if self.paths["collection"].value == "fused":
                 with self.timer.phase("collect"):
-                    returns, lengths = self.collector.collect(self.buffer, self._obs, self.actor.epsilon,
-                                                              self._action_mask)
+                    returns, lengths = self.collector.collect(self.buffer, self._obs, self.actor.epsilon)
             else:
-                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, None, seed=None,
-                                                          **self._mask_kwargs())
+                returns, lengths = self.collector.collect(self.buffer, self._obs, self._raw_obs, None, seed=None)
             self._record_episodes(returns, lengths)
             with self.timer.phase("targets"):
-                masks = None if self._action_mask is None else torch.from_numpy(self._action_mask).to(self.device)
+                # an env with masks: the valid actions of the last observations, from the env (the one source)
+                masks = torch.from_numpy(self.env.action_masks()).to(self.device) if self.action_mask_size else None
                 last_values = self.actor.value(torch.from_numpy(self._obs).to(self.device), masks)  # [N]
                 self._write_targets(last_values.cpu().numpy())
         return c.num_steps * c.num_envs
@@ -281,10 +276,6 @@ class PQN(Algorithm):
         self.record({"losses/td_loss": td_loss, "losses/q_values": q_mean, "charts/epsilon": self.actor.epsilon,
                      "charts/learning_rate": self.optimizer.param_groups[0]["lr"]})
 
-    def _mask_kwargs(self) -> dict:
-        """The step collector's ``action_mask`` argument: the current masks, for an env with action masks."""
-        return {} if self._action_mask is None else {"action_mask": self._action_mask}
-
     # -- acting ----------------------------------------------------------------------------------
     def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None
                         ) -> np.ndarray:
@@ -313,16 +304,14 @@ class PQN(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
 
     def _extra_training_state(self) -> dict:
-        masks = {} if self._action_mask is None else {"action_mask": torch.from_numpy(self._action_mask.copy())}
-        return {**masks, "obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
+        # an env with masks: its state holds them (Algorithm's "env"), or a resumed run resets it
+        return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
                 "generator": self.torch_generator.get_state(),
                 "act_keys": torch.from_numpy(self._act_keys.view(np.int64).copy()),
                 "act_counters": torch.from_numpy(self._act_counters.view(np.int64).copy())}
 
     def _load_extra_training_state(self, state: dict) -> None:
-        np.copyto(self._obs, state["obs"].numpy())
-        if self._action_mask is not None:
-            np.copyto(self._action_mask, state["action_mask"].numpy())
+        np.copyto(self._obs, state["obs"].numpy())  # an older checkpoint's "action_mask": the env state has it
         self._needs_reset = bool(state["needs_reset"])
         self.torch_generator.set_state(state["generator"])
         np.copyto(self._act_keys, state["act_keys"].numpy().view(np.uint64))

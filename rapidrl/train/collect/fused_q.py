@@ -156,23 +156,18 @@ class FusedQCollector:
         self.ep_l = np.zeros(num_steps * n, np.int32)
         self.ep_count = np.zeros(1, np.int64)
 
-    def collect(self, buffer, obs: np.ndarray, epsilon: float, action_mask: np.ndarray | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
+    def collect(self, buffer, obs: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
         """Fill ``buffer`` (obs, actions, values = max_a Q, rewards, flags, final values) from ``obs`` [N, O], updated
-        in place to the observations after the last step (and ``action_mask`` [N, M], their valid actions, for an
-        env with masks). Returns (returns, lengths) of the episodes that ended."""
+        in place to the observations after the last step (an env with masks: the valid actions are its arena's,
+        ``env.action_masks()``). Returns (returns, lengths) of the episodes that ended."""
         buffer.reset()
         self.ep_count[0] = 0
         np.copyto(self.env.arrays.obs, obs)
-        if action_mask is not None:
-            np.copyto(self.env.arrays.action_mask, action_mask)
         self._collect(self.env.arena, self.ws, self.bs, self.gammas, self.betas, self.ln_eps, self.norm, self.act,
                       float(epsilon), self.keys, self.counters, buffer.obs, buffer.actions, buffer.values,
                       buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_values, self.hs, self.q,
                       self.ep_r, self.ep_l, self.ep_count)
         buffer.mark_full()
         np.copyto(obs, self.env.arrays.obs)
-        if action_mask is not None:
-            np.copyto(action_mask, self.env.arrays.action_mask)
         k = int(self.ep_count[0])
         return self.ep_r[:k], self.ep_l[:k]

@@ -50,16 +50,16 @@ class StepCollector:
         """The env states its valid actions: acting (and storage, where the rollout has room) uses them."""
         self._masks = np.ones((env.num_envs, env.action_mask_size), np.bool_) if self.masked else None
 
-    def collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int | None,
-                action_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int | None
+                ) -> tuple[np.ndarray, np.ndarray]:
         """Fill ``buffer`` with ``num_steps`` steps from ``obs`` [N, *obs_shape] (updated in place to the last obs).
 
         Per step: one batched policy forward on ``torch.from_numpy`` of the observations (uint8 frames for a CNN
         policy: no conversion, no copy before the network), one env step, one buffer write; no per-env Python.
 
         seed: reseeds torch's global generator (the policy samples from it) first; None leaves it.
-        action_mask: [N, M] bool, updated in place to the valid actions of the last observations (a caller that keeps
-        them beside ``obs``, as PQN); the masks acted on come from the env (``action_masks()``) either way.
+        The masks acted on come from the env (``action_masks()``), the one source: a caller that needs those of the
+        last observations reads them there too.
         Returns (returns, lengths) of the episodes that ended.
         """
         if seed is not None:
@@ -103,8 +103,6 @@ class StepCollector:
                 if done is not None and done.any():
                     ended_r.append(info["episode"]["r"][done])
                     ended_l.append(info["episode"]["l"][done])
-        if action_mask is not None:
-            np.copyto(action_mask, self.env.action_masks())
         if not ended_r:
             return np.zeros(0, np.float32), np.zeros(0, np.int32)
         return np.concatenate(ended_r), np.concatenate(ended_l)

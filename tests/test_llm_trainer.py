@@ -272,6 +272,23 @@ def test_log_record_and_multi_epoch_updates():
     assert not torch.equal(trainer.policy.tok.weight, ref.tok.weight)
 
 
+def test_gradients_are_zeroed_in_place():
+    """GRPO's and DPO's updates keep each .grad tensor across steps (zero_grad(set_to_none=False)), the rule every
+    rapidrl update follows (rapidrl.train.ddp)."""
+    trainer, _ = _run(0, iterations=1)
+    grads = [p.grad for p in trainer.policy.parameters()]
+    assert all(g is not None for g in grads)
+    trainer.step(torch.arange(4)[:, None])
+    assert all(p.grad is g for p, g in zip(trainer.policy.parameters(), grads))
+    policy, ref = tiny_model(0), tiny_model(0)
+    opt = torch.optim.SGD(policy.parameters(), lr=1e-2)
+    t, m = torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
+    dpo_step(policy, ref, opt, t, m, t + 1, m, beta=0.1)
+    grads = [p.grad for p in policy.parameters()]
+    dpo_step(policy, ref, opt, t, m, t + 1, m, beta=0.1)
+    assert all(g is not None and p.grad is g for p, g in zip(policy.parameters(), grads))
+
+
 def test_no_reference_without_kl():
     trainer, hist = _run(0, iterations=1)
     assert trainer.ref_policy is None and math.isnan(hist[0]["losses/kl"])

@@ -316,7 +316,7 @@ class GRPOTrainer:
                 idx = order[start:start + mb]
                 micro = len(idx) if cfg.micro_batch_size is None else min(cfg.micro_batch_size, len(idx))
                 tokens_in_mb = mask[idx].sum().clamp(min=1)
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad(set_to_none=False)  # in place, the one rule (rapidrl.train.ddp)
                 step_loss, step_stats = 0.0, dict.fromkeys(("clip_fraction", "ratio_mean", "kl"), 0.0)
                 for u in range(0, len(idx), micro):
                     sub = idx[u:u + micro]
@@ -480,7 +480,7 @@ def dpo_step(policy: nn.Module, ref_policy: nn.Module, optimizer: torch.optim.Op
                                           loss_type=loss_type, label_smoothing=label_smoothing)
     if not torch.isfinite(loss):
         raise FloatingPointError("non-finite DPO loss")
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=False)  # in place, the one rule (rapidrl.train.ddp)
     loss.backward()
     if max_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)

@@ -32,7 +32,7 @@ from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork, squashed_gaussian
-from rapidrl.train.config import check_positive, check_unit_interval, with_defaults
+from rapidrl.train.config import GradientClipConfig, check_positive, check_unit_interval, with_defaults
 from rapidrl.train.entropy import EntropyConfig, temperature_loss
 from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic
 from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update, soft_actor_loss, soft_target, td3_target
@@ -160,9 +160,9 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
 # -- discrete ----------------------------------------------------------------------------------------------------------
 @dataclass
 @with_defaults(torch_threads=1, learning_rate=6.25e-5, batch_size=32, tau=1.0)  # small Q networks: one thread, as DQN
-class DiscreteCQLConfig(OfflineConfig):
-    """d3rlpy's DiscreteCQLConfig (Double DQN, Huber TD loss, alpha 1, hard target updates; its Atari settings: lr
-    6.25e-5, batch 32, target update every 8,000 steps); the presets set their task's values."""
+class DiscreteCQLConfig(OfflineConfig, GradientClipConfig):
+    """d3rlpy's DiscreteCQLConfig (Double DQN, Huber TD loss, alpha 1, hard target updates, no gradient clip; its
+    Atari settings: lr 6.25e-5, batch 32, target update every 8,000 steps); the presets set their task's values."""
 
     target_update_interval: int = 8000
     """Gradient steps between two target-network updates (each moves the target by ``tau``: 1, a copy)."""
@@ -170,8 +170,6 @@ class DiscreteCQLConfig(OfflineConfig):
     """Weight of the conservative penalty."""
     double_q: bool = True
     """Double DQN targets: the online network picks the next action, the target network values it."""
-    max_grad_norm: float = 0.0
-    """Global gradient-norm clip (0: none, as d3rlpy)."""
     exploration_eps: float = 0.01
     """Online phase: epsilon of epsilon-greedy acting."""
 

@@ -26,7 +26,7 @@ from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
-from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
+from rapidrl.train.config import GradientClipConfig, check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.train.schedules import linear_decay
 from rapidrl.train.spaces import check_discrete_actions
@@ -34,8 +34,8 @@ from rapidrl.train.spaces import check_discrete_actions
 
 @dataclass
 @with_defaults(learning_rate=2.3e-3, buffer_size=100_000, learning_starts=1_000, batch_size=64, tau=1.0,
-               train_freq=256, gradient_steps=128)
-class DQNConfig(OffPolicyConfig):
+               train_freq=256, gradient_steps=128, max_grad_norm=10.0)
+class DQNConfig(OffPolicyConfig, GradientClipConfig):
     target_update_interval: int = 10
     """Env steps (over all envs) between target-network updates (each moves the target by ``tau``: 1, a copy)."""
     exploration_fraction: float = 0.16
@@ -56,8 +56,6 @@ class DQNConfig(OffPolicyConfig):
     """Importance-weight exponent of prioritized replay."""
     per_eps: float = 1e-6
     """Added to |TD error| (by the buffer) so every transition keeps a non-zero priority."""
-    max_grad_norm: float = 10.0
-    """Global gradient-norm clip (0 disables clipping)."""
     frame_replay: bool = True
     """Store the observations of a frame-stacking env (``env.frame_stack > 1``: Atari) in ``FrameReplayBuffer``,
     each frame once (~7 KB per 84x84 transition instead of 56 KB); not with prioritized replay or n_step > 1,

@@ -56,8 +56,6 @@ class OnPolicyConfig(RolloutConfig):
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip (0 disables clipping)."""
     normalize_advantage: str = "minibatch"
     """Advantage normalisation: "minibatch" (each minibatch to mean 0, std 1), "batch" (with the rollout's mean and
     std) or "none". A2C and IMPALA take each gradient step on the whole rollout, where the two modes agree."""

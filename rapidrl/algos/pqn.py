@@ -61,7 +61,7 @@ from rapidrl.train.spaces import check_discrete_actions
 
 
 @dataclass
-@with_defaults(num_envs=4)
+@with_defaults(num_envs=4, max_grad_norm=10.0)
 class PQNConfig(RolloutConfig):
     """PQN's settings (its optimizer is RAdam)."""
 
@@ -71,8 +71,6 @@ class PQNConfig(RolloutConfig):
     """Passes over the rollout per update."""
     minibatch_size: int = 128
     """Transitions per gradient step; must divide num_steps * num_envs."""
-    max_grad_norm: float = 10.0
-    """Global gradient-norm clip (0 disables clipping)."""
     hidden: tuple[int, ...] = (120, 84)
     """Hidden layer sizes of the MLP Q network (not used with a CNN encoder, whose head is one linear layer)."""
     layer_norm: bool = True

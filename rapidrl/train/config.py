@@ -130,6 +130,15 @@ def check_hidden(hidden, *, allow_empty: bool = False) -> None:
 
 
 @dataclasses.dataclass
+class GradientClipConfig:
+    """The gradient-norm clip of the algorithms that clip (on-policy, PQN, DQN, DiscreteCQL; a dataclass mixin:
+    each sets its default with ``with_defaults``)."""
+
+    max_grad_norm: float = 0.0
+    """Global gradient-norm clip (0 disables clipping)."""
+
+
+@dataclasses.dataclass
 class RuntimeConfig:
     """Fields every algorithm has: seeding, devices and the process settings applied at construction."""
 
@@ -193,7 +202,8 @@ class RuntimeConfig:
 
 
 @dataclasses.dataclass
-class RolloutConfig(RuntimeConfig):
+@with_defaults(max_grad_norm=0.5)
+class RolloutConfig(RuntimeConfig, GradientClipConfig):
     """Fields of the algorithms that learn from rollouts of ``num_steps`` per env (on-policy algorithms, PQN)."""
 
     num_envs: int = 8

@@ -1,8 +1,8 @@
 """Learning parity under ``precision="bf16"`` (slow; run in CI): the float32 learning tests' tasks, presets, step
 budgets, thresholds and seeds, with bf16 autocast (``rapidrl.train.precision``) and the "torch" gradient backend
 it needs. These are the tests ``Algorithm.bf16_learning_tested`` refers to: PPO (MinAtar Breakout,
-InvertedPendulum, CartPole), DQN (MinAtar Breakout) and SAC (InvertedPendulum) may be given bf16 by
-``precision="auto"``; algorithms without such a test never are.
+InvertedPendulum, CartPole), DQN (MinAtar Breakout), SAC (InvertedPendulum), CrossQ and TQC (Pendulum) may be given
+bf16 by ``precision="auto"``; algorithms without such a test never are.
 
 The float32 originals, whose helpers (threshold measurement, early-stopping evaluation) are reused unchanged:
 ``test_learning_pixels.py``, ``test_learning_mujoco.py``, ``test_learning_onpolicy.py``. Plus an Atari smoke
@@ -13,7 +13,10 @@ its threshold; 499 s in all): PPO MinAtar 9.1, 3.5, 6.2 s; DQN MinAtar 39.5, 62.
 106.0, 57.5, 58.2 s; PPO InvertedPendulum 15.3, 21.5, 14.2 s; PPO CartPole 6.4, 9.8, 5.1 s. CI runs all of them,
 the same seeds as the float32 tests. Re-measured 2026-11-26 after SAC's bf16 rollout moved to the compiled float32
 acting forward (quiet machine, 2 workers): SAC InvertedPendulum 35.9, 34.4, 24.4 s; DQN MinAtar 24.8, 19.9,
-30.6 s; all six reached their thresholds.
+30.6 s; all six reached their thresholds. CrossQ and TQC on Pendulum (2026-11-27, heavy-work lock, 1 thread; mean
+of 10 evaluation episodes every 1k steps until -200): CrossQ bf16 seeds 0-2 at 3k, 5k, 4k steps (15.0, 21.1, 16.9 s;
+float32 seeds 1-2 at 3k, 4k), TQC bf16 seeds 0-2 at 6k, 5k, 4k steps (17.4, 13.4, 10.8 s; float32 seeds 1-2 at 5k,
+4k); CI runs seed 0, as the float32 test.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pytest
 import test_learning_mujoco as mujoco
 import test_learning_onpolicy as onpolicy
 import test_learning_pixels as pixels
+import test_tqc_crossq_ddpg as continuous
 import torch
 
 import rapidrl as rr
@@ -83,6 +87,14 @@ def test_ppo_inverted_pendulum_bf16_reaches_950(seed):
 def test_ppo_cartpole_bf16_solves_within_100k_steps(seed):
     model = _bf16(rr.PPO("CartPole-v1", seed=seed, **onpolicy.PPO_CARTPOLE, **BF16))
     ok, history = onpolicy.reaches(model, 475.0, 100_000, 5_000)
+    assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [continuous.CrossQ, continuous.TQC])
+def test_crossq_and_tqc_pendulum_bf16_reach_minus_200(cls):
+    """The float32 test's settings, budget, threshold and seed (test_tqc_crossq_ddpg.PENDULUM, seed 0)."""
+    ok, history = continuous.reaches_minus_200(cls, precision="bf16")
     assert ok, history
 
 

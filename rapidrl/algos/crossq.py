@@ -82,6 +82,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     config_class = CrossQConfig
     stat_names = ("critic_loss", "q_values", "actor_loss", "ent_coef_loss", "ent_coef", "entropy")
     saved_state = ("actor", "critic", "log_alpha", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
+    bf16_learning_tested = True  # tests/test_learning_bf16.py: Pendulum at the float32 test's settings and threshold
 
     def _build_networks(self) -> None:
         c = self.config

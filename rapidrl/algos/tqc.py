@@ -114,6 +114,7 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     config_class = TQCConfig
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
+    bf16_learning_tested = True  # tests/test_learning_bf16.py: Pendulum at the float32 test's settings and threshold
     compiled_backend_autocasts = True  # only the loss is compiled: the networks run under bf16 autocast either way
 
     def _build_networks(self) -> None:

@@ -11,6 +11,11 @@ cores, libraries interleaved, each one's best thread count compared:
 - ``her``: SAC + HER ("future", 4 sampled goals) on PointReach-v0 (the built-in goal task's Gymnasium twin for SB3,
   Dict observations, ``MultiInputPolicy``), rl-zoo3's FetchReach settings (gamma 0.95, lr 1e-3, 64x64, batch 256).
 
+rapidrl runs at float32 (its default ``precision``, as the peers); for the algorithms in ``AUTO_PRECISION`` it
+also runs at ``precision="auto"`` (bf16 autocast where the CPU has native bfloat16 and the algorithm's bf16
+learning test passes: ``rapidrl.train.precision``), a contender of its own ("rapidrl/auto", its precision in the
+note). Each rapidrl row's speed-up is its best SPS over the peer's best.
+
 A run takes ``warmup`` env steps (random actions until ``learning_starts``, then updates; compilation and caches
 included), timed apart, then ``steps`` more: SPS = steps / their wall time (one update per env step throughout).
 The HER job trains in chunks, evaluates the success rate (the final step within the goal) of 50 episodes of the
@@ -40,6 +45,8 @@ RUNS = {  # algo -> (env id, quick (warmup, steps), full (warmup, steps))
     "ddpg": ("HalfCheetah-v5", (1_200, 1_000), (1_500, 2_000)),
 }
 LEARNING_STARTS = 1_000
+AUTO_PRECISION = ("tqc", "crossq")
+"""Algorithms also run at precision="auto" (where bf16 measured faster and has a learning test)."""
 HER_RUN = {"quick": (4_000, 1_000), "full": (12_000, 1_000)}  # (max steps, evaluation every)
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -49,8 +56,9 @@ def sb3_python() -> str:
 
 
 # -- the libraries, same settings -------------------------------------------------------------------------
-def build(lib: str, algo: str, seed: int):
-    """A model of ``lib`` ("rapidrl" or "sb3") for ``algo`` with the settings of the module docstring."""
+def build(lib: str, algo: str, seed: int, precision: str = "fp32"):
+    """A model of ``lib`` ("rapidrl" or "sb3") for ``algo`` with the settings of the module docstring (rapidrl at
+    ``precision``)."""
     if algo == "her":
         return _build_her(lib, seed)
     env_id = RUNS[algo][0]
@@ -64,7 +72,7 @@ def build(lib: str, algo: str, seed: int):
                  "crossq": dict(policy_delay=3, hidden=(256, 256), critic_hidden=(1024, 1024)),
                  "ddpg": dict(policy_delay=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256))}[algo]
         cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
-        return cls(env_id, seed=seed, torch_threads=None, **common, **extra)
+        return cls(env_id, seed=seed, torch_threads=None, precision=precision, **common, **extra)
     import gymnasium as gym
 
     env = gym.make(env_id)
@@ -112,16 +120,17 @@ def learn(lib: str, model, steps: int) -> None:
         model.learn(steps, reset_num_timesteps=False)
 
 
-def job_sps(lib: str, algo: str, warmup: int, steps: int, seed: int) -> dict:
-    """One library's run in a fresh process: warm-up, then ``steps`` timed env steps."""
-    model = build(lib, algo, seed)
+def job_sps(lib: str, algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32") -> dict:
+    """One library's run in a fresh process: warm-up, then ``steps`` timed env steps (rapidrl at ``precision``)."""
+    model = build(lib, algo, seed, precision)
     t0 = time.perf_counter()
     learn(lib, model, warmup)
     warm = time.perf_counter() - t0
     t0 = time.perf_counter()
     learn(lib, model, steps)
     wall = time.perf_counter() - t0
-    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warm}
+    ran = f"precision {model.precision}, gradient backend {model.gradient_backend}" if lib == "rapidrl" else ""
+    return {"sps": steps / wall, "wall_s": wall, "warmup_s": warm, "ran": ran}
 
 
 def success_rate(lib: str, model, episodes: int = 50, seed: int = 10_000) -> float:
@@ -200,8 +209,12 @@ def _sb3_available() -> str | None:
 
 
 def _run(lib: str, target: str, kwargs: dict, threads: int) -> dict:
+    """``target(lib=lib, **kwargs)`` in a fresh process at ``threads`` torch threads; lib "rapidrl/auto" is rapidrl
+    at precision="auto"."""
     from rapidrl.benchmarks.isolated import run_isolated
 
+    if lib == "rapidrl/auto":
+        lib, kwargs = "rapidrl", {**kwargs, "precision": "auto"}
     python = None if lib == "rapidrl" else sb3_python()
     return run_isolated(f"{__name__}:{target}", {"lib": lib, **kwargs}, torch_threads=threads, python=python,
                         checkout=None if lib == "rapidrl" else CHECKOUT, timeout=7200)
@@ -209,17 +222,18 @@ def _run(lib: str, target: str, kwargs: dict, threads: int) -> dict:
 
 def _rows(results: dict, run: str, columns) -> list[dict]:
     """One row per (library, thread count) of ``interleaved``'s one-seed ``results``: SPS, ``columns(result)``, and
-    at each library's best thread count its speed-up over rapidrl's best."""
+    at each rapidrl contender's best thread count its speed-up over the peer's best (where a peer ran)."""
     from rapidrl.benchmarks.isolated import best_by_threads
 
     rows = []
-    _, base = best_by_threads(results["rapidrl"])
+    peer = next((best_by_threads(r)[1] for lib, r in results.items() if not lib.startswith("rapidrl")), None)
     for lib, by_threads in results.items():
         best_t, best = best_by_threads(by_threads)
         for t, (r,) in sorted(by_threads.items()):
+            ours = lib.startswith("rapidrl") and peer is not None and t == best_t
             rows.append({"run": run, "library": lib, "torch threads": f"{t}{' (best)' if t == best_t else ''}",
                          "SPS": round(r["sps"], 1), **columns(r),
-                         "rapidrl speed-up": round(base / best, 2) if t == best_t and lib != "rapidrl" else ""})
+                         "rapidrl speed-up": round(best / peer, 2) if ours else ""})
     return rows
 
 
@@ -236,9 +250,11 @@ def extras(ctx) -> tuple[str, list[dict]]:
             continue
         warm, steps = quick if ctx.quick else full
         kw = dict(algo=algo, warmup=warm, steps=steps)
-        jobs = {lib: (lambda seed, t, lib=lib, kw=kw: _run(lib, "job_sps", {**kw, "seed": seed}, t)) for lib in libs}
+        contenders = libs + (["rapidrl/auto"] if algo in AUTO_PRECISION else [])
+        jobs = {lib: (lambda seed, t, lib=lib, kw=kw: _run(lib, "job_sps", {**kw, "seed": seed}, t))
+                for lib in contenders}
         rows += _rows(interleaved(jobs, [0], thread_counts()), f"{algo} {env_id} {steps} steps after {warm}",
-                      lambda r: {"warm-up s": round(r["warmup_s"], 1), "note": ""})
+                      lambda r: {"warm-up s": round(r["warmup_s"], 1), "note": r.get("ran", "")})
     if "her" in only:
         max_steps, every = HER_RUN["quick" if ctx.quick else "full"]
         jobs = {lib: (lambda seed, t, lib=lib: _run(lib, "job_her", dict(max_steps=max_steps, every=every,

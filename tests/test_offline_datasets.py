@@ -234,3 +234,13 @@ def test_rapidrl_collect_writes_a_policy_dataset_and_a_replay_dataset(root, tmp_
                        f"{root / 'test/pendulum/noisy-v0'}; delete it or choose another id")
     assert sorted(p.name for p in (root / "test/pendulum").iterdir()) == ["noisy-v0", "replay-v0"]
     assert next(iter_episodes("test/pendulum/noisy-v0")).observations.shape == (101, 3)
+
+
+def test_a_relative_datasets_path_writes_and_reads(tmp_path, monkeypatch):
+    """MINARI_DATASETS_PATH=datasets (the docs' setting) relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", "datasets")
+    path = write_dataset("test/toy/relative-v0", [episode(5), episode(3, 1)], OBS, ACT, env_id="Pendulum-v1")
+    assert path == tmp_path / "datasets/test/toy/relative-v0/data"
+    assert len(load_dataset("test/toy/relative-v0")) == 8
+    assert minari.load_dataset("test/toy/relative-v0").total_steps == 8

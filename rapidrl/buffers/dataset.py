@@ -447,7 +447,7 @@ def write_dataset(dataset_id: str, episodes: Iterable[Episode], observation_spac
     from minari.dataset.minari_storage import MinariStorage
 
     _check_id(dataset_id)
-    base = _root(root)
+    base = _root(root).absolute()  # minari joins a relative data path onto itself (MINARI_DATASETS_PATH=datasets)
     final = base / dataset_id
     if final.exists():
         raise DatasetError(f"{dataset_id}: a dataset already exists at {final}; delete it or choose another id")

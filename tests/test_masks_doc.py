@@ -25,7 +25,11 @@ def test_docs_masks_examples_run(tmp_path, monkeypatch):
         if LONG_RUN in block:
             # ~83 s of training: build the model with the documented settings (checks every keyword), no learn
             block = "\n".join(line for line in block.splitlines() if LONG_RUN not in line)
-        exec(compile(block, str(DOC), "exec"), ns)
+        # run from a file of its own in tmp_path: Numba caches the env's functions beside it (beside docs/, a second
+        # run in the same checkout failed to load the cache of exec'd code)
+        path = tmp_path / f"masks_doc_block{index}.py"
+        path.write_text(block)
+        exec(compile(block, str(path), "exec"), ns)
         if index == 0:
             # the claim beside it: MaskablePPO's settings pass sb3-contrib's threshold (a random valid action ~6.7)
             mean, _ = ns["model"].evaluate(20)

@@ -118,9 +118,9 @@ def test_auto_keeps_fp32_on_cuda_where_bf16_measured_slower_and_explicit_bf16_is
     network, heavy or not, native bf16 or not; tests/test_cuda.py checks it through a model on a real GPU."""
     native(True)
     cuda = torch.device("cuda", 0)
-    auto = precision_mod.resolve_precision("auto", device=cuda, gradient_backend="torch", tested=True, heavy=None)
+    auto = precision_mod.resolve_precision("auto", device=cuda, backend_autocasts=True, tested=True, heavy=None)
     assert auto.value == "fp32" and precision_mod.CUDA_AUTO_FP32 in auto.reason
-    cpu = precision_mod.resolve_precision("auto", device=torch.device("cpu"), gradient_backend="torch", tested=True,
+    cpu = precision_mod.resolve_precision("auto", device=torch.device("cpu"), backend_autocasts=True, tested=True,
                                           heavy=None)
     assert cpu.value == "bf16"
 

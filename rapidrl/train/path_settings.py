@@ -47,8 +47,8 @@ class PathSettings:
 
     def _resolve_precision(self) -> PathChoice:
         """``paths["precision"]`` from the config's setting, after the gradient backend (rapidrl.train.precision)."""
-        backend = "torch" if self.compiled_backend_autocasts else self.gradient_backend  # autocast runs on both
-        return resolve_precision(self.config.precision, device=self.device, gradient_backend=backend,
+        autocasts = self.gradient_backend != "compiled" or self.compiled_backend_autocasts
+        return resolve_precision(self.config.precision, device=self.device, backend_autocasts=autocasts,
                                  tested=self.bf16_learning_tested,
                                  heavy=heavy_networks(self.trainable_modules(), self._update_batch()),
                                  unsupported=self._bf16_unsupported())

@@ -82,13 +82,15 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=device.type != "cuda")
 
 
-def resolve_precision(requested: str, *, device: torch.device, gradient_backend: str, tested: bool,
+def resolve_precision(requested: str, *, device: torch.device, backend_autocasts: bool, tested: bool,
                       heavy: str | None, unsupported: str | None = None) -> PathChoice:
     """``paths["precision"]`` from the config's ``precision`` (``rapidrl.train.paths.choose``).
 
-    gradient_backend: the resolved backend ("compiled" runs float32 only). tested: the algorithm's bf16 learning
-    tests match its float32 thresholds. heavy: None when the networks are large enough for bf16 to pay, else why
-    not. unsupported: why bf16 cannot run with these settings at all (a recurrent policy), else None.
+    backend_autocasts: the resolved gradient backend runs the networks under autocast (torch, and a compiled backend
+    that compiles only a loss on the networks' float32 outputs, as TQC's; other compiled backends run float32 only).
+    tested: the algorithm's bf16 learning tests match its float32 thresholds. heavy: None when the networks are large
+    enough for bf16 to pay, else why not. unsupported: why bf16 cannot run with these settings at all (a recurrent
+    policy), else None.
     Explicit "bf16" is refused only where it cannot run; "auto" takes it only where every condition holds.
     """
     auto = requested == "auto"
@@ -96,7 +98,7 @@ def resolve_precision(requested: str, *, device: torch.device, gradient_backend:
     def bf16() -> str | None:
         if unsupported is not None:
             return unsupported
-        if gradient_backend == "compiled":
+        if not backend_autocasts:
             return "the compiled gradient backend runs in float32 (precision='bf16' needs gradient_backend='torch')"
         if device.type == "cuda":
             if auto:

@@ -29,7 +29,7 @@ from rapidrl.algos.registry import register
 from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
 from rapidrl.train.config import with_defaults
 from rapidrl.train.entropy import EntropyConfig
 from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic
@@ -58,8 +58,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
 
     def _build_networks(self) -> None:
         self._build_actor_and_critics()
-        params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
+        self._build_joint_optimizer()
 
     # -- gradient backends -----------------------------------------------------------------------
     def _gradient_backends(self) -> dict:

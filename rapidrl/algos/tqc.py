@@ -31,7 +31,6 @@ import torch
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.kernels.quantile import quantile_huber
-from rapidrl.nn.optim import adam
 from rapidrl.train.config import check_positive, require, with_defaults
 from rapidrl.train.entropy import EntropyConfig
 from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
@@ -119,8 +118,7 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
 
     def _build_networks(self) -> None:
         self._build_actor_and_critics(out_dim=self.config.n_quantiles)
-        params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
+        self._build_joint_optimizer()
 
     def _gradient_backends(self) -> dict:
         def compiled() -> str | None:

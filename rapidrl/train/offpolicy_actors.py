@@ -218,6 +218,11 @@ class SquashedGaussianActorCritic:
             self._target_params = list(self.critic_target.parameters())
         self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
 
+    def _build_joint_optimizer(self) -> None:
+        """self.optimizer: one Adam over actor, critics and (when tuned) the temperature, for ``_soft_update``."""
+        params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
+
     # -- SAC's and TQC's update ------------------------------------------------------------------------------------
     def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
                      ) -> torch.Tensor:

@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from rapidrl.runs.config import resolve
+from rapidrl.runs.config import read_toml, resolve
 from rapidrl.runs.layout import read_csv_metrics
 from tools import results
 from tools.results import ROWS, Published, Row
@@ -18,11 +18,16 @@ def test_every_row_resolves_to_a_valid_run_configuration():
         for quick in (False, True):
             argv = row.train_argv(row.quick_timesteps if quick else row.timesteps, quick)
             layer = {"run": {"algo": argv[0], "env": argv[1], "timesteps": int(argv[3])}, "algo": {}, "env": {}}
-            for assignment in argv[5::2]:
-                section, rest = assignment.split(".", 1)
+            layers = []
+            for flag, value in zip(argv[4::2], argv[5::2]):
+                if flag == "--config":  # a preset variant (Row.config), below the command line's values
+                    layers.append(("variant", read_toml(value)))
+                    continue
+                assert flag == "--set", argv
+                section, rest = value.split(".", 1)
                 key, value = rest.split("=", 1)
                 layer[section][key] = int(value) if value.isdigit() else value
-            config = resolve([("row", layer)])
+            config = resolve([*layers, ("row", layer)])
             assert config.run.timesteps == (row.quick_timesteps if quick else row.timesteps)
         assert row.seeds and row.timesteps > row.quick_timesteps
 

@@ -133,9 +133,20 @@ class Row:
     """The task's episode returns are +1 (win), 0 (draw) or -1 (loss) (games): the page shows each of ``evals`` as
     win / draw / loss rates, exact from its mean m and population std s (win = (s^2 + m^2 + m) / 2, loss =
     (s^2 + m^2 - m) / 2)."""
+    config: str = ""
+    """A preset variant under ``rapidrl/configs`` (``variants/iql_hopper_finetune.toml``) trained instead of the
+    automatic preset of ``algo`` and ``env`` (which it is layered on, as ``rapidrl train --config``); empty: none."""
+
+    def config_path(self) -> Path | None:
+        """The file of ``config`` (None: the automatic preset alone)."""
+        from rapidrl.runs.config import PRESETS_DIR
+
+        return PRESETS_DIR / self.config if self.config else None
 
     def train_argv(self, timesteps: int, quick: bool) -> list[str]:
         argv = [self.algo, self.env, "--timesteps", str(timesteps)]
+        if self.config:
+            argv += ["--config", str(self.config_path())]
         sets = self.sets + (self.quick_sets if quick else ())
         if self.eval_every:  # every evaluated checkpoint is kept (a run setting: the preset stays the setting)
             sets += (f"run.checkpoint_every={self.eval_every}", f"run.checkpoint_keep={_KEEP_ALL}")
@@ -345,13 +356,17 @@ def solve_summary(evals: list[tuple[int, float, float]], solve: float) -> dict:
 def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
     """What a seed's run directory holds for ``row`` at a budget of ``timesteps``: "finished" (trained, not
     recorded yet), "resumable" (a checkpoint of the same setting: an interrupted run) or "" (nothing to keep).
-    The same setting: algo, env, budget and seed, and every value the preset and the row's ``sets`` set now."""
+    The same setting: algo, env, budget and seed, and every value the preset (with the row's ``config`` variant)
+    and the row's ``sets`` set now."""
     from rapidrl.runs.config import parse_set, preset_path, read_toml
     from rapidrl.train.checkpoint import latest_checkpoint
 
     try:
         saved = read_toml(run_dir / CONFIG_FILE)
         preset = read_toml(preset_path(row.algo, row.env))
+        if row.config:  # the variant layered on the preset (rapidrl train --config)
+            variant = read_toml(row.config_path())
+            preset = {s: {**preset.get(s, {}), **variant.get(s, {})} for s in ("algo", "env")}
     except (OSError, ValueError):
         return ""
     run = saved.get("run", {})

@@ -1,8 +1,9 @@
 """Nothing a user trains is lost: every shipped preset trains, saves, evaluates and resumes from the CLI.
 
-The presets are discovered from the package data (``rapidrl/configs/*.toml``), so a new preset is covered by
-adding it. Each one trains briefly from the command line (its own hyperparameters; only the budget, the warm-up
-of off-policy learners and, for Atari, the length of a game are cut), then:
+The presets are discovered from the package data (``rapidrl/configs/*.toml`` and the variants,
+``rapidrl/configs/variants/*.toml``), so a new preset is covered by adding it. Each one trains briefly from the
+command line (its own hyperparameters; only the budget, the warm-up of off-policy learners and, for Atari, the
+length of a game are cut), then:
 - ``model.pt`` and every checkpoint load with ``torch.load(weights_only=True)`` and hold nothing but tensors and
   plain Python values; ``rapidrl eval RUN_DIR`` and ``ALGO.load`` read them; ``model.pt`` and the final checkpoint
   act alike;
@@ -24,16 +25,20 @@ from checkpoint_checks import assert_plain, kill_when, python_rapidrl, same
 
 from rapidrl import cli
 from rapidrl.algos.registry import get_algorithm
-from rapidrl.runs.config import env_family, list_presets, read_toml
+from rapidrl.runs.config import PRESETS_DIR, env_family, list_presets, read_toml
 from rapidrl.runs.layout import read_summary
 from rapidrl.train.checkpoint import list_checkpoints, load_checkpoint
 
-PRESETS = {p.stem: p for p in list_presets()}
+VARIANTS = sorted((PRESETS_DIR / "variants").glob("*.toml"))
+"""Presets not picked automatically (``rapidrl train --config``; a results row's ``config``): covered as the rest."""
+PRESETS = {p.stem: p for p in [*list_presets(), *VARIANTS]}
 
 
 def test_the_shipped_presets_are_found_in_the_package_data():
     assert len(PRESETS) >= 26
-    assert {"ppo_cartpole", "dqn_atari", "impala_cartpole", "ppo_hopper", "sac_halfcheetah"} <= set(PRESETS)
+    assert {"ppo_cartpole", "dqn_atari", "impala_cartpole", "ppo_hopper", "sac_halfcheetah",
+            "iql_hopper_finetune"} <= set(PRESETS)
+    assert len(PRESETS) == len(list_presets()) + len(VARIANTS), "a variant has the name of a preset"
 
 
 def brief(name: str, rollouts: int = 1, phases: int = 16) -> tuple[list[str], int, int]:

@@ -145,6 +145,17 @@ def test_an_offline_row_evaluates_its_checkpoints_and_gives_the_normalised_score
     assert (out / "bc-pendulum-test.png").is_file() and "steps and wall-clock to solve" not in page
 
 
+def test_an_offline_to_online_row_trains_its_variant_and_marks_the_switch_on_its_curve():
+    row = ROWS["iql-hopper-finetune"]
+    argv = row.train_argv(row.timesteps, False)
+    assert argv[4:6] == ["--config", str(row.config_path())] and row.config_path().is_file()
+    assert results._offline_steps(row) == read_toml(row.config_path())["algo"]["offline_steps"] == 10_000
+    pendulum = Row("iql-pendulum-test", "Offline (test)", "iql", "Pendulum-v1", 64, (0,))
+    assert results._offline_steps(pendulum) == 20_000  # iql_pendulum.toml's
+    assert results._offline_steps(Row(**{**vars(pendulum), "sets": ("algo.offline_steps=7",)})) == 7
+    assert results._offline_steps(ROWS["iql-hopper-medium-replay"]) == 0  # offline only
+
+
 def test_a_pending_row_says_why_until_it_has_results(tmp_path, monkeypatch):
     row = Row("ppo-cartpole-pending", "Classic control (test)", "ppo", "CartPole-v1", 1024, (0,),
               pending="not run yet: it needs a week here.")

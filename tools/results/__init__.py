@@ -607,8 +607,14 @@ def draw_row(row: Row, out: Path) -> Path | None:
         ax.axhline(p.value, linestyle="--", linewidth=0.8, color="grey")
         ax.annotate(f"{p.source} {p.value:g}", (0.01 + 0.22 * k, p.value), xycoords=("axes fraction", "data"),
                     fontsize="x-small", color="grey", va="bottom")
+    switch = _offline_steps(row)
+    if switch:  # offline-to-online: gradient steps on the dataset up to the switch, env steps after it
+        ax.axvline(switch, linestyle="-.", linewidth=0.8, color="grey")
+        ax.annotate(" online from here", (switch, 0.02), xycoords=("data", "axes fraction"), fontsize="x-small",
+                    color="grey")
     ax.set_title(f"{row.algo.upper()} {row.env}", fontsize="small")
-    ax.set_xlabel("env steps" if curves else "steps")
+    ax.set_xlabel(f"steps (the first {switch:,} on the dataset, then env steps)" if switch
+                  else "env steps" if curves else "steps")
     ax.set_ylabel(("training return" + (" (dotted: evaluations)" if evals else "")) if curves else "evaluation")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small")
@@ -617,6 +623,21 @@ def draw_row(row: Row, out: Path) -> Path | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def _offline_steps(row: Row) -> int:
+    """The offline phase of an offline-to-online row (its preset's ``offline_steps``, the row's ``config`` variant
+    layered on it); 0: none."""
+    from rapidrl.runs.config import parse_set, preset_path, read_toml
+
+    steps = None
+    for path in (preset_path(row.algo, row.env), row.config_path()):
+        if path is not None and path.is_file():
+            steps = read_toml(path).get("algo", {}).get("offline_steps", steps)
+    for section, key, value in map(parse_set, row.sets):
+        if (section, key) == ("algo", "offline_steps"):
+            steps = value
+    return int(steps or 0)
 
 
 def write_page(out: Path, title_note: str = "") -> Path:

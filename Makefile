@@ -7,7 +7,7 @@ setup:
 	scripts/setup.sh
 
 setup-dev:
-	scripts/setup.sh dev,ray,llm,export,tune,track,minatar,atari,mujoco,marl,offline
+	scripts/setup.sh dev,ray,llm,export,tune,track,minatar,atari,mujoco,marl,offline,robotics
 
 setup-bench:
 	scripts/setup.sh dev,bench,minatar,atari,mujoco

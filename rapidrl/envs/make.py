@@ -155,6 +155,11 @@ def _make_gymnasium(env_id: str, num_envs: int, vectorization: str, flatten: boo
     if adapter_kwargs and vectorization != "sync":
         raise ValueError(f"action_masks is taken by vectorization='sync' only (the {vectorization!r} adapter steps "
                          "its envs without masks)")
+    from rapidrl.envs.adapters import robotics
+
+    robotic = robotics.is_robotics_id(env_id)
+    if robotic:  # gymnasium-robotics on MuJoCo 4: its joint-type checks (adapters/robotics.py)
+        robotics.fix_joint_type_checks()
     if flatten:
         import functools
 
@@ -162,7 +167,8 @@ def _make_gymnasium(env_id: str, num_envs: int, vectorization: str, flatten: boo
 
         from rapidrl.envs.spaces import flattened
 
-        source, count = [flattened(functools.partial(gym.make, env_id, **env_kwargs))] * num_envs, None
+        maker = robotics.make if robotic else gym.make
+        source, count = [flattened(functools.partial(maker, env_id, **env_kwargs))] * num_envs, None
         env_kwargs = {}
     if vectorization == "sync":
         from rapidrl.envs.adapters.gymnasium import SyncVecEnv as cls

@@ -70,8 +70,9 @@ class RunSettings:
 
 
 def env_slug(env_id: str) -> str:
-    """"CartPole-v1" -> "cartpole" (the preset file name part)."""
-    return re.sub(r"[^a-z0-9]", "", re.sub(r"-v\d+$", "", env_id.lower()))
+    """"CartPole-v1" -> "cartpole" (the preset file name part); "module:EnvId" is named by its EnvId
+    ("gymnasium_robotics:FetchReach-v4" -> "fetchreach")."""
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"-v\d+$", "", env_id.rpartition(":")[2].lower()))
 
 
 def env_family(env_id: str) -> str | None:
@@ -309,11 +310,12 @@ def check_env_id(env_id: str) -> None:
 
 
 def check_env_kwargs(env_id: str, env_kwargs: dict) -> None:
-    """Build one env with ``env_kwargs`` so that bad keys or values fail before a run directory exists."""
+    """Build one env with ``env_kwargs`` so that bad keys or values fail before a run directory exists (its Dict or
+    Tuple observations flattened, as the algorithms build it)."""
     from rapidrl.envs import make_vec
 
     try:
-        make_vec(env_id, 1, seed=0, **env_kwargs).close()
+        make_vec(env_id, 1, seed=0, flatten_observations=True, **env_kwargs).close()
     except (ValueError, TypeError) as e:
         raise ConfigError(f"env: {str(e).splitlines()[0]}") from None
 

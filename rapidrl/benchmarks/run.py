@@ -43,6 +43,7 @@ SUITES = {
     "precision": "rapidrl.benchmarks.bench_precision",
     "offline": "rapidrl.benchmarks.bench_offline",
     "continuous": "rapidrl.benchmarks.bench_continuous",
+    "her": "rapidrl.benchmarks.bench_her",
     "pqn": "rapidrl.benchmarks.bench_pqn",
     "masks": "rapidrl.benchmarks.bench_masks",
 }

@@ -237,11 +237,12 @@ def test_docs_examples_run():
 
     src = (Path(__file__).resolve().parents[1] / "docs" / "her.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     ns: dict = {}
     for block in blocks:
         exec(compile(block, "docs/her.md", "exec"), ns)
     assert ns["model"].buffer.her_ratio == 0.8 and ns["dqn"].buffer.goal.desired_goal == slice(10, 20)
+    assert ns["fetch"].num_timesteps == 200 and ns["fetch"].buffer.goal.goal_dim == 3
 
 
 def test_a_run_resumed_from_a_checkpoint_relabels_as_the_uninterrupted_one(tmp_path):

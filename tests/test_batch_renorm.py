@@ -4,6 +4,7 @@ layer and for an ensemble's per-member statistics."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -117,3 +118,118 @@ def test_batch_moments_and_their_hand_written_gradient_equal_var_mean(shape):
     torch.testing.assert_close(var, var_ref)
     torch.testing.assert_close(mu, mu_ref)
     assert torch.autograd.gradcheck(lambda t: batch_moments(t), (x,))
+
+
+# -- the compiled ReLU + Batch Renormalization training pass (rapidrl.kernels.batch_renorm) ------------------------
+def reference_over_rows(x, mean, var, gamma, beta, renorm: bool):
+    """``reference`` for x [.., B, F] (statistics over dim -2; mean, var, gamma, beta [F] or [n, 1, F])."""
+    mu_b = x.mean(-2, keepdim=True).reshape(mean.shape)
+    var_b = ((x - mu_b) ** 2).mean(-2, keepdim=True).reshape(mean.shape)
+    sigma_b, sigma = torch.sqrt(var_b + EPS), torch.sqrt(var + EPS)
+    if renorm:
+        r = torch.clamp(sigma_b.detach() / sigma, 1 / R_MAX, R_MAX)
+        d = torch.clamp((mu_b.detach() - mean) / sigma, -D_MAX, D_MAX)
+    else:
+        r, d = torch.ones_like(mean), torch.zeros_like(mean)
+    y = gamma * ((x - mu_b) / sigma_b * r + d) + beta
+    return y, mean + MOMENTUM * (mu_b.detach() - mean), var + MOMENTUM * (var_b.detach() - var)
+
+
+def _layer_pair(shape, warmup_steps: int, seed: int = 0):
+    """Two equal layers (the second compiled) with running statistics, gamma and beta away from their defaults."""
+    g = torch.Generator().manual_seed(seed)
+    plain = BatchRenorm(shape, warmup_steps=warmup_steps)
+    with torch.no_grad():
+        plain.running_mean.uniform_(-0.5, 1.5, generator=g)
+        plain.running_var.uniform_(0.01, 4.0, generator=g)
+        plain.weight.uniform_(-1.5, 1.5, generator=g)
+        plain.bias.uniform_(-1.0, 1.0, generator=g)
+    compiled = BatchRenorm(shape, warmup_steps=warmup_steps)
+    compiled.load_state_dict(plain.state_dict())
+    compiled.compiled = True
+    return plain, compiled
+
+
+@pytest.mark.parametrize("warmup_steps", [0, 5])  # renormalising (r, d clipped for some features) / the warm-up
+@pytest.mark.parametrize("x_shape, stat_shape", [((3, 7, 5), (3, 5)), ((1, 1, 3), (1, 3)), ((33, 6), 6)])
+def test_compiled_relu_renorm_equals_autograd_through_the_reference_in_float64(x_shape, stat_shape, warmup_steps):
+    """y, the running statistics, the step count and the gradients of z, gamma and beta of the compiled float32 pass
+    against the PyTorch path computed in float64 (the truth to float32 precision), odd shapes and one row included."""
+    plain, compiled = _layer_pair(stat_shape, warmup_steps)
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(*x_shape, generator=g) * 2 + 0.5  # ReLU zeroes about 40%
+    upstream = torch.randn(*x_shape, generator=g)
+    z_ref = z.double().requires_grad_(True)
+    gamma, beta = (p.detach().double().requires_grad_(True) for p in (plain.weight, plain.bias))
+    y_ref, mean_ref, var_ref = reference_over_rows(torch.relu(z_ref), plain.running_mean.double(),
+                                                   plain.running_var.double(), gamma, beta, warmup_steps == 0)
+    (y_ref * upstream.double()).sum().backward()
+    zc = z.clone().requires_grad_(True)
+    y = compiled(zc, relu=True)
+    (y * upstream).sum().backward()
+    assert y.dtype == torch.float32 and y.shape == z.shape
+    torch.testing.assert_close(y.double(), y_ref.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled.running_mean.double(), mean_ref, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(compiled.running_var.double(), var_ref, rtol=1e-6, atol=1e-7)
+    assert int(compiled.steps) == 1
+    torch.testing.assert_close(zc.grad.double(), z_ref.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(compiled.weight.grad.double(), gamma.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(compiled.bias.grad.double(), beta.grad, rtol=1e-4, atol=1e-5)
+    plain(z, relu=True).backward(upstream)  # the PyTorch path (float32) agrees too
+    torch.testing.assert_close(compiled.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-5)
+    if warmup_steps == 0 and x_shape[-2] > 1:  # renormalisation changed the output: not plain batch normalisation
+        warm, _ = _layer_pair(stat_shape, warmup_steps=5)
+        assert not torch.allclose(warm(z, relu=True), y.detach(), atol=1e-3)
+
+
+def test_compiled_relu_renorm_in_bfloat16_is_the_float32_pass_rounded():
+    """bfloat16 activations (CrossQ's under autocast): the output and the input gradient are bfloat16 and equal the
+    float32 reference on the same values to bfloat16's rounding; gamma's and beta's gradients stay float32."""
+    plain, compiled = _layer_pair((2, 64), warmup_steps=0)
+    g = torch.Generator().manual_seed(2)
+    z = (torch.randn(2, 48, 64, generator=g) * 2 + 0.5).bfloat16()
+    upstream = torch.randn(2, 48, 64, generator=g).bfloat16()
+    z_ref = z.float().requires_grad_(True)
+    y_ref = plain(z_ref, relu=True)
+    y_ref.backward(upstream.float())
+    zc = z.clone().requires_grad_(True)
+    y = compiled(zc, relu=True)
+    y.backward(upstream)
+    assert y.dtype == zc.grad.dtype == torch.bfloat16 and compiled.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(y.float(), y_ref.detach(), rtol=8e-3, atol=1e-2)  # bf16: 8 bits of mantissa
+    torch.testing.assert_close(zc.grad.float(), z_ref.grad, rtol=8e-3, atol=2e-2)
+    torch.testing.assert_close(compiled.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(compiled.bias.grad, plain.bias.grad, rtol=1e-4, atol=1e-4)
+    assert (zc.grad[z <= 0] == 0).all()  # the ReLU's mask
+    # most values are the float32 result rounded to nearest even: the kernel's rounding is PyTorch's
+    assert (y == y_ref.detach().bfloat16()).float().mean() > 0.95
+
+
+def test_compiled_flag_leaves_evaluation_and_unfusable_input_to_pytorch():
+    plain, compiled = _layer_pair((2, 5), warmup_steps=0)
+    z = torch.randn(2, 8, 5)
+    plain.eval(), compiled.eval()
+    torch.testing.assert_close(compiled(z, relu=True), plain(z, relu=True), rtol=0, atol=0)  # running statistics
+    assert int(compiled.steps) == 0
+    plain.train(), compiled.train()
+    strided = torch.randn(2, 5, 8).transpose(1, 2)  # not contiguous: the PyTorch operators
+    torch.testing.assert_close(compiled(strided, relu=True), plain(strided, relu=True), rtol=0, atol=0)
+
+
+def test_compiled_relu_renorm_refuses_bad_input_with_one_line():
+    from rapidrl.kernels.batch_renorm import relu_renorm_backward, relu_renorm_forward
+
+    z = np.zeros((2, 4, 3), np.float32)
+    stats = [np.zeros((2, 3), np.float32) for _ in range(8)]
+    kw = dict(renorm=True, momentum=0.01, eps=1e-3, r_max=3.0, d_max=5.0)
+    named = dict(zip(("mean", "inv_std", "r", "d"), stats[4:]))
+    with pytest.raises(TypeError, match="y has dtype uint16 but z has float32"):
+        relu_renorm_forward(z, np.zeros((2, 4, 3), np.uint16), *stats[:4], **kw, **named)
+    with pytest.raises(ValueError, match="weight"):
+        relu_renorm_forward(z, np.zeros_like(z), np.zeros((2, 4), np.float32), *stats[1:4], **kw, **named)
+    with pytest.raises(TypeError, match="z"):
+        relu_renorm_forward(z.astype(np.float64), np.zeros_like(z), *stats[:4], **kw, **named)
+    with pytest.raises(ValueError, match="momentum"):
+        relu_renorm_forward(z, np.zeros_like(z), *stats[:4], **{**kw, "momentum": 2.0}, **named)
+    with pytest.raises(ValueError, match="grad_y"):
+        relu_renorm_backward(z, np.zeros((2, 5, 3), np.float32), np.zeros_like(z), *stats[:6])

@@ -84,6 +84,9 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
                                              n_critics=2, n_quantiles=5, gradient_backend="torch"), 160),
     "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
+    "crossq_torch": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32),
+                                                   buffer_size=2000, critic_hidden=(32, 32), renorm_warmup_steps=48,
+                                                   gradient_backend="torch"), 160),  # ReLU + renorm in PyTorch
     # hindsight relabelling (a Box and a Discrete goal task)
     "sac_her": ("SAC", "PointReach-v0", dict(her=True, learning_starts=64, batch_size=32, hidden=(32, 32),
                                              buffer_size=2000), 160),

@@ -108,6 +108,38 @@ def test_crossq_normalises_both_halves_with_the_statistics_of_their_mixture():
     assert not torch.allclose(alone, q.detach(), atol=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_crossq_compiled_backend_fuses_relu_and_renorm_and_equals_the_torch_backend(dtype):
+    """The "compiled" backend's critics (ReLU + Batch Renormalization as compiled kernels) against the "torch"
+    backend's on the same weights and batch: joint forward, running statistics and every gradient, float32 and under
+    bfloat16 autocast."""
+    from rapidrl.nn.batch_renorm import BatchRenorm
+
+    models = {b: CrossQ("Pendulum-v1", seed=0, gradient_backend=b, **TINY, **SMALL[CrossQ])
+              for b in ("compiled", "torch")}
+    for backend, model in models.items():
+        flags = [m.compiled for m in model.critic.modules() if isinstance(m, BatchRenorm)]
+        assert len(flags) == 3 and all(f == (backend == "compiled") for f in flags)
+    models["torch"].critic.load_state_dict(models["compiled"].critic.state_dict())
+    g = torch.Generator().manual_seed(0)
+    s, a, s2, a2 = (torch.randn(32, d, generator=g) for d in (3, 1, 3, 1))
+    out = {}
+    for backend, model in models.items():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            q, next_q = joint_critic_forward(model.critic, s, a, s2, a2)
+        (q.square().mean() + q.mean()).backward()
+        out[backend] = (q, next_q, [p.grad for p in model.critic.parameters()], model.critic.state_dict())
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=0.05, atol=0.05)
+    (q, next_q, grads, state), (q_t, next_q_t, grads_t, state_t) = out["compiled"], out["torch"]
+    torch.testing.assert_close(q, q_t, **tol)
+    torch.testing.assert_close(next_q, next_q_t, **tol)
+    for grad, grad_t in zip(grads, grads_t, strict=True):
+        scale = float(grad_t.abs().max()) + 1e-6  # relative to the tensor's largest gradient
+        torch.testing.assert_close(grad / scale, grad_t / scale, **tol)
+    for name in state:
+        torch.testing.assert_close(state[name], state_t[name], **tol)
+
+
 class ConstantRewardEnv(gym.Env):
     """Reward 1 forever; the TimeLimit truncates after 3 steps, nothing terminates: the value is 1 / (1 - gamma)."""
 
@@ -192,10 +224,11 @@ def test_same_seed_same_losses(cls):
 
 @pytest.mark.parametrize("cls", [CrossQ, TQC])
 def test_bf16_runs_and_keeps_float32_state(cls):
-    """precision="bf16" trains (TQC on its compiled backend: the loss takes the networks' float32 outputs)."""
+    """precision="bf16" trains on the compiled backends (TQC's loss takes the networks' float32 outputs; CrossQ's
+    ReLU + Batch Renormalization kernels take bfloat16 activations)."""
     model = cls("Pendulum-v1", precision="bf16", **TINY, **SMALL[cls])
     assert model.precision == "bf16"
-    assert model.gradient_backend == ("compiled" if cls is TQC else "torch")
+    assert model.gradient_backend == "compiled"
     model.learn(150, progress_bar=False)
     assert all(p.dtype == torch.float32 for p in model.critic.parameters())
     assert all(math.isfinite(h[k]) for h in model.history for k in h if k.startswith("losses/"))

@@ -8,7 +8,9 @@ Renormalization from ``rapidrl.nn.batch_renorm``.
 
 The critics see (s, a) and (s', a'), a' ~ pi(s'), in one joint forward pass of 2B rows in training mode, so their
 Batch Renormalization layers normalise both with the statistics of the mixture (``joint_critic_forward``). Its
-first B rows are Q(s, a), its last B the bootstrap values Q(s', a'), taken as constants: no target network. The
+first B rows are Q(s, a), its last B the bootstrap values Q(s', a'), taken as constants: no target network. On the
+"compiled" gradient backend (the CPU default) each ReLU + Batch Renormalization of that training pass is one compiled
+kernel forward and one backward (``rapidrl.kernels.batch_renorm``); "torch" is the PyTorch operators. The
 actor and the temperature are updated every ``policy_delay`` critic updates, the actor on the critics in evaluation
 mode (running statistics). Batch Renormalization behaves as batch normalisation for its first
 ``renorm_warmup_steps`` training calls (``rapidrl.nn.batch_renorm``). The order of the steps, the settings and the
@@ -23,7 +25,7 @@ import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
-from rapidrl.nn.batch_renorm import batch_renorm_mode, interleave_batch_renorm
+from rapidrl.nn.batch_renorm import BatchRenorm, batch_renorm_mode, interleave_batch_renorm
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, with_defaults
@@ -83,6 +85,24 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     stat_names = ("critic_loss", "q_values", "actor_loss", "ent_coef_loss", "ent_coef", "entropy")
     saved_state = ("actor", "critic", "log_alpha", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
     bf16_learning_tested = True  # tests/test_learning_bf16.py: Pendulum at the float32 test's settings and threshold
+    compiled_backend_autocasts = True  # only ReLU + Batch Renormalization is compiled: the matmuls autocast either way
+
+    def _gradient_backends(self) -> dict:
+        def compiled() -> str | None:
+            if self.device.type != "cpu":
+                return "needs device='cpu'"
+            if self.config.torch_compile:
+                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
+            return None
+
+        return {"compiled": compiled, "torch": lambda: None}
+
+    def _bind_backend(self) -> None:
+        """The compiled backend: the critics' ReLU + Batch Renormalization layers of the training pass as compiled
+        kernels (``BatchRenorm.compiled``)."""
+        for layer in self.critic.modules():
+            if isinstance(layer, BatchRenorm):
+                layer.compiled = self.gradient_backend == "compiled"
 
     def _build_networks(self) -> None:
         c = self.config

@@ -103,12 +103,14 @@ class CriticEnsemble(nn.Module):
         h = x.unsqueeze(0).expand(k, *x.shape)  # [k, B, O + A], no copy
         last = len(self.weights) - 1
         for layer, (w, b) in enumerate(zip(self.weights, self.biases)):
-            if self.norms is not None:
-                h = self.norms[layer](h, detach_params)  # [n, B, in]
+            if self.norms is not None:  # [n, B, in]; past layer 0 it applies the ReLU (fused on the compiled path)
+                h = self.norms[layer](h, detach_params, relu=layer > 0)
             if detach_params:
                 w, b = w.detach(), b.detach()
-            h = torch.baddbmm(b[:k], h, w[:k])  # [k, B, out]
-            if layer < last:
+            if k < self.n:  # no slice otherwise: its backward writes a zero tensor as large as w (~3 ms at 2x1024x1024)
+                w, b = w[:k], b[:k]
+            h = torch.baddbmm(b, h, w)  # [k, B, out]
+            if layer < last and self.norms is None:
                 h = torch.relu(h)
         # [k, B] (or [k, B, out_dim]), float32 (bf16 autocast: the layers in bf16)
         return full_precision(h.squeeze(-1) if self.out_dim == 1 else h)

@@ -56,9 +56,9 @@ def sb3_python() -> str:
 
 
 # -- the libraries, same settings -------------------------------------------------------------------------
-def build(lib: str, algo: str, seed: int, precision: str = "fp32"):
+def build(lib: str, algo: str, seed: int, precision: str = "fp32", gradient_backend: str = "auto"):
     """A model of ``lib`` ("rapidrl" or "sb3") for ``algo`` with the settings of the module docstring (rapidrl at
-    ``precision``)."""
+    ``precision`` and ``gradient_backend``)."""
     if algo == "her":
         return _build_her(lib, seed)
     env_id = RUNS[algo][0]
@@ -72,7 +72,8 @@ def build(lib: str, algo: str, seed: int, precision: str = "fp32"):
                  "crossq": dict(policy_delay=3, hidden=(256, 256), critic_hidden=(1024, 1024)),
                  "ddpg": dict(policy_delay=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256))}[algo]
         cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
-        return cls(env_id, seed=seed, torch_threads=None, precision=precision, **common, **extra)
+        return cls(env_id, seed=seed, torch_threads=None, precision=precision, gradient_backend=gradient_backend,
+                   **common, **extra)
     import gymnasium as gym
 
     env = gym.make(env_id)
@@ -120,9 +121,11 @@ def learn(lib: str, model, steps: int) -> None:
         model.learn(steps, reset_num_timesteps=False)
 
 
-def job_sps(lib: str, algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32") -> dict:
-    """One library's run in a fresh process: warm-up, then ``steps`` timed env steps (rapidrl at ``precision``)."""
-    model = build(lib, algo, seed, precision)
+def job_sps(lib: str, algo: str, warmup: int, steps: int, seed: int, precision: str = "fp32",
+            gradient_backend: str = "auto") -> dict:
+    """One library's run in a fresh process: warm-up, then ``steps`` timed env steps (rapidrl at ``precision`` and
+    ``gradient_backend``)."""
+    model = build(lib, algo, seed, precision, gradient_backend)
     t0 = time.perf_counter()
     learn(lib, model, warmup)
     warm = time.perf_counter() - t0

@@ -88,6 +88,18 @@ def test_fetch_reach_through_the_adapter_steps_as_the_gymnasium_env_and_her_rewa
     env.close()
 
 
+def test_her_finds_the_goals_of_fetch_envs_stepped_in_worker_processes():
+    sync = rr.make_vec("gymnasium_robotics:FetchReach-v4", 1, seed=0, flatten_observations=True)
+    workers = rr.make_vec("gymnasium_robotics:FetchReach-v4", 2, seed=0, vectorization="subprocess",
+                          flatten_observations=True)
+    a, b = goal_spec(sync), goal_spec(workers)
+    assert (a.achieved_goal, a.desired_goal, a.observation) == (b.achieved_goal, b.desired_goal, b.observation)
+    goals = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]), np.array([[0.0, 0.0, 0.01], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(b.compute_reward(*goals), [0.0, -1.0])
+    sync.close()
+    workers.close()
+
+
 def test_sac_her_trains_on_fetch_reach():
     model = rr.SAC("gymnasium_robotics:FetchReach-v4", her=True, seed=0, learning_starts=64, batch_size=32,
                    hidden=(16, 16), gamma=0.95, torch_threads=1)

@@ -106,6 +106,21 @@ def _terminates_on_goals(env: gym.Env, goal_dim: int) -> Callable | None:
     return None if np.ndim(probe) == 0 and not probe else fn
 
 
+def _one_env(env_id: str) -> gym.Env | None:
+    """One Gymnasium env of ``env_id`` (``"module:EnvId"`` imports ``module`` first, as ``make_vec`` does; a
+    gymnasium-robotics id made as ``make_vec`` makes it), or None where Gymnasium does not know the id."""
+    import importlib
+
+    from rapidrl.envs.adapters import robotics
+
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    if name not in gym.registry:
+        return None
+    return robotics.make(name) if robotics.is_robotics_id(name) else gym.make(name)
+
+
 def goal_spec(env) -> GoalSpec:
     """The ``GoalSpec`` of a rapidrl vector env (module docstring); ValueError/TypeError naming what is missing."""
     definition = getattr(env, "definition", None)
@@ -117,8 +132,8 @@ def goal_spec(env) -> GoalSpec:
     envs = getattr(env, "envs", None)
     if envs:  # SyncVecEnv: its first env
         single = envs[0]
-    elif isinstance(getattr(env, "env_id", None), str) and env.env_id in gym.registry:  # envs in other processes
-        single = gym.make(env.env_id)
+    elif isinstance(getattr(env, "env_id", None), str):  # envs in other processes
+        single = _one_env(env.env_id)
     if single is None:
         raise ValueError(f"HER needs Dict observations with keys 'observation', 'achieved_goal', 'desired_goal' and "
                          f"a vectorised compute_reward; {name} is not a goal-conditioned env")

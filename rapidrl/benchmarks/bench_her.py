@@ -42,7 +42,7 @@ import numpy as np
 ENV_IDS = {"reach": "FetchReach-v4", "push": "FetchPush-v4"}
 RUNS = {  # task -> mode -> (max steps, evaluate every, stop at success rate or None)
     "reach": {"quick": (6_000, 1_000, 0.95), "full": (20_000, 1_000, 0.95)},
-    "push": {"quick": (10_000, 10_000, None), "full": (50_000, 10_000, None)},
+    "push": {"quick": (10_000, 10_000, None), "full": (30_000, 10_000, None)},
 }
 SETTINGS = dict(learning_rate=1e-3, batch_size=256, buffer_size=1_000_000, learning_starts=1_000, gamma=0.95)
 """rl-zoo3's SAC + HER FetchReach settings (module docstring), shared by both libraries."""

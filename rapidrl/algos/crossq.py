@@ -88,14 +88,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     compiled_backend_autocasts = True  # only ReLU + Batch Renormalization is compiled: the matmuls autocast either way
 
     def _gradient_backends(self) -> dict:
-        def compiled() -> str | None:
-            if self.device.type != "cpu":
-                return "needs device='cpu'"
-            if self.config.torch_compile:
-                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
-            return None
-
-        return {"compiled": compiled, "torch": lambda: None}
+        return self._cpu_compiled_or_torch()
 
     def _bind_backend(self) -> None:
         """The compiled backend: the critics' ReLU + Batch Renormalization layers of the training pass as compiled

@@ -121,14 +121,7 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         self._build_joint_optimizer()
 
     def _gradient_backends(self) -> dict:
-        def compiled() -> str | None:
-            if self.device.type != "cpu":
-                return "needs device='cpu'"
-            if self.config.torch_compile:
-                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
-            return None
-
-        return {"compiled": compiled, "torch": lambda: None}
+        return self._cpu_compiled_or_torch()
 
     # -- update: SAC's (``_soft_update``) with these target and losses ----------------------------------------------
     def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor

@@ -37,6 +37,19 @@ class PathSettings:
         these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC)."""
         return {"torch": lambda: None}
 
+    def _cpu_compiled_or_torch(self) -> dict:
+        """``_gradient_backends`` of an algorithm whose compiled backend has no condition but the CPU and no
+        torch.compile tracing of its update (TQC, CrossQ): compiled first, torch always."""
+
+        def compiled() -> str | None:
+            if self.device.type != "cpu":
+                return "needs device='cpu'"
+            if self.config.torch_compile:
+                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
+            return None
+
+        return {"compiled": compiled, "torch": lambda: None}
+
     def _resolve_gradient_backend(self) -> PathChoice:
         """``paths["gradient_backend"]`` from the config's setting (``rapidrl.train.paths.choose``)."""
         requested, candidates = self.config.gradient_backend, self._gradient_backends()

@@ -15,11 +15,11 @@ EPS, MOMENTUM, R_MAX, D_MAX = 1e-3, 0.01, 3.0, 5.0
 
 
 def reference(x, mean, var, gamma, beta, renorm: bool):
-    """The paper's training forward, written out: y and the updated running (mean, var). x [B, F]."""
-    mu_b = x.mean(0)
-    var_b = ((x - mu_b) ** 2).mean(0)
-    sigma_b = torch.sqrt(var_b + EPS)
-    sigma = torch.sqrt(var + EPS)
+    """The paper's training forward, written out: y and the updated running (mean, var). x [.., B, F], statistics
+    over dim -2 (one layer: x [B, F], the rest [F]; an ensemble: x [n, B, F], the rest [n, 1, F])."""
+    mu_b = x.mean(-2, keepdim=True).reshape(mean.shape)
+    var_b = ((x - mu_b) ** 2).mean(-2, keepdim=True).reshape(mean.shape)
+    sigma_b, sigma = torch.sqrt(var_b + EPS), torch.sqrt(var + EPS)
     if renorm:
         r = torch.clamp(sigma_b.detach() / sigma, 1 / R_MAX, R_MAX)
         d = torch.clamp((mu_b.detach() - mean) / sigma, -D_MAX, D_MAX)
@@ -121,20 +121,6 @@ def test_batch_moments_and_their_hand_written_gradient_equal_var_mean(shape):
 
 
 # -- the compiled ReLU + Batch Renormalization training pass (rapidrl.kernels.batch_renorm) ------------------------
-def reference_over_rows(x, mean, var, gamma, beta, renorm: bool):
-    """``reference`` for x [.., B, F] (statistics over dim -2; mean, var, gamma, beta [F] or [n, 1, F])."""
-    mu_b = x.mean(-2, keepdim=True).reshape(mean.shape)
-    var_b = ((x - mu_b) ** 2).mean(-2, keepdim=True).reshape(mean.shape)
-    sigma_b, sigma = torch.sqrt(var_b + EPS), torch.sqrt(var + EPS)
-    if renorm:
-        r = torch.clamp(sigma_b.detach() / sigma, 1 / R_MAX, R_MAX)
-        d = torch.clamp((mu_b.detach() - mean) / sigma, -D_MAX, D_MAX)
-    else:
-        r, d = torch.ones_like(mean), torch.zeros_like(mean)
-    y = gamma * ((x - mu_b) / sigma_b * r + d) + beta
-    return y, mean + MOMENTUM * (mu_b.detach() - mean), var + MOMENTUM * (var_b.detach() - var)
-
-
 def _layer_pair(shape, warmup_steps: int, seed: int = 0):
     """Two equal layers (the second compiled) with running statistics, gamma and beta away from their defaults."""
     g = torch.Generator().manual_seed(seed)
@@ -161,7 +147,7 @@ def test_compiled_relu_renorm_equals_autograd_through_the_reference_in_float64(x
     upstream = torch.randn(*x_shape, generator=g)
     z_ref = z.double().requires_grad_(True)
     gamma, beta = (p.detach().double().requires_grad_(True) for p in (plain.weight, plain.bias))
-    y_ref, mean_ref, var_ref = reference_over_rows(torch.relu(z_ref), plain.running_mean.double(),
+    y_ref, mean_ref, var_ref = reference(torch.relu(z_ref), plain.running_mean.double(),
                                                    plain.running_var.double(), gamma, beta, warmup_steps == 0)
     (y_ref * upstream.double()).sum().backward()
     zc = z.clone().requires_grad_(True)

@@ -109,13 +109,10 @@ def _terminates_on_goals(env: gym.Env, goal_dim: int) -> Callable | None:
 def _one_env(env_id: str) -> gym.Env | None:
     """One Gymnasium env of ``env_id`` (``"module:EnvId"`` imports ``module`` first, as ``make_vec`` does; a
     gymnasium-robotics id made as ``make_vec`` makes it), or None where Gymnasium does not know the id."""
-    import importlib
-
     from rapidrl.envs.adapters import robotics
+    from rapidrl.envs.registry import import_env_module
 
-    module, _, name = env_id.rpartition(":")
-    if module:
-        importlib.import_module(module)
+    name = import_env_module(env_id)
     if name not in gym.registry:
         return None
     return robotics.make(name) if robotics.is_robotics_id(name) else gym.make(name)

@@ -6,13 +6,11 @@ Every comparison runs twice: compiled, and with every ``@njit`` core of the modu
 
 from __future__ import annotations
 
-import contextlib
-
-import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_modes import MODES, kernel_mode
 
 from rapidrl.kernels import advantages as adv_mod
 from rapidrl.kernels import parallel
@@ -28,25 +26,7 @@ from rapidrl.kernels.advantages import (
 )
 
 DTYPES = [np.float32, np.float64]
-MODES = ["compiled", "python"]
 SETTINGS = settings(max_examples=25, deadline=None)
-
-
-@contextlib.contextmanager
-def kernel_mode(mode):
-    """In "python" mode, swap every njit dispatcher of the module for its pure-Python function."""
-    saved = {}
-    if mode == "python":
-        for name, obj in vars(adv_mod).items():
-            if isinstance(obj, numba.core.dispatcher.Dispatcher):
-                saved[name] = obj
-        for name, obj in saved.items():
-            setattr(adv_mod, name, obj.py_func)
-    try:
-        yield
-    finally:
-        for name, obj in saved.items():
-            setattr(adv_mod, name, obj)
 
 
 def tol(dtype):
@@ -79,7 +59,7 @@ shapes = st.tuples(st.integers(1, 12), st.integers(1, 6), st.integers(0, 2**31 -
 def test_gae_matches_reference(mode, dtype, shape, gamma, lam):
     T, N, seed, pt, pr = shape
     d = rollout(seed, T, N, dtype, pt, pr)
-    with kernel_mode(mode):
+    with kernel_mode(adv_mod, mode):
         a, r = gae(**d, gamma=gamma, lam=lam)
     ea, er = ref.gae(**d, gamma=gamma, lam=lam)
     assert a.dtype == dtype and r.dtype == dtype and a.shape == (T, N)
@@ -96,7 +76,7 @@ def test_returns_match_reference(mode, dtype, shape, gamma, lam, n):
     T, N, seed, pt, pr = shape
     d = rollout(seed, T, N, dtype, pt, pr)
     no_values = {k: v for k, v in d.items() if k != "values"}
-    with kernel_mode(mode):
+    with kernel_mode(adv_mod, mode):
         dr = discounted_returns(**no_values, gamma=gamma)
         lr = lambda_returns(**d, gamma=gamma, lam=lam)
         nr = n_step_returns(**d, gamma=gamma, n=n)
@@ -117,7 +97,7 @@ def test_vtrace_matches_reference(mode, dtype, shape, gamma, rho_bar, c_bar):
     log_rhos = np.random.default_rng(seed + 1).normal(scale=0.7, size=(T, N)).astype(dtype)
     args = (log_rhos, d["rewards"], d["values"], d["last_values"], d["terminated"])
     kw = {"truncated": d["truncated"], "final_values": d["final_values"]}
-    with kernel_mode(mode):
+    with kernel_mode(adv_mod, mode):
         vs, pg = vtrace(*args, gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, **kw)
     evs, epg = ref.vtrace(*args, gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, **kw)
     np.testing.assert_allclose(vs, evs, **tol(dtype))
@@ -329,7 +309,7 @@ def test_parallel_core_bit_identical_to_serial(mode, dtype, N):
             g, lm)
     a1, r1 = np.empty((33, N), dtype), np.empty((33, N), dtype)
     a2, r2 = np.empty((33, N), dtype), np.empty((33, N), dtype)
-    with kernel_mode(mode):
+    with kernel_mode(adv_mod, mode):
         n1 = adv_mod._gae_core(*args, a1, r1, 0, N)
         n2 = adv_mod._gae_core_parallel(*args, a2, r2, 64)
     assert n1 == n2 == int((d["truncated"] & ~d["terminated"]).sum())

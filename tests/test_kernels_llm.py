@@ -6,37 +6,20 @@ Compared with the plain references (compiled, and through ``.py_func``), with to
 
 from __future__ import annotations
 
-import contextlib
-
 import numba
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_modes import MODES, kernel_mode
 
 from rapidrl.kernels import llm_ops
 from rapidrl.kernels import reference as ref
 from rapidrl.kernels.llm_ops import group_advantages, rloo_advantages, sequence_kl, token_kl
 
 DTYPES = [np.float32, np.float64]
-MODES = ["compiled", "python"]
 SETTINGS = settings(max_examples=25, deadline=None)
-
-
-@contextlib.contextmanager
-def kernel_mode(mode):
-    """In "python" mode, swap every njit dispatcher of llm_ops for its pure-Python function."""
-    saved = {}
-    if mode == "python":
-        saved = {n: o for n, o in vars(llm_ops).items() if isinstance(o, numba.core.dispatcher.Dispatcher)}
-        for name, obj in saved.items():
-            setattr(llm_ops, name, obj.py_func)
-    try:
-        yield
-    finally:
-        for name, obj in saved.items():
-            setattr(llm_ops, name, obj)
 
 
 def tol(dtype):
@@ -55,7 +38,7 @@ def test_group_advantages_match_reference(mode, dtype, B, G, seed, flat, scale, 
     rng = np.random.default_rng(seed)
     r = (rng.random((B, G)) < 0.5 if binary else rng.normal(size=(B, G))).astype(dtype)
     x = r.ravel() if flat else r
-    with kernel_mode(mode):
+    with kernel_mode(llm_ops, mode):
         a = group_advantages(x, G if flat else None, scale=scale)
         lo = rloo_advantages(x, G if flat else None)
     assert a.shape == x.shape and a.dtype == dtype and lo.dtype == dtype
@@ -156,7 +139,7 @@ def kl_inputs(seed, B, T, dtype, p_mask=0.3):
 def test_kl_matches_reference(mode, dtype, B, T, seed, masked, estimator, reduction):
     logp, ref_logp, mask = kl_inputs(seed, B, T, dtype)
     m = mask if masked else None
-    with kernel_mode(mode):
+    with kernel_mode(llm_ops, mode):
         tk = token_kl(logp, ref_logp, m, estimator=estimator)
         sk = sequence_kl(logp, ref_logp, m, estimator=estimator, reduction=reduction)
     assert tk.shape == (B, T) and tk.dtype == dtype and sk.shape == (B,) and sk.dtype == dtype
@@ -270,7 +253,7 @@ def test_close_float32_rewards_are_centred_in_float64_in_every_mode(mode):
     # two rewards 0.003 apart near -1.34 (found by hypothesis): a float32 mean loses ~4e-5 of the advantage; the
     # plain-Python mode once accumulated in float32 (NumPy 2 keeps 0.0 + float32 in float32), the compiled one not
     r = np.array([[-1.3446815, -1.3416921]], np.float32)
-    with kernel_mode(mode):
+    with kernel_mode(llm_ops, mode):
         a, lo = group_advantages(r), rloo_advantages(r)
     np.testing.assert_allclose(a, ref.group_advantages(r, 2, "std"), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(lo, ref.rloo_advantages(r, 2), rtol=1e-6, atol=1e-7)

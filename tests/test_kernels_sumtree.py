@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-
-import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kernel_modes import MODES, kernel_mode
 
 from rapidrl.kernels import reference as ref
 from rapidrl.kernels import sumtree
 from rapidrl.kernels.sumtree import SumMinTree
-
-MODES = ["compiled", "python"]
-
-
-@contextlib.contextmanager
-def kernel_mode(mode):
-    """In "python" mode, swap every njit dispatcher of sumtree for its pure-Python function."""
-    saved = {}
-    if mode == "python":
-        saved = {n: o for n, o in vars(sumtree).items() if isinstance(o, numba.core.dispatcher.Dispatcher)}
-        for name, obj in saved.items():
-            setattr(sumtree, name, obj.py_func)
-    try:
-        yield
-    finally:
-        for name, obj in saved.items():
-            setattr(sumtree, name, obj)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -40,7 +21,7 @@ def test_matches_brute_force(mode, capacity, seed, batches, p_zero):
     rng = np.random.default_rng(seed)
     tree, brute = SumMinTree(capacity), ref.SumMinTree(capacity)
     assert tree.total() == 0.0 and tree.min() == np.inf and tree.capacity == capacity
-    with kernel_mode(mode):
+    with kernel_mode(sumtree, mode):
         for _ in range(batches):
             k = int(rng.integers(1, 2 * capacity + 1))
             idx = rng.integers(0, capacity, size=k)

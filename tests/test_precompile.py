@@ -9,10 +9,8 @@ import textwrap
 
 import pytest
 
-# Runs the main job (the README's `make train`: preset PPO on CartPole-v1, then evaluation) on a short budget
-# and prints how many rapidrl functions Numba compiled on the way.
-_COUNT_COMPILES = textwrap.dedent("""
-    import os, sys
+# The start of a child script: the module of every function Numba compiles from here on is appended to `compiled`.
+_LISTEN_TO_COMPILES = textwrap.dedent("""
     from numba.core import event
     compiled = []
     class Listener(event.Listener):
@@ -21,6 +19,12 @@ _COUNT_COMPILES = textwrap.dedent("""
         def on_end(self, ev):
             compiled.append(ev.data["dispatcher"].py_func.__module__)
     event.register("numba:compile", Listener())
+""")
+
+# Runs the main job (the README's `make train`: preset PPO on CartPole-v1, then evaluation) on a short budget
+# and prints how many rapidrl functions Numba compiled on the way.
+_COUNT_COMPILES = _LISTEN_TO_COMPILES + textwrap.dedent("""
+    import os, sys
     import numba
     def probe(x):
         return x + 1
@@ -57,17 +61,9 @@ _GAE = textwrap.dedent("""
     print("ADV", adv.tobytes().hex())
 """)
 
-_INSTALL_THEN_RUN = textwrap.dedent("""
+_INSTALL_THEN_RUN = _LISTEN_TO_COMPILES + textwrap.dedent("""
     import sys
     from pathlib import Path
-    from numba.core import event
-    compiled = []
-    class Listener(event.Listener):
-        def on_start(self, ev):
-            pass
-        def on_end(self, ev):
-            compiled.append(ev.data["dispatcher"].py_func.__module__)
-    event.register("numba:compile", Listener())
     from rapidrl.kernels.cache import install_shipped_cache
     print("LEVEL", install_shipped_cache(Path(sys.argv[1])), install_shipped_cache(Path(sys.argv[1])))
 """) + _GAE + 'print("COMPILED", sorted(m for m in compiled if m.startswith("rapidrl")))\n'

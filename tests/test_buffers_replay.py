@@ -155,7 +155,8 @@ def _nstep_episode_data(T, N, seed):
 
 @pytest.mark.parametrize("n_step", [1, 3, 5])
 @pytest.mark.parametrize("capacity_steps", [40, 13])  # 13 < T: wrap-around, cut at the head
-def test_n_step_targets_equal_the_kernel_reference(n_step, capacity_steps):
+@pytest.mark.parametrize("draw", ["sample", "sampler"])  # ReplayBuffer.sample, and the fast sampler's path
+def test_n_step_targets_equal_the_kernel_reference(n_step, capacity_steps, draw):
     T, N, gamma = 40, 4, 0.9
     rewards, values, last_values, term, trunc, fv, obs, next_obs = _nstep_episode_data(T, N, seed=n_step)
     rb = ReplayBuffer(capacity_steps * N, (2,), (), n_step=n_step, gamma=gamma, num_envs=N, seed=0)
@@ -166,7 +167,7 @@ def test_n_step_targets_equal_the_kernel_reference(n_step, capacity_steps):
     w = slice(T - capacity_steps, T)
     ref = reference.n_step_returns(rewards[w], values[w], last_values, term[w], trunc[w], gamma, n_step,
                                    final_values=fv[w])
-    b = rb.sample(len(rb))
+    b = rb.sample(len(rb)) if draw == "sample" else rb.sampler(len(rb), seed=3)()
     target = b.rewards + b.discounts * b.next_obs[:, 0]
     t_idx = b.actions.astype(int) - (T - capacity_steps)
     env = b.indices % N

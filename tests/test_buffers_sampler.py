@@ -8,10 +8,9 @@ import threading
 
 import numpy as np
 import pytest
-from test_buffers_replay import _check_batch_matches, _nstep_episode_data, _transition
+from test_buffers_replay import _check_batch_matches, _transition
 
 from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, ReplaySampler
-from rapidrl.kernels import reference
 from rapidrl.kernels.rng import derive_keys, uniform_reference
 
 
@@ -77,23 +76,6 @@ def test_uniform_sampler_frequencies():
     expected = counts.sum() / 30
     chi2 = ((counts - expected) ** 2 / expected).sum()
     assert chi2 < 58.3  # 29 degrees of freedom, p = 0.001
-
-
-@pytest.mark.parametrize("n_step", [1, 3])
-def test_sampler_n_step_targets_equal_the_kernel_reference(n_step):
-    T, N, gamma, cap_steps = 40, 4, 0.9, 13
-    rewards, values, last_values, term, trunc, fv, obs, next_obs = _nstep_episode_data(T, N, seed=n_step)
-    rb = ReplayBuffer(cap_steps * N, (2,), (), n_step=n_step, gamma=gamma, num_envs=N, seed=0)
-    for t in range(T):
-        rb.add(obs[t], np.full(N, t, np.float32), rewards[t], next_obs[t], term[t], trunc[t])
-    w = slice(T - cap_steps, T)
-    ref = reference.n_step_returns(rewards[w], values[w], last_values, term[w], trunc[w], gamma, n_step,
-                                   final_values=fv[w])
-    b = rb.sampler(len(rb), seed=3)()
-    target = b.rewards + b.discounts * b.next_obs[:, 0]
-    np.testing.assert_allclose(target, ref[b.actions.astype(int) - (T - cap_steps), b.indices % N], rtol=1e-5,
-                               atol=1e-5)
-    assert np.all(b.discounts[b.terminated] == 0)
 
 
 def test_large_batches_take_the_locked_path_with_the_same_draws():

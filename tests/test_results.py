@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from rapidrl.runs.config import read_toml, resolve
+from rapidrl.runs.config import parse_set, read_toml, resolve
 from rapidrl.runs.layout import read_csv_metrics
 from tools import results
 from tools.results import ROWS, Published, Row
@@ -24,9 +24,8 @@ def test_every_row_resolves_to_a_valid_run_configuration():
                     layers.append(("variant", read_toml(value)))
                     continue
                 assert flag == "--set", argv
-                section, rest = value.split(".", 1)
-                key, value = rest.split("=", 1)
-                layer[section][key] = int(value) if value.isdigit() else value
+                section, key, value = parse_set(value)  # as the CLI reads --set
+                layer[section][key] = value
             config = resolve([*layers, ("row", layer)])
             assert config.run.timesteps == (row.quick_timesteps if quick else row.timesteps)
         assert row.seeds and row.timesteps > row.quick_timesteps

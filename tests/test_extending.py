@@ -111,6 +111,14 @@ def test_every_shipped_algorithm_is_registered_and_exported_by_name():
     assert PPOConfig is registry.get_algorithm("ppo").config_class
 
 
+def test_every_shipped_algorithm_defaults_to_one_torch_thread():
+    """One torch thread unless the user asks for more: every core (0) loses up to 50x as soon as another process
+    shares the cores (OpenMP's workers spin), and gains at most 1.6x alone (docs/BENCHMARKS.md, "Torch threads")."""
+    shipped = {name: cls for name, cls in registry.algorithms().items() if cls.__module__.startswith("rapidrl.")}
+    assert {"sac", "td3", "ddpg", "tqc", "crossq", "td3_bc", "iql", "cql", "bc"} <= set(shipped)
+    assert {name: cls.config_class().torch_threads for name, cls in shipped.items()} == dict.fromkeys(shipped, 1)
+
+
 def test_with_defaults_changes_inherited_defaults_and_nothing_else():
     """``with_defaults`` (a config's own defaults for its base's fields, declared once there): the defaults change,
     the field order, types and TOML round trip stay the base's; a field the class declares itself, or one no base
@@ -122,7 +130,7 @@ def test_with_defaults_changes_inherited_defaults_and_nothing_else():
     from rapidrl.train.config import config_from_dict, config_to_dict, with_defaults
 
     base, sac = OffPolicyConfig(), SACConfig()
-    assert (sac.learning_rate, sac.torch_threads) == (1e-3, 0) != (base.learning_rate, base.torch_threads)
+    assert sac.learning_rate == 1e-3 != base.learning_rate and sac.buffer_size == base.buffer_size
 
     @dataclasses.dataclass
     @with_defaults(batch_size=8, hidden=(4,))

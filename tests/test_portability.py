@@ -29,14 +29,13 @@ def test_usable_cpu_count_falls_back_to_every_cpu(no_linux_calls):
     assert usable_cpu_count() == (os.cpu_count() or 1)
 
 
-def test_sac_and_td3_defaults_build_and_train_without_an_affinity_mask(no_linux_calls):
+def test_every_core_setting_builds_and_trains_without_an_affinity_mask(no_linux_calls):
     import torch
 
     threads = torch.get_num_threads()
     try:
         for cls in (rr.SAC, rr.TD3):
-            assert cls.config_class().torch_threads == 0  # their default: every usable core
-            model = cls("Pendulum-v1", learning_starts=8, batch_size=8, hidden=(8,), seed=0)
+            model = cls("Pendulum-v1", learning_starts=8, batch_size=8, hidden=(8,), seed=0, torch_threads=0)
             assert torch.get_num_threads() == (os.cpu_count() or 1)
             model.learn(16, progress_bar=False)
     finally:

@@ -22,11 +22,10 @@ from rapidrl.nn.deploy import ArgmaxQ, frozen_copy
 from rapidrl.nn.distributions import categorical_log_probs
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import DeterministicActor, QNetwork
-from rapidrl.train.config import check_positive, with_defaults
+from rapidrl.train.config import check_positive
 
 
 @dataclass
-@with_defaults(torch_threads=1)  # one actor MLP: 2 threads gain <= 7% and lose up to 4x (BENCHMARKS.md, offline)
 class BCConfig(OfflineConfig):
     """CORL's ``any_percent_bc.py`` (``configs/offline/bc/*``): Adam 3e-4, batch 256, 256x256 ReLU actor, states
     normalised."""

@@ -159,7 +159,7 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
 
 # -- discrete ----------------------------------------------------------------------------------------------------------
 @dataclass
-@with_defaults(torch_threads=1, learning_rate=6.25e-5, batch_size=32, tau=1.0)  # small Q networks: one thread, as DQN
+@with_defaults(learning_rate=6.25e-5, batch_size=32, tau=1.0)
 class DiscreteCQLConfig(OfflineConfig, GradientClipConfig):
     """d3rlpy's DiscreteCQLConfig (Double DQN, Huber TD loss, alpha 1, hard target updates, no gradient clip; its
     Atari settings: lr 6.25e-5, batch 32, target update every 8,000 steps); the presets set their task's values."""

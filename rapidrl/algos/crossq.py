@@ -35,7 +35,7 @@ from rapidrl.train.offpolicy_losses import critic_loss, soft_actor_loss, soft_ta
 
 
 @dataclass
-@with_defaults(torch_threads=0, learning_rate=1e-3)  # every core: the 1024-wide critics gain from threads
+@with_defaults(learning_rate=1e-3)
 class CrossQConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig):
     """sb3-contrib's CrossQ defaults (sb3_contrib/crossq/crossq.py, policies.py). ``tau`` is not used (no target
     networks)."""
@@ -88,7 +88,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     compiled_backend_autocasts = True  # only ReLU + Batch Renormalization is compiled: the matmuls autocast either way
 
     def _gradient_backends(self) -> dict:
-        return self._cpu_compiled_or_torch()
+        return self._compiled_or_torch()
 
     def _bind_backend(self) -> None:
         """The compiled backend: the critics' ReLU + Batch Renormalization layers of the training pass as compiled

@@ -26,7 +26,7 @@ from rapidrl.train.offpolicy_actors import DeterministicActorConfig, Determinist
 
 
 @dataclass
-@with_defaults(torch_threads=0, learning_starts=25_000)  # every core: the 256x256 critic's matmuls gain from threads
+@with_defaults(learning_starts=25_000)
 class DDPGConfig(OffPolicyConfig, DeterministicActorConfig):
     """CleanRL's ddpg_continuous_action.py defaults (its policy_frequency is ``policy_delay``; learning_starts 25,000
     is its MuJoCo setting; the presets say theirs)."""

@@ -104,21 +104,13 @@ class DQN(OffPolicyAlgorithm):
 
     # -- gradient backends -----------------------------------------------------------------------
     def _gradient_backends(self) -> dict:
-        def compiled() -> str | None:
-            c = self.config
-            if self.device.type != "cpu":
-                return "needs device='cpu'"
-            if self.q_net.has_encoder:
-                return "needs an MLP Q network (image observations use a CNN encoder)"
-            if c.dueling:
-                return "needs a plain MLP Q network (dueling=False)"
-            if c.torch_compile:
-                return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
-            if c.precision == "bf16":
-                return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
-            return None
+        def mlp() -> str | None:
+            return "needs an MLP Q network (image observations use a CNN encoder)" if self.q_net.has_encoder else None
 
-        return {"compiled": compiled, "torch": lambda: None}
+        def plain() -> str | None:
+            return "needs a plain MLP Q network (dueling=False)" if self.config.dueling else None
+
+        return self._compiled_or_torch(mlp, plain, float32_only=True)
 
     def _bind_backend(self) -> None:
         """The compiled backend: the compiled MLP forward and backward of the update (``rapidrl.kernels.mlp`` on

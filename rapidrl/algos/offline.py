@@ -35,7 +35,7 @@ from rapidrl.buffers import ReplayBatch
 from rapidrl.buffers.dataset import DatasetError, OfflineDataset, load_dataset, read_header
 from rapidrl.nn.deploy import NormalizeObs
 from rapidrl.nn.normalize import ObsNormalizer
-from rapidrl.train.config import check_positive, require, with_defaults
+from rapidrl.train.config import check_positive, require
 from rapidrl.train.paths import fixed
 
 OBS_STD_EPS = 1e-3
@@ -48,7 +48,6 @@ _defer_dataset = contextvars.ContextVar("rapidrl_defer_dataset", default=False)
 
 
 @dataclass
-@with_defaults(torch_threads=0)  # every core: the 256x256 networks' matmuls gain from threads
 class OfflineConfig(OffPolicyConfig):
     learning_starts: int = 0
     """Online phase (``offline_steps`` set): env steps of uniform-random actions after the switch (0: the trained

@@ -21,7 +21,7 @@ from rapidrl.train.offpolicy_actors import DeterministicActorConfig, Determinist
 
 
 @dataclass
-@with_defaults(torch_threads=0, learning_rate=1e-3)  # every core: the 256x256 critics' matmuls gain from threads
+@with_defaults(learning_rate=1e-3)
 class TD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmoothingConfig):
     def validate(self) -> None:
         super().validate()

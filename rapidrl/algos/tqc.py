@@ -31,13 +31,12 @@ import torch
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.kernels.quantile import quantile_huber
-from rapidrl.train.config import check_positive, require, with_defaults
+from rapidrl.train.config import check_positive, require
 from rapidrl.train.entropy import EntropyConfig
 from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
 
 
 @dataclass
-@with_defaults(torch_threads=0)  # every core: five 256x256 critics gain from threads
 class TQCConfig(OffPolicyConfig, EntropyConfig):
     """sb3-contrib's TQC defaults (sb3_contrib/tqc/tqc.py, policies.py)."""
 
@@ -121,7 +120,7 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         self._build_joint_optimizer()
 
     def _gradient_backends(self) -> dict:
-        return self._cpu_compiled_or_torch()
+        return self._compiled_or_torch()
 
     # -- update: SAC's (``_soft_update``) with these target and losses ----------------------------------------------
     def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor

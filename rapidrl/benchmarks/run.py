@@ -46,6 +46,7 @@ SUITES = {
     "her": "rapidrl.benchmarks.bench_her",
     "pqn": "rapidrl.benchmarks.bench_pqn",
     "masks": "rapidrl.benchmarks.bench_masks",
+    "threads": "rapidrl.benchmarks.bench_threads",
 }
 
 DEFAULT_REPEATS = {"quick": 5, "full": 30}

@@ -149,8 +149,10 @@ class RuntimeConfig:
     env_device: str = "cpu"
     """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
     torch_threads: int | None = 1
-    """torch.set_num_threads at construction: 1 is fastest for small MLPs on CPU, 0 uses every core this
-    process may run on (large matmuls: SAC's 256x256 networks), None leaves the setting alone."""
+    """torch.set_num_threads at construction (every algorithm's default: 1). 0 uses every core this process may run
+    on: faster only while nothing else runs (alone on 2 cores: TQC, CrossQ, CQL 1.3-1.9x), 1.6-50x slower beside one
+    other busy process, since OpenMP's workers spin on the cores others need (``rapidrl bench threads``). None leaves
+    the setting alone."""
     flush_denormal: bool = True
     """Flush denormal floats to zero in this thread's CPU arithmetic (torch.set_flush_denormal) at
     construction. Optimizer moments of weights that stop receiving gradients decay into the denormal

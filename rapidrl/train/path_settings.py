@@ -10,6 +10,7 @@ algorithm family's ``_build``: ``OnPolicyAlgorithm``, ``OffPolicyAlgorithm``, PQ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from rapidrl.train.config import ConfigError
@@ -34,18 +35,26 @@ class PathSettings:
 
     def _gradient_backends(self) -> dict:
         """The gradient backends this algorithm has, preferred first: name -> check (None when it can run with
-        these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC)."""
+        these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC, TQC, CrossQ)."""
         return {"torch": lambda: None}
 
-    def _cpu_compiled_or_torch(self) -> dict:
-        """``_gradient_backends`` of an algorithm whose compiled backend has no condition but the CPU and no
-        torch.compile tracing of its update (TQC, CrossQ): compiled first, torch always."""
+    def _compiled_or_torch(self, *checks: Callable[[], str | None], float32_only: bool = False) -> dict:
+        """``_gradient_backends`` of an algorithm with a compiled CPU backend (SAC, DQN, TQC, CrossQ): compiled first,
+        torch always. The compiled one is refused off the CPU, then by the first of ``checks`` (the algorithm's own
+        conditions, in order) that gives a reason, then when torch_compile=True (it traces the autograd update), then,
+        for a ``float32_only`` backend, under precision="bf16"."""
 
         def compiled() -> str | None:
             if self.device.type != "cpu":
                 return "needs device='cpu'"
+            for check in checks:
+                why = check()
+                if why is not None:
+                    return why
             if self.config.torch_compile:
                 return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
+            if float32_only and self.config.precision == "bf16":
+                return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
             return None
 
         return {"compiled": compiled, "torch": lambda: None}

@@ -113,7 +113,7 @@ def test_every_shipped_algorithm_is_registered_and_exported_by_name():
 
 def test_every_shipped_algorithm_defaults_to_one_torch_thread():
     """One torch thread unless the user asks for more: every core (0) loses up to 50x as soon as another process
-    shares the cores (OpenMP's workers spin), and gains at most 1.6x alone (docs/BENCHMARKS.md, "Torch threads")."""
+    shares the cores (OpenMP's workers spin), and gains at most 1.9x alone (docs/BENCHMARKS.md, section threads)."""
     shipped = {name: cls for name, cls in registry.algorithms().items() if cls.__module__.startswith("rapidrl.")}
     assert {"sac", "td3", "ddpg", "tqc", "crossq", "td3_bc", "iql", "cql", "bc"} <= set(shipped)
     assert {name: cls.config_class().torch_threads for name, cls in shipped.items()} == dict.fromkeys(shipped, 1)

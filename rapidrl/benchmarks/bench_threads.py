@@ -10,8 +10,8 @@ at 1 torch thread and at every usable core, in two conditions:
 The online algorithms (SAC, TD3, DDPG, TQC, CrossQ) take ``learning_starts`` random steps on Walker2d-v5, then a
 timed warm-up and ``steps`` timed env steps with one update each; the offline ones (BC, TD3+BC, IQL, CQL) take
 gradient steps on ``bench_offline``'s dataset (a timed warm-up, then ``steps``). SPS = timed steps / their wall time.
-On the 2-core development machine a second thread gained 7-60% alone and lost 2-4x beside one busy process
-(docs/BENCHMARKS.md, "threads"): OpenMP's workers spin while they wait, on the core the main thread needs.
+On the 2-core development machine a second thread gained 1.2-1.9x alone and lost 1.8-3x beside one busy process
+(docs/BENCHMARKS.md, section threads): OpenMP's workers spin while they wait, on the core the main thread needs.
 
     python -m rapidrl.benchmarks.bench_threads [--quick]           (rapidrl bench threads)
 """

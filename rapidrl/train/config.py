@@ -150,7 +150,7 @@ class RuntimeConfig:
     """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
     torch_threads: int | None = 1
     """torch.set_num_threads at construction (every algorithm's default: 1). 0 uses every core this process may run
-    on: faster only while nothing else runs (alone on 2 cores: TQC, CrossQ, CQL 1.3-1.9x), 1.6-50x slower beside one
+    on: faster only while nothing else runs (alone on 2 cores: 1.2-1.9x), 1.8-50x slower beside one
     other busy process, since OpenMP's workers spin on the cores others need (``rapidrl bench threads``). None leaves
     the setting alone."""
     flush_denormal: bool = True

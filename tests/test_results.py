@@ -142,6 +142,8 @@ def test_an_offline_row_evaluates_its_checkpoints_and_gives_the_normalised_score
     page = results.write_page(out).read_text()
     assert f"{float(recorded['eval_mean']):.1f}<br>score {score:.1f} |" in page
     assert (out / "bc-pendulum-test.png").is_file() and "steps and wall-clock to solve" not in page
+    (drawn,) = results.plot_series(row, out)  # no training curve: the evaluations are the curve, on the score scale
+    assert (drawn["kind"], drawn["xs"]) == ("evals", [32.0, 64.0]) and drawn["ys"][-1] == pytest.approx(score)
 
 
 def test_an_offline_to_online_row_trains_its_variant_and_marks_the_switch_on_its_curve():

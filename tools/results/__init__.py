@@ -62,8 +62,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 from rapidrl.runs.layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_CSV, SUMMARY_FILE, read_csv_metrics
 
-__all__ = ["ROWS", "ROWS_FILE", "Published", "Row", "draw_row", "load_rows", "main", "record_progress", "record_seed",
-           "run_row", "write_page"]
+__all__ = ["ROWS", "ROWS_FILE", "Published", "Row", "draw_row", "load_rows", "main", "plot_series", "record_progress",
+           "record_seed", "run_row", "write_page"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -572,10 +572,45 @@ def _stats(values: list[float]) -> str:
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
 
 
+def plot_series(row: Row, out: Path) -> list[dict]:
+    """What ``draw_row`` plots of ``row``'s recorded seeds: dicts of label, kind ("train": a seed's training curve;
+    "evals": its checkpoints' evaluations; "peer": a peer row's evaluations), seed, xs and ys. With ``row.normalize``
+    (offline rows) the ys are D4RL's normalised score, the scale of the row's published figures."""
+    if row.normalize:
+        random, expert = row.normalize
+        scale = lambda v: 100 * (v - random) / (expert - random)  # noqa: E731
+    else:
+        scale = lambda v: v  # noqa: E731
+
+    def by_seed(path: Path, key: str) -> dict[str, list[tuple[float, float]]]:
+        seeds: dict[str, list[tuple[float, float]]] = {}
+        for r in _read_csv(path):
+            seeds.setdefault(r["seed"], []).append((float(r["step"]), scale(float(r[key]))))
+        return dict(sorted(seeds.items(), key=lambda kv: int(kv[0])))
+
+    unfinished = {r["seed"] for r in _read_csv(out / f"{row.name}-progress.csv")}
+    curves = by_seed(out / f"{row.name}-curve.csv", "episodic_return")
+    evals = by_seed(out / f"{row.name}-evals.csv", "eval_mean")
+    series = []
+    for seed in sorted(set(curves) | set(evals), key=int):
+        label = f"seed {seed}" + (" (in progress)" if seed in unfinished else "")
+        for kind, points in (("train", curves.get(seed)), ("evals", evals.get(seed))):
+            if points:
+                series.append({"label": label, "kind": kind, "seed": int(seed), "xs": [p[0] for p in points],
+                               "ys": [p[1] for p in points]})
+    if row.peer:
+        for seed, points in by_seed(out / f"{row.peer}-evals.csv", "eval_mean").items():
+            series.append({"label": "peer evaluations", "kind": "peer", "seed": int(seed),
+                           "xs": [p[0] for p in points], "ys": [p[1] for p in points]})
+    return series
+
+
 def draw_row(row: Row, out: Path) -> Path | None:
-    """``out/<row>.png``: each seed's training curve and their mean (None when no seed is recorded)."""
-    curves = _read_csv(out / f"{row.name}-curve.csv")
-    if not curves and not _read_csv(out / f"{row.name}-evals.csv"):
+    """``out/<row>.png``: each seed's training curve (solid) and its checkpoints' evaluations (dotted; solid where
+    the seed has no training curve, as offline rows), a peer row's evaluations and the published figures (None when
+    no seed is recorded)."""
+    series = plot_series(row, out)
+    if not series:
         return None
     import matplotlib
 
@@ -583,26 +618,21 @@ def draw_row(row: Row, out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    by_seed: dict[int, list[tuple[float, float]]] = {}
-    for r in curves:
-        by_seed.setdefault(int(r["seed"]), []).append((float(r["step"]), float(r["episodic_return"])))
-    evals: dict[int, list[tuple[float, float]]] = {}
-    for r in _read_csv(out / f"{row.name}-evals.csv"):
-        evals.setdefault(int(r["seed"]), []).append((float(r["step"]), float(r["eval_mean"])))
-    unfinished = {int(r["seed"]) for r in _read_csv(out / f"{row.name}-progress.csv")}
-    for seed, pts in sorted(by_seed.items()):
-        label = f"seed {seed}" + (" (in progress)" if seed in unfinished else "")
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], linewidth=1, label=label)
-        if seed in evals:  # the checkpoints' evaluations, in the seed's colour
-            ax.plot([p[0] for p in evals[seed]], [p[1] for p in evals[seed]], linestyle=":", marker=".",
-                    markersize=3, linewidth=0.8, color=line.get_color())
-    if row.peer:
-        peer: dict[str, list[tuple[float, float]]] = {}
-        for r in _read_csv(out / f"{row.peer}-evals.csv"):
-            peer.setdefault(r["seed"], []).append((float(r["step"]), float(r["eval_mean"])))
-        for k, (_seed, pts) in enumerate(sorted(peer.items())):
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", marker="x", markersize=3,
-                    linewidth=0.8, color="black", label="peer evaluations" if k == 0 else None)
+    colours: dict[int, str] = {}
+    curves = any(s["kind"] == "train" for s in series)
+    labelled = set()
+    for s in series:
+        if s["kind"] == "peer":
+            style = dict(linestyle=":", marker="x", markersize=3, linewidth=0.8, color="black")
+        elif s["kind"] == "evals" and s["seed"] in colours:  # dotted, in the colour of the seed's training curve
+            style = dict(linestyle=":", marker=".", markersize=3, linewidth=0.8, color=colours[s["seed"]])
+        else:
+            style = dict(linewidth=1, marker="." if s["kind"] == "evals" else None, markersize=4)
+        label = None if s["label"] in labelled else s["label"]
+        labelled.add(s["label"])
+        line, = ax.plot(s["xs"], s["ys"], label=label, **style)
+        if s["kind"] != "peer":
+            colours.setdefault(s["seed"], line.get_color())
     for k, p in enumerate(row.published):  # labels side by side: published figures are often close
         ax.axhline(p.value, linestyle="--", linewidth=0.8, color="grey")
         ax.annotate(f"{p.source} {p.value:g}", (0.01 + 0.22 * k, p.value), xycoords=("axes fraction", "data"),
@@ -614,8 +644,10 @@ def draw_row(row: Row, out: Path) -> Path | None:
                     color="grey")
     ax.set_title(f"{row.algo.upper()} {row.env}", fontsize="small")
     ax.set_xlabel(f"steps (the first {switch:,} on the dataset, then env steps)" if switch
-                  else "env steps" if curves else "steps")
-    ax.set_ylabel(("training return" + (" (dotted: evaluations)" if evals else "")) if curves else "evaluation")
+                  else "env steps" if curves else "gradient steps" if row.normalize else "steps")
+    dotted = " (dotted: evaluations)" if any(s["kind"] == "evals" for s in series) else ""
+    what = ("training score" if row.normalize else "training return") + dotted if curves else "evaluation"
+    ax.set_ylabel(f"{what}{' (D4RL normalised score)' if row.normalize and not curves else ''}", fontsize="small")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small")
     fig.tight_layout()

@@ -122,6 +122,13 @@ def test_calibration_reaches_the_target():
     assert inner < 3 * 3000  # not wildly above the target
 
 
+def test_timed_learn_times_the_warmup_and_the_steps_apart(monkeypatch):
+    calls, clock = [], iter([10.0, 12.5, 20.0, 27.0])  # warm-up 2.5 s, timed phase 7 s
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: next(clock))
+    assert harness.timed_learn(calls.append, 300, 1000) == (2.5, 7.0)
+    assert calls == [300, 1000]  # the warm-up first, on the same callable
+
+
 def test_failing_contender_is_dropped_and_reported():
     clock = FakeClock()
 

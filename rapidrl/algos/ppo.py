@@ -122,11 +122,9 @@ class PPO(OnPolicyAlgorithm):
         return adam(self.policy.parameters(), self.config.learning_rate, eps=1e-5)
 
     def _gradient_backends(self) -> dict:
-        def compiled() -> str | None:
-            return unavailable(self.policy, self.config, device=self.device, distributed=self.dist is not None,
-                               on_device_collection=self.device_collector is not None)
-
-        return {"compiled": compiled, "torch": lambda: None}
+        return self._compiled_or_torch(lambda: unavailable(
+            self.policy, distributed=self.dist is not None, on_device_collection=self.device_collector is not None),
+            float32_only=True)
 
     def _bind_backend(self) -> None:
         self._compiled = CompiledPPOUpdate(self.policy, self.optimizer) if self.gradient_backend == "compiled" \

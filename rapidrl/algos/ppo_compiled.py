@@ -24,16 +24,13 @@ from rapidrl.nn.numba_mlp import linear_layers
 __all__ = ["CompiledPPOUpdate", "unavailable"]
 
 
-def unavailable(policy, config, *, device: torch.device, distributed: bool, on_device_collection: bool) -> str | None:
-    """None when the compiled epoch can train ``policy`` with these settings, else what to change."""
-    if device.type != "cpu":
-        return "needs device='cpu'"
+def unavailable(policy, *, distributed: bool, on_device_collection: bool) -> str | None:
+    """None when the compiled epoch can train ``policy`` in this setting, else what to change. The conditions every
+    compiled backend shares (the CPU, float32 arithmetic) are ``PathSettings._compiled_or_torch``'s."""
     if on_device_collection:
         return "the device path (collection='device') keeps the update on the env's device"
     if distributed:
         return "several learners (distributed=True) average their gradients after every minibatch"
-    if config.precision == "bf16":
-        return "runs in float32 (precision='bf16' needs gradient_backend='torch')"
     if policy.recurrent:
         return "needs a feed-forward policy (recurrent='none')"
     if policy.encoder_kind != "mlp":

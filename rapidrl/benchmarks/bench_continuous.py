@@ -125,13 +125,10 @@ def job_sps(lib: str, algo: str, warmup: int, steps: int, seed: int, precision: 
             gradient_backend: str = "auto") -> dict:
     """One library's run in a fresh process: warm-up, then ``steps`` timed env steps (rapidrl at ``precision`` and
     ``gradient_backend``)."""
+    from rapidrl.benchmarks.harness import timed_learn
+
     model = build(lib, algo, seed, precision, gradient_backend)
-    t0 = time.perf_counter()
-    learn(lib, model, warmup)
-    warm = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    learn(lib, model, steps)
-    wall = time.perf_counter() - t0
+    warm, wall = timed_learn(lambda n: learn(lib, model, n), warmup, steps)
     ran = f"precision {model.precision}, gradient backend {model.gradient_backend}" if lib == "rapidrl" else ""
     return {"sps": steps / wall, "wall_s": wall, "warmup_s": warm, "ran": ran}
 

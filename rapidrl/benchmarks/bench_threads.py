@@ -49,6 +49,7 @@ def job_sps(algo: str, steps: int, seed: int = 0, dataset: str = "") -> dict:
     """``algo`` at its defaults and precision "auto" in this process (whose torch threads ``run_isolated`` set): a
     timed warm-up of ``steps // 4`` steps (after ``LEARNING_STARTS`` random ones online), then ``steps`` timed."""
     from rapidrl.algos.registry import get_algorithm
+    from rapidrl.benchmarks.harness import timed_learn
 
     cls = get_algorithm(algo)
     if algo in OFFLINE:
@@ -57,12 +58,7 @@ def job_sps(algo: str, steps: int, seed: int = 0, dataset: str = "") -> dict:
     else:
         model = cls(ONLINE_ENV, seed=seed, torch_threads=None, precision="auto", learning_starts=LEARNING_STARTS)
         first = LEARNING_STARTS + steps // 4
-    t0 = time.perf_counter()
-    model.learn(first, progress_bar=False)
-    warm = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    model.learn(steps, progress_bar=False)
-    wall = time.perf_counter() - t0
+    warm, wall = timed_learn(lambda n: model.learn(n, progress_bar=False), first, steps)
     return {"sps": steps / wall, "warmup_s": warm, "precision": model.precision}
 
 

@@ -194,6 +194,17 @@ def interleaved_order(names: list[str], repeat: int) -> list[str]:
     return names[k:] + names[:k]
 
 
+def timed_learn(learn: Callable[[int], Any], warmup: int, steps: int) -> tuple[float, float]:
+    """Seconds of ``learn(warmup)`` (compilation, first allocations, untimed in the rate) and of ``learn(steps)``
+    right after it on the same model: a training benchmark's warm-up and timed phase."""
+    t0 = time.perf_counter()
+    learn(warmup)
+    warm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    learn(steps)
+    return warm, time.perf_counter() - t0
+
+
 def _time_calls(fn: Callable[[], Any], inner: int, clock: Callable[[], int]) -> int:
     """Nanoseconds taken by ``inner`` calls of ``fn``."""
     t0 = clock()

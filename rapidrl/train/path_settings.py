@@ -39,10 +39,10 @@ class PathSettings:
         return {"torch": lambda: None}
 
     def _compiled_or_torch(self, *checks: Callable[[], str | None], float32_only: bool = False) -> dict:
-        """``_gradient_backends`` of an algorithm with a compiled CPU backend (SAC, DQN, TQC, CrossQ): compiled first,
-        torch always. The compiled one is refused off the CPU, then by the first of ``checks`` (the algorithm's own
-        conditions, in order) that gives a reason, then when torch_compile=True (it traces the autograd update), then,
-        for a ``float32_only`` backend, under precision="bf16"."""
+        """``_gradient_backends`` of an algorithm with a compiled CPU backend (PPO, SAC, DQN, TQC, CrossQ): compiled
+        first, torch always. The compiled one is refused off the CPU, then by the first of ``checks`` (the algorithm's
+        own conditions, in order) that gives a reason, then when torch_compile=True (off-policy: it traces the autograd
+        update), then, for a ``float32_only`` backend, under precision="bf16"."""
 
         def compiled() -> str | None:
             if self.device.type != "cpu":
@@ -51,7 +51,7 @@ class PathSettings:
                 why = check()
                 if why is not None:
                     return why
-            if self.config.torch_compile:
+            if getattr(self.config, "torch_compile", False):
                 return "torch_compile=True traces the autograd update (it needs gradient_backend='torch')"
             if float32_only and self.config.precision == "bf16":
                 return "runs in float32 (precision='bf16' needs gradient_backend='torch')"

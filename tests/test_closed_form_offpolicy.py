@@ -1,6 +1,7 @@
 """The compiled off-policy gradient backends equal the PyTorch definitions: DQN and SAC take the same optimizer
 steps (parameters, optimizer moments, statistics) through ``_compiled_step`` as through ``_autograd_step`` (the
-"torch" backend, autograd on the losses); the batched ensemble backward equals autograd through
+"torch" backend, autograd on the losses), DDPG and TD3 through their compiled critic and actor steps as through
+autograd; the batched ensemble backward equals autograd through
 ``CriticEnsemble``; the compiled loss heads and the squashed-Gaussian backward equal autograd through ``dqn_loss``
 and ``squashed_gaussian``."""
 
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from rapidrl.algos.ddpg import DDPG
 from rapidrl.algos.dqn import DQN, dqn_loss
 from rapidrl.algos.sac import SAC
+from rapidrl.algos.td3 import TD3
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian
@@ -59,6 +62,53 @@ def test_compiled_update_equals_autograd(cls, env_id, kw):
     moved = [not torch.equal(a, b) for a, b in zip(_params_and_moments(compiled), _params_and_moments(_filled(
         cls, env_id, **kw)))]
     assert all(moved[: len(list(compiled.optimizer.param_groups[0]["params"]))])  # every parameter was trained
+
+
+def _deterministic_state(model):
+    """Parameters of the actor, the critics and their targets, and both optimizers' Adam moments."""
+    out = [p.detach().clone() for m in (model.actor, model.critic, model.actor_target, model.critic_target)
+           for p in m.parameters()]
+    for opt in (model.actor_optimizer, model.critic_optimizer):
+        out += [t.clone() for s in opt.state.values() for t in (s["exp_avg"], s["exp_avg_sq"])]
+    return out
+
+
+@pytest.mark.parametrize("cls, env_id, kw", [
+    (DDPG, "Pendulum-v1", dict()), (DDPG, "Pendulum-v1", dict(policy_delay=2)), (TD3, "Pendulum-v1", dict()),
+    (TD3, "MountainCarContinuous-v0", dict(hidden=(8, 8, 8), n_critics=3, policy_delay=1)),
+])
+def test_deterministic_actor_critic_compiled_steps_equal_autograd(cls, env_id, kw):
+    """Critic steps every gradient step, actor steps and Polyak updates every policy_delay-th: parameters, targets,
+    Adam moments and statistics as through autograd (TD3's smoothing noise drawn alike)."""
+    compiled, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, gradient_backend="torch", **kw)
+    assert (compiled.gradient_backend, ref.gradient_backend) == ("compiled", "torch")
+    assert compiled._actor_update_fn == compiled._compiled_actor_update
+    for step in range(5):
+        batch = ref.buffer.sample(32, as_torch=True)
+        stats = []
+        for model in (compiled, ref):
+            torch.manual_seed(step)
+            stats.append(model._after_update(batch, model._update_fn(batch)).clone())
+            model.num_gradient_steps += 1
+        torch.testing.assert_close(stats[0], stats[1], rtol=1e-5, atol=1e-6)
+        for a, b in zip(_deterministic_state(compiled), _deterministic_state(ref)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    fresh = _deterministic_state(_filled(cls, env_id, **kw))
+    n_params = sum(1 for m in (compiled.actor, compiled.critic, compiled.actor_target, compiled.critic_target)
+                   for _ in m.parameters())
+    assert all(not torch.equal(a, b) for a, b in zip(_deterministic_state(compiled)[:n_params], fresh))
+
+
+@pytest.mark.parametrize("cls", [DDPG, TD3])
+def test_deterministic_actor_compiled_acting_equals_the_torch_actor(cls):
+    compiled, ref = _filled(cls, "Pendulum-v1"), _filled(cls, "Pendulum-v1", gradient_backend="torch")
+    assert compiled.paths["acting"].value == "compiled" and ref._acting_forward is None
+    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(compiled.predict(obs, deterministic=True)[0], ref.predict(obs, deterministic=True)[0],
+                               rtol=1e-5, atol=1e-6)
+    explore = compiled._explore_actions(obs), ref._explore_actions(obs)  # the same seeded noise, clipped alike
+    np.testing.assert_allclose(*explore, rtol=1e-5, atol=1e-6)
+    assert np.all(np.abs(explore[0]) <= 2.0) and not np.allclose(explore[0], compiled.predict(obs, True)[0])
 
 
 @pytest.mark.parametrize("cls, env_id", [(DQN, "CartPole-v1"), (SAC, "Pendulum-v1")])

@@ -71,6 +71,8 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "sac_torch": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              gradient_backend="torch"), 160),
     "td3": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+    "td3_torch": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
+                                             gradient_backend="torch"), 160),
     # PQN: step and fused collection, LayerNorm MLP and MinAtar CNN
     "pqn": ("PQN", "CartPole-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=2, hidden=(32, 32),
                                        collection="step"), 512),
@@ -78,6 +80,8 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
                                              hidden=(32, 32)), 512),
     "pqn_cnn": ("PQN", "MinAtar/Breakout-v1", dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1), 256),
     "ddpg": ("DDPG", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000), 160),
+    "ddpg_torch": ("DDPG", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
+                                               gradient_backend="torch"), 160),
     "tqc": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                        n_critics=2, n_quantiles=5), 160),  # compiled quantile loss
     "tqc_torch": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,

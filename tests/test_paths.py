@@ -131,10 +131,10 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
     (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, dueling=True, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.SAC("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
-    (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
     (lambda b: rr.PQN("CartPole-v1", gradient_backend=b, num_envs=4, num_steps=16, minibatch_size=32, seed=0),
      {"torch"}),
-    (lambda b: rr.DDPG("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.DDPG("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
     (lambda b: rr.TQC("Pendulum-v1", gradient_backend=b, n_critics=2, n_quantiles=5, **LOGGED_OFF),
      {"compiled", "torch"}),
     (lambda b: rr.CrossQ("Pendulum-v1", gradient_backend=b, critic_hidden=(16, 16), **LOGGED_OFF),
@@ -224,7 +224,8 @@ def test_paths_record_what_else_switches_the_code():
     impala.async_collector.close()
     assert values(rr.DQN("CartPole-v1", **SMALL_OFF))["acting"] == "compiled"
     assert values(rr.DQN("CartPole-v1", gradient_backend="torch", **SMALL_OFF))["acting"] == "torch"
-    assert values(rr.TD3("Pendulum-v1", **SMALL_OFF))["acting"] == "torch"
+    assert values(rr.TD3("Pendulum-v1", **SMALL_OFF))["acting"] == "compiled"
+    assert values(rr.TD3("Pendulum-v1", gradient_backend="torch", **SMALL_OFF))["acting"] == "torch"
     with pytest.raises(ConfigError, match="A2C has no asynchronous collection"):
         rr.A2C("CartPole-v1", async_collect=True, num_envs=4)
     torch_env = rr.make_vec("CartPole-v1", 4, seed=0, vectorization="torch")

@@ -22,15 +22,18 @@ def test_glibc_keeps_heap_memory():
     assert malloc.keep_heap_memory.__wrapped__() is True
 
 
-def test_the_blas_numba_calls_is_found_and_set():
-    """The compiled PPO update's matmuls run on SciPy's OpenBLAS: it must be found by its file path, else a
-    SciPy upgrade that renamed it would leave it spinning one thread per core (3-10x slower updates)."""
+def test_the_blas_numba_calls_is_found_and_set_to_one_thread():
+    """The compiled backends' matmuls run on SciPy's OpenBLAS: it must be found by its file path, else a SciPy
+    upgrade that renamed it would leave it spinning one thread per core (3-10x slower updates); it stays at one
+    thread at any torch thread count (2 threads fought torch's: 2-6x slower compiled updates)."""
     found = blas.numba_blas_controllers()
     assert found, "SciPy's bundled OpenBLAS was not found: update rapidrl._unsafe.blas._MARKERS"
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        assert blas.match_blas_threads_to_torch() == len(found)
+        torch.set_num_threads(2)
+        for lib in found:
+            lib.set_num_threads(2)
+        assert blas.single_thread_numba_blas() == len(found)
         assert all(lib.num_threads == 1 for lib in blas.numba_blas_controllers())
     finally:
         torch.set_num_threads(threads)

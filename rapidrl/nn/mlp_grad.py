@@ -42,17 +42,18 @@ def ensemble_backward(d_out: torch.Tensor, inputs: list[torch.Tensor], weights: 
 
     param_rows: only the first ``param_rows`` rows of the batch contribute to the parameter gradients (the
     rest are inputs whose gradient is wanted with the weights held constant, e.g. an actor loss through the
-    critics); all rows get their input gradient.
+    critics); all rows get their input gradient. 0: no parameter gradient is written (``.grad`` untouched).
     """
     rows = slice(None) if param_rows is None else slice(0, param_rows)
     d = d_out
     for i in range(len(weights) - 1, -1, -1):
         w, b, x = weights[i], biases[i], inputs[i]
-        if w.grad is None:
-            w.grad = torch.empty_like(w)
-            b.grad = torch.empty_like(b)
-        torch.bmm(x[:, rows].transpose(1, 2), d[:, rows], out=w.grad)
-        torch.sum(d[:, rows], 1, keepdim=True, out=b.grad)
+        if param_rows != 0:
+            if w.grad is None:
+                w.grad = torch.empty_like(w)
+                b.grad = torch.empty_like(b)
+            torch.bmm(x[:, rows].transpose(1, 2), d[:, rows], out=w.grad)
+            torch.sum(d[:, rows], 1, keepdim=True, out=b.grad)
         d = torch.bmm(d, w.transpose(1, 2))  # d loss / d x_i
         if i > 0:
             d = relu_backward(d, x)

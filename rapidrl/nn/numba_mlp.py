@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rapidrl._unsafe.blas import match_blas_threads_to_torch
+from rapidrl._unsafe.blas import single_thread_numba_blas
 from rapidrl.kernels.mlp import ACTIVATION_CODES, BLAS_MIN_ROWS, backward, forward
 
 __all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays", "norm_arrays"]
@@ -83,8 +83,8 @@ class MLPForward:
             raise ValueError(f"{type(self).__name__} expects inputs of shape (N, {self.in_dim}), got {x.shape}")
         rows = x.shape[0]
         if rows not in self._buffers:
-            if rows >= BLAS_MIN_ROWS:  # the kernel multiplies through Numba's BLAS: as many threads as torch
-                match_blas_threads_to_torch()  # (its default, a spinning thread per core, fights torch's threads)
+            if rows >= BLAS_MIN_ROWS:  # the kernel multiplies through Numba's BLAS: one thread (its default, a
+                single_thread_numba_blas()  # spinning thread per core, fights torch's threads; rapidrl._unsafe.blas)
             self._buffers[rows] = (tuple(np.zeros((rows, w.shape[0]), np.float32) for w in self.ws[:-1]),
                                    np.zeros((rows, self.ws[-1].shape[0]), np.float32))
         hidden, out = self._buffers[rows]
@@ -99,7 +99,7 @@ class MLPGrad(MLPForward):
 
     def __init__(self, seq, activation: str):
         super().__init__(seq, activation)
-        match_blas_threads_to_torch()  # the backward multiplies through Numba's BLAS at any row count
+        single_thread_numba_blas()  # the backward multiplies through Numba's BLAS at any row count
         self._params = [p for m in linear_layers(seq) for p in (m.weight, m.bias)]
         self._grads: tuple[list, tuple, tuple] | None = None  # (.grad tensors, their views gws, gbs)
         self._last: tuple[np.ndarray, tuple] | None = None  # (x, hidden activations) of the last call

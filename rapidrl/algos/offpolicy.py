@@ -194,7 +194,8 @@ class OffPolicyAlgorithm(Algorithm):
     (SAC's log alpha); one that is None (an optimizer the settings leave out) is skipped."""
     has_replay_buffer = True
     _acting_forward: MLPForward | None = None
-    """The compiled MLP forward that acts on a few observations, where ``_bind_backend`` made one (DQN, SAC)."""
+    """The compiled MLP forward that acts on a few observations, where ``_bind_backend`` made one (DQN, SAC, TD3,
+    DDPG)."""
     multi_input = False
     """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
     box_actions_only = False

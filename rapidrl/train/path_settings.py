@@ -35,14 +35,15 @@ class PathSettings:
 
     def _gradient_backends(self) -> dict:
         """The gradient backends this algorithm has, preferred first: name -> check (None when it can run with
-        these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC, TQC, CrossQ)."""
+        these settings, else what to change). PyTorch autograd only, unless overridden (PPO, DQN, SAC, TD3, DDPG, TQC,
+        CrossQ)."""
         return {"torch": lambda: None}
 
     def _compiled_or_torch(self, *checks: Callable[[], str | None], float32_only: bool = False) -> dict:
-        """``_gradient_backends`` of an algorithm with a compiled CPU backend (PPO, SAC, DQN, TQC, CrossQ): compiled
-        first, torch always. The compiled one is refused off the CPU, then by the first of ``checks`` (the algorithm's
-        own conditions, in order) that gives a reason, then when torch_compile=True (off-policy: it traces the autograd
-        update), then, for a ``float32_only`` backend, under precision="bf16"."""
+        """``_gradient_backends`` of an algorithm with a compiled CPU backend (PPO, SAC, DQN, TD3, DDPG, TQC, CrossQ):
+        compiled first, torch always. The compiled one is refused off the CPU, then by the first of ``checks`` (the
+        algorithm's own conditions, in order) that gives a reason, then when torch_compile=True (off-policy: it traces
+        the autograd update), then, for a ``float32_only`` backend, under precision="bf16"."""
 
         def compiled() -> str | None:
             if self.device.type != "cpu":

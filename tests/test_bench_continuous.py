@@ -15,11 +15,11 @@ def test_the_suite_is_registered():
     assert SUITES["continuous"] == "rapidrl.benchmarks.bench_continuous"
 
 
-@pytest.mark.parametrize("backend", ["auto", "torch"])
-def test_ddpg_job_runs_in_a_fresh_process_and_reports_its_backend(backend):
+@pytest.mark.parametrize(("algo", "backend"), [("ddpg", "auto"), ("ddpg", "torch"), ("td3", "auto")])
+def test_deterministic_actor_jobs_run_in_a_fresh_process_and_report_their_backend(algo, backend):
     warmup = bench_continuous.LEARNING_STARTS + 20  # random steps, then the first updates
     out = run_isolated("rapidrl.benchmarks.bench_continuous:job_sps",
-                       dict(lib="rapidrl", algo="ddpg", warmup=warmup, steps=30, seed=0, gradient_backend=backend),
+                       dict(lib="rapidrl", algo=algo, warmup=warmup, steps=30, seed=0, gradient_backend=backend),
                        torch_threads=1)
     assert out["torch_threads"] == 1 and out["sps"] > 0 and out["wall_s"] > 0 and out["warmup_s"] > 0
     assert out["sps"] == pytest.approx(30 / out["wall_s"])

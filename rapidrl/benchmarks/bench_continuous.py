@@ -8,6 +8,8 @@ cores, libraries interleaved, each one's best thread count compared:
   256x256, policy_delay 3, batch 256);
 - ``ddpg``: HalfCheetah-v5, SB3's DDPG at CleanRL's settings (256x256, batch 256, lr 3e-4, noise 0.1) with
   SB3's actor update every step (``policy_delay=1`` for rapidrl: the same settings);
+- ``td3``: HalfCheetah-v5, SB3's TD3 at CleanRL's settings (256x256, batch 256, lr 3e-4, exploration noise 0.1,
+  actor every 2nd update, target noise 0.2 clipped at 0.5: SB3's defaults and rapidrl's);
 - ``her``: SAC + HER ("future", 4 sampled goals) on PointReach-v0 (the built-in goal task's Gymnasium twin for SB3,
   Dict observations, ``MultiInputPolicy``), rl-zoo3's FetchReach settings (gamma 0.95, lr 1e-3, 64x64, batch 256).
 
@@ -43,7 +45,10 @@ RUNS = {  # algo -> (env id, quick (warmup, steps), full (warmup, steps))
     "tqc": ("Walker2d-v5", (1_200, 1_000), (1_500, 2_000)),
     "crossq": ("Walker2d-v5", (1_200, 1_000), (1_500, 2_000)),
     "ddpg": ("HalfCheetah-v5", (1_200, 1_000), (1_500, 2_000)),
+    "td3": ("HalfCheetah-v5", (1_200, 1_000), (1_500, 2_000)),
 }
+RAPIDRL_CLASS = {"tqc": "TQC", "crossq": "CrossQ", "ddpg": "DDPG", "td3": "TD3"}
+"""rapidrl's class (``rapidrl.<name>``) of each algorithm of ``RUNS``."""
 LEARNING_STARTS = 1_000
 AUTO_PRECISION = ("tqc", "crossq")
 """Algorithms also run at precision="auto" (where bf16 measured faster and has a learning test)."""
@@ -62,7 +67,7 @@ def build(lib: str, algo: str, seed: int, precision: str = "fp32", gradient_back
     if algo == "her":
         return _build_her(lib, seed)
     env_id = RUNS[algo][0]
-    common = dict(learning_rate={"tqc": 3e-4, "crossq": 1e-3, "ddpg": 3e-4}[algo], batch_size=256,
+    common = dict(learning_rate={"tqc": 3e-4, "crossq": 1e-3, "ddpg": 3e-4, "td3": 3e-4}[algo], batch_size=256,
                   buffer_size=100_000, learning_starts=LEARNING_STARTS, gamma=0.99)
     if lib == "rapidrl":
         import rapidrl as rr
@@ -70,8 +75,10 @@ def build(lib: str, algo: str, seed: int, precision: str = "fp32", gradient_back
         extra = {"tqc": dict(n_critics=5, n_quantiles=25, top_quantiles_to_drop_per_net=2, tau=0.005,
                              hidden=(256, 256)),
                  "crossq": dict(policy_delay=3, hidden=(256, 256), critic_hidden=(1024, 1024)),
-                 "ddpg": dict(policy_delay=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256))}[algo]
-        cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
+                 "ddpg": dict(policy_delay=1, exploration_noise=0.1, tau=0.005, hidden=(256, 256)),
+                 "td3": dict(policy_delay=2, exploration_noise=0.1, target_policy_noise=0.2, target_noise_clip=0.5,
+                             tau=0.005, hidden=(256, 256))}[algo]
+        cls = getattr(rr, RAPIDRL_CLASS[algo])
         return cls(env_id, seed=seed, torch_threads=None, precision=precision, gradient_backend=gradient_backend,
                    **common, **extra)
     import gymnasium as gym
@@ -87,12 +94,16 @@ def build(lib: str, algo: str, seed: int, precision: str = "fp32", gradient_back
 
         return CrossQ("MlpPolicy", env, seed=seed, device="cpu", policy_delay=3,
                       policy_kwargs=dict(net_arch=dict(pi=[256, 256], qf=[1024, 1024])), **common)
-    from stable_baselines3 import DDPG
+    from stable_baselines3 import DDPG, TD3
     from stable_baselines3.common.noise import NormalActionNoise
 
     half = (env.action_space.high - env.action_space.low) / 2
+    noise = NormalActionNoise(np.zeros_like(half), 0.1 * half)
+    if algo == "td3":
+        return TD3("MlpPolicy", env, seed=seed, device="cpu", tau=0.005, policy_delay=2, target_policy_noise=0.2,
+                   target_noise_clip=0.5, policy_kwargs=dict(net_arch=[256, 256]), action_noise=noise, **common)
     return DDPG("MlpPolicy", env, seed=seed, device="cpu", tau=0.005, policy_kwargs=dict(net_arch=[256, 256]),
-                action_noise=NormalActionNoise(np.zeros_like(half), 0.1 * half), **common)
+                action_noise=noise, **common)
 
 
 def _build_her(lib: str, seed: int):
@@ -178,7 +189,7 @@ def _update_call(algo: str, precision: str):
     import rapidrl as rr
 
     env_id = RUNS[algo][0]
-    cls = {"tqc": rr.TQC, "crossq": rr.CrossQ, "ddpg": rr.DDPG}[algo]
+    cls = getattr(rr, RAPIDRL_CLASS[algo])
     extra = {"crossq": dict(critic_hidden=(1024, 1024), policy_delay=1), "tqc": {}, "ddpg": {}}[algo]
     model = cls(env_id, seed=0, torch_threads=None, precision=precision, batch_size=256, learning_starts=1_000,
                 buffer_size=10_000, **extra)
@@ -243,7 +254,7 @@ def extras(ctx) -> tuple[str, list[dict]]:
 
     missing = _sb3_available()
     libs = ["rapidrl"] + ([] if missing else ["sb3"])
-    only = os.environ.get("RAPIDRL_BENCH_CONTINUOUS", "tqc,crossq,ddpg,her").split(",")
+    only = os.environ.get("RAPIDRL_BENCH_CONTINUOUS", "tqc,crossq,ddpg,td3,her").split(",")
     rows = []
     for algo, (env_id, quick, full) in RUNS.items():
         if algo not in only:

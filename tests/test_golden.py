@@ -1,14 +1,26 @@
 """Golden runs: short fixed-seed runs of every algorithm and of every path a setting selects, whose final state
 (parameters, optimizer moments, normalizers) must not change when code moves.
 
-``tests/golden/runs.json`` holds, per run, a SHA-256 of the final state and, per tensor, its float64 sum and sum
-of squares. On the CPU the recording was made on (same torch CPU capability), the hash must match bit for bit:
-a refactor keeps training bitwise identical. On another instruction set (float rounding may differ in the last
-bits), the sums must agree to 1e-4 relative: the same mathematics. A deliberate change re-records the file with
+``tests/golden/runs.json`` holds one recording per CPU it was made on (torch's CPU capability and version): per run,
+a SHA-256 of the final state and, per tensor, its float64 sum and sum of squares. On a CPU with a recording, the
+hash must match bit for bit: a refactor keeps training bitwise identical. On another instruction set (float rounding
+may differ in the last bits), the sums must agree with every recording to 1e-4 relative: the same mathematics. The
+recordings of different CPUs must agree with each other the same way.
+
+One kind of run cannot be compared across CPUs: where the rows drawn depend on values the network computes
+(prioritized replay samples by TD error), a last-bit difference eventually draws another row and the runs part
+(measured: ``dqn_prioritized_nstep`` ends with sums 100% apart on AVX2 against AVX512, and again under
+``ATEN_CPU_CAPABILITY=default``, while the same DQN without prioritization stays within 2e-6). Those runs
+(``SAMPLING_FOLLOWS_VALUES``) are held bitwise on each recorded CPU and skipped, saying so, on a CPU without one.
+
+A deliberate change re-records with
 
     python tests/test_golden.py            # all runs;  python tests/test_golden.py ppo_tanh sac   (some)
 
-and the commit message says which runs changed and why that is correct.
+which records this CPU's runs and drops other CPUs' recordings of the runs it records (they are stale; those CPUs
+fall back to comparing sums until re-recorded there); the commit message says which runs changed and why that is
+correct. ``python tests/test_golden.py --add-this-cpu`` records unchanged code on another CPU beside the existing
+recordings, after checking that each run is the same mathematics as theirs.
 """
 
 from __future__ import annotations
@@ -198,31 +210,72 @@ def capability() -> str:
     return f"{torch.backends.cpu.get_cpu_capability()} torch {torch.__version__.split('+')[0]}"
 
 
+SAMPLING_FOLLOWS_VALUES = frozenset({"dqn_prioritized_nstep"})
+"""Runs whose sampled rows depend on computed values: bitwise per CPU, not comparable across CPUs (module doc)."""
+
+
+def _recordings() -> dict[str, dict]:
+    """capability -> {run name -> fingerprint}."""
+    return json.loads(GOLDEN.read_text())["recordings"]
+
+
+def _assert_same_mathematics(name: str, got: dict, expected: dict, where: str) -> None:
+    assert got["sums"].keys() == expected["sums"].keys(), f"{name}: other tensors than {where}"
+    for path, value in expected["sums"].items():
+        np.testing.assert_allclose(got["sums"][path], value, rtol=1e-4, atol=1e-6, err_msg=f"{name}: {path} ({where})")
+
+
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_golden_run(name):
-    golden = json.loads(GOLDEN.read_text())
-    assert name in golden["runs"], f"{name} has no recording: python tests/test_golden.py {name}"
-    expected = golden["runs"][name]
+    recordings = _recordings()
+    assert any(name in runs for runs in recordings.values()), \
+        f"{name} has no recording: python tests/test_golden.py {name}"
+    here = recordings.get(capability(), {})
+    if name not in here and name in SAMPLING_FOLLOWS_VALUES:
+        pytest.skip(f"{name} samples by computed values, so only a recording made on this CPU ({capability()}) can "
+                    f"check it; recorded on: {', '.join(c for c, runs in recordings.items() if name in runs)}")
     got = fingerprint(final_state(name))
-    if golden["capability"] == capability():
-        assert got["sha256"] == expected["sha256"], f"{name}: training is no longer bitwise identical"
-    assert got["sums"].keys() == expected["sums"].keys()
-    for path, value in expected["sums"].items():
-        np.testing.assert_allclose(got["sums"][path], value, rtol=1e-4, atol=1e-6, err_msg=f"{name}: {path}")
+    if name in here:
+        assert got["sha256"] == here[name]["sha256"], f"{name}: training is no longer bitwise identical"
+    for cpu, runs in recordings.items():
+        if name in runs and name not in SAMPLING_FOLLOWS_VALUES:
+            _assert_same_mathematics(name, got, runs[name], f"recorded on {cpu}")
 
 
-def record(names: list[str]) -> None:
-    golden = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {"runs": {}}
-    if golden.get("capability") not in (None, capability()) and set(names) != set(RUNS):
-        raise SystemExit(f"the recording was made on {golden['capability']}, this is {capability()}: re-record all")
-    golden["capability"] = capability()
+def test_the_recordings_of_different_cpus_are_the_same_mathematics():
+    recordings = _recordings()
+    cpus = sorted(recordings)
+    compared = 0
+    for i, a in enumerate(cpus):
+        for b in cpus[i + 1:]:
+            for name in sorted(set(recordings[a]) & set(recordings[b]) - SAMPLING_FOLLOWS_VALUES):
+                _assert_same_mathematics(name, recordings[b][name], recordings[a][name], f"{b} against {a}")
+                compared += 1
+    assert len(cpus) < 2 or compared > 0
+
+
+def record(names: list[str], keep_other_cpus: bool = False) -> None:
+    """Record ``names`` on this CPU. A change drops other CPUs' recordings of them (stale); ``keep_other_cpus`` adds
+    this CPU's recording beside theirs, once each run is the same mathematics as theirs (unchanged code)."""
+    recordings = _recordings() if GOLDEN.is_file() else {}
+    here = recordings.setdefault(capability(), {})
     for name in names:
-        golden["runs"][name] = fingerprint(final_state(name))
-        print(f"{name}: {golden['runs'][name]['sha256'][:16]}")
-    golden["runs"] = dict(sorted(golden["runs"].items()))
+        here[name] = fingerprint(final_state(name))
+        for cpu, runs in recordings.items():
+            if cpu == capability() or name not in runs:
+                continue
+            if not keep_other_cpus:
+                runs.pop(name)
+            elif name not in SAMPLING_FOLLOWS_VALUES:
+                _assert_same_mathematics(name, here[name], runs[name], f"recorded on {cpu}")
+        print(f"{name}: {here[name]['sha256'][:16]}")
+    recordings = {cpu: dict(sorted(runs.items())) for cpu, runs in sorted(recordings.items()) if runs}
     GOLDEN.parent.mkdir(exist_ok=True)
-    GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
+    GOLDEN.write_text(json.dumps({"recordings": recordings}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    record(sys.argv[1:] or sorted(RUNS))
+    args = sys.argv[1:]
+    keep = "--add-this-cpu" in args
+    names = [a for a in args if a != "--add-this-cpu"]
+    record(names or sorted(RUNS), keep_other_cpus=keep)

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_TRACKED_BYTES = 2 * 1024 * 1024
-"""The largest file the repository may track (the largest tracked today, tests/golden/runs.json with two CPUs' recordings, is ~0.5 MB)."""
+"""The largest file the repository may track (the largest tracked today, tests/golden/runs.json, is ~0.5 MB)."""
 
 
 def tracked_files(root: Path) -> list[Path]:

@@ -5,7 +5,10 @@ threads, contenders interleaved; the table gives each contender's best median SP
 
     python tools/ab_e2e.py --a ../wt-pre28 --b . [--seeds 0,1] [--python ../bench-venv/bin/python] [--peer none]
 
-``--peer none`` leaves rlox out (an interpreter without it): the table then has A and B only.
+``--peer none`` leaves rlox out (an interpreter without it): the table then has A and B only. Each run starts from a
+neutral working directory with only its checkout on PYTHONPATH and reports the rapidrl it imported; a run that imported
+another tree is refused (``run_isolated``'s guard, ``rapidrl.benchmarks.isolated.MixedTreeError``); the first line per
+side says which file it was.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: tools/ab_e2e.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rapidrl.benchmarks.isolated import run_isolated
 
 JOBS = {
@@ -42,6 +47,7 @@ def main() -> int:
     else:
         print("| run | A rapidrl SPS | B rapidrl SPS | B/A | eval A / B |")
         print("|---|---:|---:|---:|---|")
+    shown: set[str] = set()
     for name in args.jobs.split(","):
         target, kw = JOBS[name]
         sps: dict[str, dict[int, list[float]]] = {c: {} for c in contenders}
@@ -54,6 +60,9 @@ def main() -> int:
                     r = run_isolated(target, {**kw, "lib": lib, "seed": seed}, torch_threads=t,
                                      python=args.python, checkout=checkout)
                     sps[c].setdefault(t, []).append(r["sps"])
+                    if c not in shown:
+                        shown.add(c)
+                        print(f"  {c}: rapidrl imported from {r['rapidrl_file']}", file=sys.stderr, flush=True)
                     evals[c].append(r.get("eval", float("nan")))
                     print(f"  {name} {c} seed {seed} threads {t}: {r['sps']:,.0f} SPS", file=sys.stderr, flush=True)
         best = {c: max(statistics.median(v) for v in by_t.values()) for c, by_t in sps.items()}

@@ -21,12 +21,55 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rapidrl._system import usable_cpu_count
 
 RESULT_PREFIX = "RESULT "
+IMPORTED_PREFIX = "RAPIDRL_IMPORTED_FROM "
+
+
+class MixedTreeError(RuntimeError):
+    """A child imported rapidrl from somewhere else than the source tree it was started on."""
+
+
+def boot_code(call: str) -> str:
+    """A ``python -c`` program that imports rapidrl, prints ``IMPORTED_PREFIX`` + the file it came from (before
+    anything else runs), then executes ``call``. It needs nothing of the tree but ``rapidrl`` itself, so it starts
+    old trees too (before/after comparisons)."""
+    return ("import importlib, sys\nimport rapidrl\n"
+            f"print({IMPORTED_PREFIX!r} + rapidrl.__file__, flush=True)\n{call}\n")
+
+
+def imported_from(stdout: str) -> Path | None:
+    """The ``rapidrl/__init__.py`` a child started by ``boot_code`` reported, or None if it reported none."""
+    for line in stdout.splitlines():
+        if line.startswith(IMPORTED_PREFIX):
+            return Path(line[len(IMPORTED_PREFIX):].strip())
+    return None
+
+
+def tree_env(checkout: str | os.PathLike, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child that must import rapidrl from the source tree ``checkout`` only: PYTHONPATH is
+    that tree and nothing else; PYTHONSAFEPATH keeps the working directory off ``sys.path`` (``python -m``/``-c``
+    put it ahead of PYTHONPATH: started from another tree's root, the child would import that tree)."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = str(Path(checkout).resolve())
+    env["PYTHONSAFEPATH"] = "1"
+    return env
+
+
+def check_imported(reported: Path | None, checkout: str | os.PathLike, what: str = "the child") -> Path:
+    """Raise ``MixedTreeError`` unless ``reported`` (a child's ``rapidrl.__file__``) lies inside ``checkout``."""
+    root = Path(checkout).resolve()
+    if reported is None:
+        raise MixedTreeError(f"{what} did not report which rapidrl it imported; refusing the run")
+    if not Path(reported).resolve().is_relative_to(root):
+        raise MixedTreeError(f"{what} imported rapidrl from {reported}, not from the tree it was started on ({root}):"
+                             " a before/after would compare the wrong trees; refusing the run")
+    return Path(reported)
 
 
 def thread_counts() -> list[int]:
@@ -39,25 +82,34 @@ def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: floa
     """Run ``module:function(**kwargs)`` in a fresh Python process with torch at ``torch_threads`` threads.
 
     python: the interpreter (default: this one). checkout: a rapidrl source tree to import instead of the installed
-    one (before/after comparisons: ``tools/ab_e2e.py``); the child runs there with it first on PYTHONPATH.
+    one (before/after comparisons: ``tools/ab_e2e.py``; a peer's interpreter running a rapidrl job): the child runs
+    from a neutral working directory with only that tree on PYTHONPATH (``tree_env``), and a child that imported
+    rapidrl from anywhere else is refused (``MixedTreeError``).
 
-    Returns the function's dict (plus ``"torch_threads"``). Raises RuntimeError with the child's stderr tail if
-    the child fails or prints no result.
+    Returns the function's dict plus ``"torch_threads"`` and ``"rapidrl_file"`` (the rapidrl the child imported).
+    Raises RuntimeError with the child's stderr tail if the child fails or prints no result.
     """
     if ":" not in target:
         raise ValueError(f"target must be 'module:function', got {target!r}")
     if isinstance(torch_threads, bool) or not isinstance(torch_threads, int) or torch_threads < 1:
         raise ValueError(f"torch_threads must be a positive int, got {torch_threads!r}")
-    cmd = [python or sys.executable, "-m", "rapidrl.benchmarks.isolated", target, json.dumps(kwargs),
-           str(torch_threads)]
-    env = None if checkout is None else {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=checkout)
+    cmd = [python or sys.executable, "-c", boot_code("from rapidrl.benchmarks.isolated import _child\n"
+                                                      "_child(sys.argv[1:])"),
+           target, json.dumps(kwargs), str(torch_threads)]
+    with tempfile.TemporaryDirectory(prefix="rapidrl-job-") as neutral:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=None if checkout is None else tree_env(checkout),
+                              cwd=None if checkout is None else neutral)
+    reported = imported_from(proc.stdout)
+    if checkout is not None:
+        check_imported(reported, checkout, what=f"{target} at {torch_threads} threads")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{target}({kwargs}) at {torch_threads} threads failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-2000:]}")
     result = json.loads(lines[-1][len(RESULT_PREFIX):])
     result["torch_threads"] = torch_threads
+    result["rapidrl_file"] = str(reported)
     return result
 
 

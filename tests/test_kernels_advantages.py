@@ -310,7 +310,7 @@ def test_parallel_core_bit_identical_to_serial(mode, dtype, N):
     a1, r1 = np.empty((33, N), dtype), np.empty((33, N), dtype)
     a2, r2 = np.empty((33, N), dtype), np.empty((33, N), dtype)
     with kernel_mode(adv_mod, mode):
-        n1 = adv_mod._gae_core(*args, a1, r1, 0, N)
+        n1 = adv_mod._gae_core(*args, a1, r1)
         n2 = adv_mod._gae_core_parallel(*args, a2, r2, 64)
     assert n1 == n2 == int((d["truncated"] & ~d["terminated"]).sum())
     np.testing.assert_array_equal(a1, a2)

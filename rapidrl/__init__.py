@@ -1,8 +1,9 @@
 """rapidrl: reinforcement learning that is fast end to end.
 
 Everything below is imported lazily on first attribute access, so ``import rapidrl`` stays cheap
-and compiles no Numba kernel (kernels compile on first call and are cached on disk). Any registered algorithm is
-reachable by its class name (``rapidrl.PPO``; ``rapidrl.algos.registry``), listed here or not.
+and compiles no Numba kernel (kernels compile on first call and are cached on disk). Every algorithm shipped here is
+listed in ``__all__`` and ``dir(rapidrl)`` (``tests/test_extending.py`` compares them with ``rapidrl.algos.registry``);
+one an installed package registers is reachable by its class name too (``rapidrl.<Name>``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ _LAZY = {
     "TD3": "rapidrl.algos",
     "MAPPO": "rapidrl.algos",
     "IPPO": "rapidrl.algos",
+    "DDPG": "rapidrl.algos",
+    "TQC": "rapidrl.algos",
+    "CrossQ": "rapidrl.algos",
+    "BC": "rapidrl.algos",
+    "TD3BC": "rapidrl.algos",
+    "IQL": "rapidrl.algos",
+    "CQL": "rapidrl.algos",
+    "DiscreteCQL": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -48,3 +57,24 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), fallback=_regist
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapidrl import buffers, envs, kernels  # noqa: F401
+    from rapidrl.algos import (  # noqa: F401
+        A2C,
+        BC,
+        CQL,
+        DDPG,
+        DQN,
+        IMPALA,
+        IPPO,
+        IQL,
+        MAPPO,
+        PPO,
+        PQN,
+        SAC,
+        TD3,
+        TD3BC,
+        TQC,
+        CrossQ,
+        DiscreteCQL,
+    )
+    from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, RolloutBuffer  # noqa: F401
+    from rapidrl.envs import make_vec  # noqa: F401

@@ -102,13 +102,29 @@ def test_entry_point_modules_are_imported(monkeypatch, tmp_path):
 
 
 def test_every_shipped_algorithm_is_registered_and_exported_by_name():
-    names = set(registry.algorithms())
-    assert {"ppo", "a2c", "impala", "dqn", "sac", "td3", "mappo", "ippo"} <= names
-    for name in ("PPO", "A2C", "IMPALA", "DQN", "SAC", "TD3", "MAPPO", "IPPO"):
-        assert getattr(rr, name) is registry.get_algorithm(name.lower())
-    from rapidrl.algos import PPOConfig
+    """``rapidrl.__all__``, ``dir(rapidrl)`` and ``rapidrl.algos.__all__`` list exactly the algorithms (and configs)
+    this package registers, each name resolving to the registry's class, and the type checkers' imports name them."""
+    import ast
 
-    assert PPOConfig is registry.get_algorithm("ppo").config_class
+    import rapidrl.algos as algos
+
+    shipped = {cls.__name__: cls for cls in registry.algorithms().values() if cls.__module__.startswith("rapidrl.")}
+    assert len(shipped) >= 17
+    exported = {n for n in rr.__all__ if n[:1].isupper() and getattr(rr, n) in set(shipped.values())}
+    assert exported == set(shipped), "rapidrl.__all__ must list every registered algorithm"
+    assert set(shipped) <= set(dir(rr))
+    for name, cls in shipped.items():
+        assert getattr(rr, name) is cls is registry.get_algorithm(cls.name)
+        assert getattr(algos, name) is cls and getattr(algos, cls.config_class.__name__) is cls.config_class
+    configs = {cls.config_class.__name__ for cls in shipped.values()}
+    assert set(algos.__all__) - {"ALGORITHMS"} == set(shipped) | configs
+    assert set(dir(algos)) >= set(shipped) | configs
+    for module in (rr, algos):  # IDE completion and type checkers read the TYPE_CHECKING imports
+        tree = ast.parse(open(module.__file__).read())
+        imported = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.If)
+                    and getattr(node.test, "id", None) == "TYPE_CHECKING"
+                    for stmt in node.body if isinstance(stmt, ast.ImportFrom) for a in stmt.names}
+        assert set(shipped) <= imported, f"{module.__name__}: TYPE_CHECKING imports miss {set(shipped) - imported}"
 
 
 def test_every_shipped_algorithm_defaults_to_one_torch_thread():

@@ -1,8 +1,8 @@
 """The D4RL recipe on rapidrl's tasks: rebuild the medium, medium-replay, expert and medium-expert datasets from run
 directories (docs/offline.md).
 
-    python -m rapidrl.benchmarks.d4rl_datasets hopper --run runs/offline/sac-hopper-seed0 --ref-max 3429.8
-    python -m rapidrl.benchmarks.d4rl_datasets hopper --run RUN --expert-run EXPERT_RUN   # + expert, medium-expert
+    python -m tools.d4rl_datasets hopper --run runs/offline/sac-hopper-seed0 --ref-max 3429.8
+    python -m tools.d4rl_datasets hopper --run RUN --expert-run EXPERT_RUN   # + expert, medium-expert
 
 D4RL (Fu et al. 2020) built its locomotion datasets from one SAC run per task: "medium" is 1M steps of the stochastic
 policy of a checkpoint at about a third of the expert's return, "medium-replay" the replay buffer up to that
@@ -13,7 +13,8 @@ closest to random + (expert - random) / 3, or ``--medium-step``. Each dataset is
 ``rapidrl/<task>/<kind>-v0`` with the reference scores ``ref_min_score`` (uniform-random actions, measured) and
 ``ref_max_score`` (``--ref-max``, e.g. the SAC results row's return, else the expert run's deterministic return).
 Datasets that exist are kept (Minari datasets are immutable; ``--force`` deletes and rebuilds them). The datasets stay
-out of git (``/datasets/`` is ignored: ``MINARI_DATASETS_PATH=datasets``).
+out of git (``/datasets/`` is ignored: ``MINARI_DATASETS_PATH=datasets``). A recipe of this repository, on the public
+API and the ``rapidrl`` command (``rapidrl collect``), not part of the package.
 """
 
 from __future__ import annotations
@@ -28,6 +29,22 @@ import numpy as np
 
 TASKS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5", "pendulum": "Pendulum-v1",
          "cartpole": "CartPole-v1"}
+
+
+def load_model(target: Path):
+    """The model of a run directory (its final ``model.pt``, else its newest checkpoint) or of a model file."""
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.runs.layout import CHECKPOINT_DIR, MODEL_FILE
+    from rapidrl.train.checkpoint import list_checkpoints, load_checkpoint
+
+    path = target
+    if target.is_dir():
+        found = [target / MODEL_FILE] if (target / MODEL_FILE).is_file() else \
+            [p for _, p in list_checkpoints(target / CHECKPOINT_DIR)][-1:]
+        if not found:
+            raise SystemExit(f"{target} has no {MODEL_FILE} and no checkpoint")
+        path = found[0]
+    return get_algorithm(load_checkpoint(path)["algo"]).load(path)
 
 
 def medium_checkpoint(run: Path, target: float, episodes: int, step: int | None) -> tuple[int, Path, float]:
@@ -63,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from rapidrl.envs import make_vec
 
-    p = argparse.ArgumentParser(prog="python -m rapidrl.benchmarks.d4rl_datasets", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.d4rl_datasets", description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=sorted(TASKS))
     p.add_argument("--run", required=True, help="the run directory of the medium checkpoint and its replay buffer")
     p.add_argument("--expert-run", help="a run (or .pt) of the expert: adds expert-v0 and medium-expert-v0")
@@ -86,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if ref_max is None:
         if not args.expert_run:
             raise SystemExit("give --ref-max (the expert's return) or --expert-run")
-        expert = cli._load_for_eval(Path(args.expert_run))[0]
+        expert = load_model(Path(args.expert_run))
         ref_max = expert.evaluate(args.eval_episodes)[0]
     print(f"{args.task}: reference scores {ref_min:.1f} (uniform-random actions) and {ref_max:.1f} (expert)")
     target = ref_min + (ref_max - ref_min) / 3

@@ -1,7 +1,7 @@
 """Offline-to-online against SAC from scratch: the ``iql_pendulum`` preset (20,000 steps on the dataset, then 5,000
 env steps) beside the ``sac_pendulum`` preset at the same 5,000 env steps, evaluated along the way.
 
-    MINARI_DATASETS_PATH=datasets python -m rapidrl.benchmarks.offline_to_online --seeds 0,1,2 --eval-every 1000
+    MINARI_DATASETS_PATH=datasets python -m tools.offline_to_online --seeds 0,1,2 --eval-every 1000
 
 The runs take turns in this process (run it under the heavy-work lock on a shared machine); the models are built
 from the presets as ``rapidrl train`` builds them (``rapidrl.runs.config.resolve``), with an ``EvalCallback`` (10
@@ -40,7 +40,7 @@ def run(algo: str, env: str, seed: int, eval_every: int, episodes: int, timestep
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rapidrl.benchmarks.offline_to_online", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tools.offline_to_online", description=__doc__)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--episodes", type=int, default=10)

@@ -37,9 +37,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
+
+from rapidrl.benchmarks.peers import sb3_python, source_tree
 
 RUNS = {  # algo -> (env id, quick (warmup, steps), full (warmup, steps))
     "tqc": ("Walker2d-v5", (1_200, 1_000), (1_500, 2_000)),
@@ -53,11 +54,6 @@ LEARNING_STARTS = 1_000
 AUTO_PRECISION = ("tqc", "crossq")
 """Algorithms also run at precision="auto" (where bf16 measured faster and has a learning test)."""
 HER_RUN = {"quick": (4_000, 1_000), "full": (12_000, 1_000)}  # (max steps, evaluation every)
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def sb3_python() -> str:
-    return os.environ.get("RAPIDRL_SB3_PYTHON", sys.executable)
 
 
 # -- the libraries, same settings -------------------------------------------------------------------------
@@ -228,7 +224,7 @@ def _run(lib: str, target: str, kwargs: dict, threads: int) -> dict:
         lib, kwargs = "rapidrl", {**kwargs, "precision": "auto"}
     python = None if lib == "rapidrl" else sb3_python()
     return run_isolated(f"{__name__}:{target}", {"lib": lib, **kwargs}, torch_threads=threads, python=python,
-                        checkout=None if lib == "rapidrl" else CHECKOUT, timeout=7200)
+                        checkout=source_tree(python), timeout=7200)
 
 
 def _rows(results: dict, run: str, columns) -> list[dict]:

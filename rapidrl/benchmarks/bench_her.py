@@ -35,9 +35,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
+
+from rapidrl.benchmarks.peers import sb3_python, source_tree
 
 ENV_IDS = {"reach": "FetchReach-v4", "push": "FetchPush-v4"}
 RUNS = {  # task -> mode -> (max steps, evaluate every, stop at success rate or None)
@@ -50,11 +51,6 @@ HER = dict(n_sampled_goal=4, goal_selection_strategy="future")
 HIDDEN = (64, 64)
 EVAL_EPISODES = 50
 EVAL_SEED = 10_000
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def sb3_python() -> str:
-    return os.environ.get("RAPIDRL_SB3_PYTHON", sys.executable)
 
 
 def make_env(env_id: str):
@@ -155,7 +151,7 @@ def _run(lib: str, kwargs: dict, threads: int) -> dict:
 
     python = None if lib == "rapidrl" else sb3_python()
     return run_isolated(f"{__name__}:job_fetch", {"lib": lib, **kwargs}, torch_threads=threads, python=python,
-                        checkout=None if lib == "rapidrl" else CHECKOUT, timeout=3600)
+                        checkout=source_tree(python), timeout=3600)
 
 
 def _ints(name: str, default: str) -> list[int]:

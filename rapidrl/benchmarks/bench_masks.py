@@ -29,25 +29,20 @@ torch==2.13.0 sb3-contrib numba``); rapidrl's checkout is put on its path.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+from rapidrl.benchmarks.peers import sb3_python, source_tree
+
 EVAL_EPISODES = 20
 PASS = 90.0
 ROLLOUT = 2_048
 LARGE_STEPS = 8_192
 TASKS = {"dim 70": dict(dim=70, n_invalid_actions=55), "dim 1024": dict(dim=1024, n_invalid_actions=1009)}
-
-
-def sb3_python() -> str:
-    return os.environ.get("RAPIDRL_SB3_PYTHON", sys.executable)
 
 
 def cases(ctx) -> Iterator:
@@ -104,7 +99,7 @@ def _run(lib: str, kwargs: dict, threads: int) -> dict:
 
     python = None if lib == "rapidrl" else sb3_python()
     return run_isolated(f"{__name__}:job_identity", {"lib": lib, **kwargs}, torch_threads=threads, python=python,
-                        checkout=None if lib == "rapidrl" else CHECKOUT, timeout=7200)
+                        checkout=source_tree(python), timeout=7200)
 
 
 def extras(ctx) -> tuple[str, list[dict]]:

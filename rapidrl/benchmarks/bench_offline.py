@@ -7,9 +7,10 @@ Both libraries train on the same arrays (the dataset ``rapidrl/hopper/medium-rep
 steps of uniform-random actions on Hopper-v5 written for the run), with the same settings: rapidrl's preset
 (``rapidrl/configs/<algo>_hopper.toml``, CORL's) translated to d3rlpy's config (``peer_d3rlpy._config``: network
 sizes, batch, learning rates, the losses' constants, observation standardisation, D4RL reward scaling). d3rlpy
-2.8 runs in its own venv (it pins gymnasium 1.0): ``$RAPIDRL_D3RLPY_PYTHON``, default ``../peers/d3rlpy/bin/python``
-beside the repository (``python3 -m venv ../peers/d3rlpy && ../peers/d3rlpy/bin/pip install torch==2.13.0
-'d3rlpy>=2.8,<2.9' mujoco imageio``). Every run is a fresh process (``rapidrl.benchmarks.isolated``) at 1 torch thread
+2.8 runs in its own venv (it pins gymnasium 1.0), named by ``$RAPIDRL_D3RLPY_PYTHON`` (unset: d3rlpy is skipped), and
+imports the jobs from ``$RAPIDRL_SOURCE_TREE`` (``rapidrl.benchmarks.peers``); for example
+``python3 -m venv ../peers/d3rlpy && ../peers/d3rlpy/bin/pip install torch==2.13.0 'd3rlpy>=2.8,<2.9' mujoco imageio``.
+Every run is a fresh process (``rapidrl.benchmarks.isolated``) at 1 torch thread
 and at all cores; each library's best thread count is compared. A first ``warm-up`` fit (model construction, first
 allocations) is timed apart; sampling is included in both libraries' time (d3rlpy's ``fit``, rapidrl's ``learn``).
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from rapidrl.benchmarks.harness import Case, Context
+from rapidrl.benchmarks.peers import d3rlpy_python, source_tree
 
 ALGOS = ("bc", "td3_bc", "iql", "cql")
 DATASET = "rapidrl/hopper/medium-replay-v0"
@@ -41,12 +42,6 @@ ENV = "Hopper-v5"
 STEPS = {"quick": {"cql": 20, "other": 100}, "full": {"cql": 150, "other": 1500}}
 WARMUP = {"cql": 5, "other": 50}
 REPEATS = {"quick": 1, "full": 1}
-
-
-def d3rlpy_python() -> Path:
-    """d3rlpy's interpreter: $RAPIDRL_D3RLPY_PYTHON, else ../peers/d3rlpy/bin/python beside the repository."""
-    env = os.environ.get("RAPIDRL_D3RLPY_PYTHON")
-    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "peers" / "d3rlpy" / "bin" / "python"
 
 
 def preset_settings(algo: str) -> dict:
@@ -153,11 +148,12 @@ def _jobs(ctx: Context | None, algo: str, source: str, arrays: str, steps: int, 
     jobs = {lib: rapidrl_job(rapidrl_precision(lib))
             for lib in (ctx.rapidrl_contenders() if ctx is not None else ["rapidrl"])}
     python = d3rlpy_python()
-    if not python.is_file():
+    if python is None or not python.is_file():
         if ctx is not None:
-            ctx.skipped["d3rlpy"] = f"no interpreter at {python} (set RAPIDRL_D3RLPY_PYTHON)"
+            ctx.skipped["d3rlpy"] = ("RAPIDRL_D3RLPY_PYTHON is not set" if python is None
+                                     else f"no interpreter at {python} (RAPIDRL_D3RLPY_PYTHON)")
         return jobs
-    repo = Path(__file__).resolve().parents[2]
+    repo = source_tree(python)
     jobs["d3rlpy"] = lambda seed, t: run_isolated("rapidrl.benchmarks.peer_d3rlpy:job_d3rlpy", {
         "algo": algo, "data": arrays, "settings": both, "steps": steps, "seed": seed, "warmup": warmup,
         **extra}, torch_threads=t, python=str(python), checkout=repo)

@@ -184,8 +184,14 @@ def read_header(source: str | os.PathLike, root: str | os.PathLike | None = None
     path = dataset_dir(source, root)
     meta_file = path / _METADATA
     if not meta_file.is_file():
+        build = ""
+        if str(source).startswith("rapidrl/"):  # a preset's dataset: the D4RL recipe on a trained run builds it
+            task = str(source).split("/")[1]
+            build = (f"; build it from a trained off-policy run with the D4RL recipe of docs/offline.md (in a source "
+                     f"checkout: python -m tools.d4rl_datasets {task} --run RUN_DIR)")
         raise DatasetError(f"no dataset {str(source)!r}: nothing at {path} (datasets are found under "
-                           f"${ROOT_VARIABLE}, now {_root(root)})")
+                           f"${ROOT_VARIABLE}, now {_root(root)}){build}; or write one from a run's policy: "
+                           "rapidrl collect RUN_DIR --steps N --dataset-id ID")
     try:
         metadata = json.loads(meta_file.read_text())
         obs_space = deserialize_space(metadata["observation_space"])

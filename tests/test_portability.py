@@ -36,8 +36,11 @@ def test_every_core_setting_builds_and_trains_without_an_affinity_mask(no_linux_
     try:
         for cls in (rr.SAC, rr.TD3):
             model = cls("Pendulum-v1", learning_starts=8, batch_size=8, hidden=(8,), seed=0, torch_threads=0)
-            assert torch.get_num_threads() == (os.cpu_count() or 1)
-            model.learn(16, progress_bar=False)
+            seen: list[int] = []  # the setting holds inside learn (rapidrl.train.runtime) and is set back after it
+            model.learn(16, callback=lambda m, seen=seen: seen.append(torch.get_num_threads()) or True,
+                        progress_bar=False)
+            assert seen and set(seen) == {os.cpu_count() or 1}
+            assert torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(threads)
 
@@ -51,13 +54,14 @@ def test_mujoco_default_threads_without_an_affinity_mask(no_linux_calls):
 
 
 def test_keep_heap_memory_is_a_no_op_without_glibc(monkeypatch):
-    from rapidrl.train.config import keep_heap_memory
+    from rapidrl._unsafe.malloc import keep_heap_memory, release_heap_memory
 
     def no_libc(name, *args, **kwargs):
         raise OSError(f"{name}: cannot open shared object file")
 
     monkeypatch.setattr(ctypes, "CDLL", no_libc)
-    assert keep_heap_memory.__wrapped__() is False
+    assert keep_heap_memory() is False
+    assert release_heap_memory() is False
 
 
 def test_the_package_asks_os_specific_questions_in_one_place():

@@ -11,8 +11,10 @@ against 30.8 SPS, DDPG 203.2 against 32.7, DQN CartPole-v1 479.3 against 73.6, P
 71,852, PPO HalfCheetah-v5 3,595 against 3,623. So every compiled backend keeps it at one thread
 (``single_thread_numba_blas``).
 
-Ownership, lifetime, aliasing: no memory is touched; the setting is process-wide and lasts until changed. It
-affects only that one library (not NumPy's or torch's BLAS).
+Ownership, lifetime, aliasing: no memory is touched; the setting is process-wide and lasts until changed. rapidrl
+changes it only for the duration of a compiled backend's ``learn`` (and ``evaluate``) and sets the count it found
+back afterwards (``rapidrl.train.runtime.process_settings``). It affects only that one library (not NumPy's or
+torch's BLAS).
 
 When it breaks: if a SciPy release renames its bundled library, nothing is found and the compiled update only
 gets slower. ``single_thread_numba_blas`` returns how many libraries it set, and ``tests/test_unsafe.py``

@@ -92,7 +92,8 @@ class BC(OfflineAlgorithm):
         if self.discrete:
             if deterministic:
                 return out.argmax(1).cpu().numpy()
-            return torch.multinomial(categorical_log_probs(out).exp(), 1).squeeze(1).cpu().numpy()
+            picked = torch.multinomial(categorical_log_probs(out).exp(), 1, generator=self.torch_rng)
+            return picked.squeeze(1).cpu().numpy()
         actions = out.cpu().numpy()
         if deterministic:
             return actions

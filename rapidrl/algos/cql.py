@@ -116,7 +116,7 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
         obs_m = batch.obs.repeat_interleave(m, 0)  # [B M, O]: each state m times
         with self._autocast():
             head = full_precision(actor.head(actor.trunk(batch.obs)))  # [B, 2A]: pi(.|s)
-            noise = torch.randn(b, head.shape[1] // 2, device=head.device)
+            noise = torch.randn(b, head.shape[1] // 2, device=head.device, generator=self.torch_rng)
             actions_pi, log_prob, _ = squashed_gaussian(head, noise, actor.scale, actor.center, actor.log_std_min,
                                                         actor.log_std_max)  # [B, A], [B]
             q_pi = self.critic(batch.obs, actions_pi, detach_params=True)  # [n, B]: gradients reach the actor only
@@ -125,16 +125,16 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
                 heads = torch.cat([head_next, head.detach().repeat_interleave(m, 0),
                                    head_next.repeat_interleave(m, 0)])  # [B + 2 B M, 2A]
                 sampled, sampled_log_prob, _ = squashed_gaussian(
-                    heads, torch.randn(heads.shape[0], noise.shape[1], device=head.device), actor.scale,
-                    actor.center, actor.log_std_min, actor.log_std_max)
+                    heads, torch.randn(heads.shape[0], noise.shape[1], device=head.device, generator=self.torch_rng),
+                    actor.scale, actor.center, actor.log_std_min, actor.log_std_max)
                 next_actions, next_log_prob = sampled[:b], sampled_log_prob[:b]
                 next_q = self.critic_target(batch.next_obs, next_actions)  # [n, B]
                 if c.backup_entropy:
                     target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # [B]
                 else:
                     target = td3_target(batch.rewards, batch.discounts, next_q)
-            uniform = torch.rand(b * m, batch.actions.shape[1], device=self.device) * (self._high - self._low) \
-                + self._low  # [B M, A]
+            uniform = torch.rand(b * m, batch.actions.shape[1], device=self.device, generator=self.torch_rng)
+            uniform = uniform * (self._high - self._low) + self._low  # [B M, A]
             proposals = torch.cat([uniform, sampled[b:]])  # [3 B M, A]: uniform, pi(s), pi(s') (all at s)
             q_all = self.critic(torch.cat([batch.obs, obs_m.repeat(3, 1)]), torch.cat([batch.actions, proposals]))
         q_data = q_all[:, :b]  # [n, B]

@@ -118,7 +118,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         alpha = self.log_alpha.detach().exp()  # [1]
         with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
             with torch.no_grad():
-                next_actions, next_log_prob = self.actor(batch.next_obs)  # running statistics
+                next_actions, next_log_prob = self.actor(batch.next_obs, generator=self.torch_rng)  # running stats
             q, next_q = joint_critic_forward(self.critic, batch.obs, batch.actions, batch.next_obs, next_actions)
         target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # online critics
         loss_q = critic_loss(q, target)
@@ -132,7 +132,7 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         evaluation mode); returns [actor loss, temperature loss, alpha, entropy]."""
         alpha = self.log_alpha.detach().exp()
         with self._autocast(), batch_renorm_mode(self.actor, True):
-            actions_pi, log_prob = self.actor(obs)  # [B, A], [B]
+            actions_pi, log_prob = self.actor(obs, generator=self.torch_rng)  # [B, A], [B]
         if self.tune_alpha:
             loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
             self.alpha_optimizer.zero_grad(set_to_none=False)

@@ -192,7 +192,7 @@ class IQL(OfflineAlgorithm):
             noise = np.clip(self.np_rng.normal(0.0, self.config.exploration_noise, mean.shape), -0.5, 0.5)
             actions = mean.cpu().numpy() + noise * self._half_range
         else:
-            actions = (mean + self.actor.std() * torch.randn_like(mean)).cpu().numpy()
+            actions = (mean + self.actor.std() * torch.empty_like(mean).normal_(generator=self.torch_rng)).cpu().numpy()
         return np.clip(actions, self.action_space.low, self.action_space.high)
 
     def _actor_module(self) -> torch.nn.Module:

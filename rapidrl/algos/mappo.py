@@ -151,7 +151,7 @@ class MAPPO(PPO):
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
         masked = getattr(env, "has_action_masks", False)  # PettingZoo's observation masks: act on the valid actions
-        with self._evaluation_rngs(seed, deterministic):
+        with self._process_settings(), self._evaluation_rngs(seed, deterministic):
             while not finished.all():
                 masks = env.action_masks() if masked else None
                 obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic, masks))

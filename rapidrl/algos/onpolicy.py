@@ -249,7 +249,7 @@ class OnPolicyAlgorithm(Algorithm):
         self.collector = self.device_collector = self.async_collector = None
         if collection == "device":
             self.device_collector = make_collector("device", self.env, self.policy, c.num_steps, self.device,
-                                                   cuda_graph=c.cuda_graph)
+                                                   cuda_graph=c.cuda_graph, generator=self.torch_rng)
         elif c.async_collect:  # the thread's collector acts with a behaviour copy of the policy
             self.async_collector = AsyncCollector(
                 lambda env, policy: make_collector(collection, env, policy, c.num_steps, self.device), self.env,
@@ -257,7 +257,7 @@ class OnPolicyAlgorithm(Algorithm):
             self.buffer = self.async_collector.slots[0].buffer
         else:
             self.collector = make_collector(collection, self.env, self.policy, c.num_steps, self.device, self.timer,
-                                            cuda_graph=c.cuda_graph)
+                                            cuda_graph=c.cuda_graph, generator=self.torch_rng)
         self._sequences = RolloutSequences(self.buffer, self.collector, c.burn_in) if self.policy.recurrent else None
         """The rollout as env columns, for the update of a recurrent policy (``rapidrl.train.recurrent``)."""
         return records
@@ -316,7 +316,7 @@ class OnPolicyAlgorithm(Algorithm):
             raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
         masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
         actions, state = predict_with_state(self.policy, self._normalize(batch), state, episode_start, deterministic,
-                                            self.device, masks)
+                                            self.device, masks, generator=self.torch_rng)
         return (actions[0], state) if single else (actions, state)
 
     def deterministic_module(self) -> torch.nn.Module:
@@ -334,7 +334,7 @@ class OnPolicyAlgorithm(Algorithm):
     def _episode_actor(self, n: int, deterministic: bool):
         if not self.policy.recurrent:
             return super()._episode_actor(n, deterministic)
-        actor = RecurrentActor(self.policy, n, self.device, deterministic)
+        actor = RecurrentActor(self.policy, n, self.device, deterministic, self.torch_rng)
 
         def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
             x = torch.from_numpy(np.ascontiguousarray(self._normalize(obs))).to(self.device)
@@ -353,7 +353,7 @@ class OnPolicyAlgorithm(Algorithm):
             x = torch.from_numpy(np.ascontiguousarray(self._normalize(obs))).to(self.device)
             masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks)).to(
                 self.device)
-            raw, _, _ = self.policy.act(x, deterministic=deterministic, action_masks=masks)
+            raw, _, _ = self.policy.act(x, deterministic=deterministic, action_masks=masks, generator=self.torch_rng)
             return self.policy.to_env_action(raw).cpu().numpy()
 
     # -- the iteration: rollout, then advantages ---------------------------------------------------

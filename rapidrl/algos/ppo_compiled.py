@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rapidrl._unsafe.blas import single_thread_numba_blas
 from rapidrl._unsafe.torch_private import adam_state
 from rapidrl.buffers.advantages import ADVANTAGE_EPS, advantage_moments
 from rapidrl.kernels.ppo_update import NORM_BATCH, NORM_MINIBATCH, NORM_NONE, STAT_NAMES, PPOEpochKernel
@@ -79,7 +78,6 @@ class CompiledPPOUpdate:
         def views(i):
             return tuple(tensors[5 * k + i].detach().view(-1).numpy() for k in range(len(self.params)))
 
-        single_thread_numba_blas()
         shapes = np.array([(t.shape[0], t.shape[1] if t.dim() == 2 else 1) for t in self.params], np.int64)
         kernel = PPOEpochKernel(views(0), views(1), views(2), views(3), views(4), shapes,
                                 n_actor=len(self.actor_layers), n_critic=len(self.critic_layers),

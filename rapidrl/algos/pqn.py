@@ -133,8 +133,9 @@ class EpsilonGreedyActor:
         self._values = np.zeros(num_envs, np.float32)
         self._log_probs = torch.zeros(num_envs)
 
-    def act(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None
+    def act(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None, generator: torch.Generator | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``generator`` is not drawn from: the random streams are ``keys``/``counters`` (class docstring)."""
         q = self.q_values(obs).float().cpu().numpy()  # [N, A]
         mask = None if action_masks is None else action_masks.cpu().numpy()
         epsilon_greedy(q, self.epsilon, self.keys, self.counters, mask=mask, out_actions=self._actions,
@@ -189,7 +190,8 @@ class PQN(Algorithm):
         if self.paths["collection"].value == "fused":
             self.collector = FusedQCollector(self.env, self.q_net, c.num_steps, self._act_keys, self._act_counters)
         else:
-            self.collector = StepCollector(self.env, self.actor, c.num_steps, self.device, self.timer)
+            self.collector = StepCollector(self.env, self.actor, c.num_steps, self.device, self.timer,
+                                           generator=self.torch_rng)
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
         self.paths["precision"] = self._resolve_precision()
 

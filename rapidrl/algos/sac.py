@@ -99,7 +99,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         b, act_dim = batch.obs.shape[0], batch.actions.shape[1]
         lo, hi = actor.log_std_min, actor.log_std_max
         head = self._actor_grad(torch.cat([batch.obs, batch.next_obs]).numpy())  # [2B, 2A]
-        noise = torch.randn(2 * b, act_dim)
+        noise = torch.randn(2 * b, act_dim, generator=self.torch_rng)
         actions_pi, log_prob = torch.empty_like(noise), torch.empty(2 * b)
         saved = (torch.empty_like(noise), torch.empty_like(noise), torch.empty_like(noise))
         sac_kernels.squash(head, noise.numpy(), self._scale_np, self._center_np, lo, hi,
@@ -145,7 +145,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         head = self._acting_forward(obs.reshape(obs.shape[0], -1))
         noise = np.zeros((obs.shape[0], head.shape[1] // 2), np.float32)
         if not deterministic:
-            noise[:] = torch.randn(noise.shape).numpy()  # torch's generator, as the PyTorch path draws
+            noise[:] = torch.randn(noise.shape, generator=self.torch_rng).numpy()  # as the PyTorch path draws
         actions, log_prob, *saved = (np.empty_like(noise), np.empty(len(noise), np.float32),
                                      *(np.empty_like(noise) for _ in range(3)))
         sac_kernels.squash(head, noise, self._scale_np, self._center_np, actor.log_std_min, actor.log_std_max,

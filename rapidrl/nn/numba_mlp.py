@@ -2,7 +2,9 @@
 ``nn.Sequential`` MLP's parameters and gradients in that kernel's layout (``w [out, in]``, ``b [out]``: PyTorch's),
 acting on a few observations from Python (``MLPForward``: DQN's and SAC's acting on the CPU), and the forward and
 backward of an update writing straight into each parameter's ``.grad`` (``MLPGrad``: DQN's and SAC's compiled
-gradient backends). The views follow every optimizer step without copying.
+gradient backends). The views follow every optimizer step without copying. From 64 rows up the kernels multiply through
+Numba's BLAS (SciPy's OpenBLAS), at the thread count the caller set: ``Algorithm.learn`` sets it to one for a compiled
+backend and back afterwards (``rapidrl.train.runtime``; ``rapidrl._unsafe.blas`` says why one).
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rapidrl._unsafe.blas import single_thread_numba_blas
-from rapidrl.kernels.mlp import ACTIVATION_CODES, BLAS_MIN_ROWS, backward, forward
+from rapidrl.kernels.mlp import ACTIVATION_CODES, backward, forward
 
 __all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays", "norm_arrays"]
 
@@ -83,8 +84,6 @@ class MLPForward:
             raise ValueError(f"{type(self).__name__} expects inputs of shape (N, {self.in_dim}), got {x.shape}")
         rows = x.shape[0]
         if rows not in self._buffers:
-            if rows >= BLAS_MIN_ROWS:  # the kernel multiplies through Numba's BLAS: one thread (its default, a
-                single_thread_numba_blas()  # spinning thread per core, fights torch's threads; rapidrl._unsafe.blas)
             self._buffers[rows] = (tuple(np.zeros((rows, w.shape[0]), np.float32) for w in self.ws[:-1]),
                                    np.zeros((rows, self.ws[-1].shape[0]), np.float32))
         hidden, out = self._buffers[rows]
@@ -99,7 +98,6 @@ class MLPGrad(MLPForward):
 
     def __init__(self, seq, activation: str):
         super().__init__(seq, activation)
-        single_thread_numba_blas()  # the backward multiplies through Numba's BLAS at any row count
         self._params = [p for m in linear_layers(seq) for p in (m.weight, m.bias)]
         self._grads: tuple[list, tuple, tuple] | None = None  # (.grad tensors, their views gws, gbs)
         self._last: tuple[np.ndarray, tuple] | None = None  # (x, hidden activations) of the last call

@@ -205,36 +205,42 @@ class ActorCritic(nn.Module):
             return self.action_low + (torch.tanh(raw) + 1.0) * (self.action_high - self.action_low) / 2
         return torch.clamp(raw, self.action_low, self.action_high)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False, action_masks: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, deterministic: bool = False, action_masks: torch.Tensor | None = None,
+            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample: obs [B, O] -> (raw actions [B] int64 or [B, A], log_probs [B], values [B]); among the valid actions
         of ``action_masks`` (module docstring) when given.
 
         Raw actions are what the buffer stores (unclipped Gaussian samples); ``to_env_action`` maps them.
+        generator: the torch generator the samples are drawn from, on the policy's device (an algorithm passes its
+        own, ``Algorithm.torch_rng``); None: torch's global generator.
         """
         out, values = self._heads(obs)
-        actions, logp = self._sample(out, deterministic, action_masks)
+        actions, logp = self._sample(out, deterministic, action_masks, generator)
         return actions, logp, values
 
-    def _sample(self, out: torch.Tensor, deterministic: bool, action_masks: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor output [B, A] -> (raw actions, log_probs [B]), sampled from torch's global generator (among the
-        valid actions of ``action_masks``)."""
+    def _sample(self, out: torch.Tensor, deterministic: bool, action_masks: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor output [B, A] -> (raw actions, log_probs [B]), sampled from ``generator`` (None: torch's global
+        generator), among the valid actions of ``action_masks``."""
         if self.discrete:
             out = apply_action_mask(out, action_masks)
             logp_all = categorical_log_probs(out)
             if deterministic:
                 actions = out.argmax(-1)
             else:
-                actions = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+                actions = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
             return actions, logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         if self.multi:  # raw actions [B, K] int64 (component indices, before + start)
             parts = self._multi_logp(out, action_masks)
-            picks = [lp.argmax(-1) if deterministic else torch.multinomial(lp.exp(), 1).squeeze(-1) for lp in parts]
+            picks = [lp.argmax(-1) if deterministic else torch.multinomial(lp.exp(), 1, generator=generator).squeeze(-1)
+                     for lp in parts]
             actions = torch.stack(picks, -1)
             logp = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in zip(parts, picks))
             return actions, logp
-        raw = out if deterministic else out + torch.randn_like(out) * torch.exp(self.log_std)
+        if deterministic:
+            raw = out
+        else:
+            raw = out + torch.empty_like(out).normal_(generator=generator) * torch.exp(self.log_std)
         logp = self._gaussian_logp(out, raw)
         if self.squash == "tanh":
             logp = logp - self.squash_log_jacobian(raw)

@@ -135,11 +135,14 @@ class SquashedGaussianActor(nn.Module):
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("center", (high + low).float() / 2)
 
-    def forward(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """generator: where the noise is drawn from, on the actor's device (an algorithm passes its own,
+        ``Algorithm.torch_rng``); None: torch's global generator."""
         head = full_precision(self.head(self.trunk(obs)))  # [B, 2A]: means, then unsquashed log stds
         noise = torch.zeros_like(head[:, : head.shape[1] // 2])
         if not deterministic:
-            noise.normal_()
+            noise.normal_(generator=generator)
         actions, log_prob, _ = squashed_gaussian(head, noise, self.scale, self.center, self.log_std_min,
                                                  self.log_std_max)
         return actions, log_prob

@@ -244,13 +244,13 @@ class RecurrentActorCritic(ActorCritic):
         return logp, entropy, self.values_of(h)
 
     def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
-            deterministic: bool = False, action_masks: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            deterministic: bool = False, action_masks: torch.Tensor | None = None,
+            generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """obs [B, ...], state [B, S], episode_starts [B] bool (None: no env starts) ->
         (raw actions, log_probs [B], values [B], new state [B, S]); among the valid actions of ``action_masks``
-        [B, A] bool when given."""
+        [B, A] bool when given, drawn from ``generator`` (None: torch's global generator; ``ActorCritic.act``)."""
         h, state = self._step(obs, state, episode_starts)
-        actions, logp = self._sample(self.actor_output(h), deterministic, action_masks)
+        actions, logp = self._sample(self.actor_output(h), deterministic, action_masks, generator)
         return actions, logp, self.values_of(h), state
 
     def value(self, obs: torch.Tensor, state: torch.Tensor | None = None,

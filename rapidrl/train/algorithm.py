@@ -31,7 +31,7 @@ import torch
 from rapidrl._device import resolve_device
 from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs import VecEnvBase
-from rapidrl.envs.core.actions import mask_sizes
+from rapidrl.envs.core.actions import as_action_mask, mask_sizes
 from rapidrl.envs.registry import qualified_id
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.checkpoint import (
@@ -42,12 +42,13 @@ from rapidrl.train.checkpoint import (
     load_checkpoint,
     set_env_state,
 )
-from rapidrl.train.config import ConfigError, apply_runtime, config_from_dict, config_to_dict
+from rapidrl.train.config import ConfigError, config_from_dict, config_to_dict
 from rapidrl.train.evaluation import Evaluation, check_finite_observations, make_env
 from rapidrl.train.finite import non_finite_loss
 from rapidrl.train.path_settings import PathSettings
 from rapidrl.train.paths import PathChoice, describe
 from rapidrl.train.progress import TrainingProgress
+from rapidrl.train.runtime import drawing_from, process_settings
 from rapidrl.train.spaces import space_from_dict, space_to_dict, spaces_equal
 from rapidrl.train.timing import PhaseTimer
 
@@ -81,7 +82,6 @@ class Algorithm(PathSettings, Evaluation):
         config.validate()
         self.config = config
         self.device = resolve_device(config.device)
-        apply_runtime(config)
         self.env_kwargs = dict(env_kwargs or {})
         # Several learners (torchrun): each rank gets its own env seed stream; see rapidrl.train.ddp.
         self.dist = None
@@ -96,7 +96,10 @@ class Algorithm(PathSettings, Evaluation):
         rank = 0 if self.dist is None else self.dist.rank
         seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seed = seed
-        torch.manual_seed(seed)
+        self.torch_rng = torch.Generator(device=self.device).manual_seed(seed)
+        """The model's own torch generator, on its device: every torch draw of training, ``predict`` and a sampled
+        ``evaluate`` (actions, noise) comes from it, and on the CPU the parameters are initialised from it first
+        (``rapidrl.train.runtime``). torch's global generator is neither drawn from nor reseeded."""
         self.np_rng = np.random.default_rng([seed, rank])
         env_seed = None if config.seed is None else seed + 100_003 * rank
         if isinstance(env, str):
@@ -137,7 +140,8 @@ class Algorithm(PathSettings, Evaluation):
         an update records its statistics then. True outside ``learn``."""
         self.paths: dict[str, PathChoice] = {}
         """The implementation of each path setting that runs, and why (``rapidrl.train.paths``; filled by _build)."""
-        self._build()
+        with process_settings(config), drawing_from(self.torch_rng, seed):
+            self._build()
         _log.info("%s paths: %s", self.name, describe(self.paths))
         if self.dist is not None:
             self.dist.setup(self)
@@ -152,6 +156,13 @@ class Algorithm(PathSettings, Evaluation):
         """Average gradients over distributed ranks (a no-op for a single learner)."""
         if self.dist is not None:
             self.dist.all_reduce_grads(params)
+
+    def _process_settings(self):
+        """The process settings of ``learn`` and ``evaluate`` (``rapidrl.train.runtime.process_settings``): the
+        config's threads, denormal flushing and heap retention, Numba's BLAS at one thread for a compiled gradient
+        backend; set back when the call returns."""
+        backend = self.paths.get("gradient_backend")
+        return process_settings(self.config, numba_blas=backend is not None and backend.value == "compiled")
 
     # -- to be supplied by subclasses -----------------------------------------------------------
     def _build(self) -> None:
@@ -239,7 +250,14 @@ class Algorithm(PathSettings, Evaluation):
         resume: continue the ``learn`` call a checkpoint was saved in (``save(..., training_state=True)``
         then ``load``): runs to that call's end with its schedules, so the result equals an uninterrupted
         run for deterministic settings. ``total_timesteps`` must then equal the original call's.
+
+        The config's process settings (threads, denormal flushing, heap retention) hold for the call only and are set
+        back when it returns (``rapidrl.train.runtime``).
         """
+        with self._process_settings():
+            return self._learn(total_timesteps, callback, progress_bar, resume)
+
+    def _learn(self, total_timesteps: int, callback, progress_bar: bool, resume: bool):
         if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, (int, np.integer)) \
                 or total_timesteps <= 0:
             raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
@@ -337,9 +355,7 @@ class Algorithm(PathSettings, Evaluation):
         if not self.supports_action_masks:
             raise ValueError(f"{self.name.upper()} does not use action masks (docs/masks.md)")
         sizes = mask_sizes(self.action_space)
-        m = np.asarray(action_masks)
-        if m.dtype != np.bool_:
-            raise TypeError(f"action_masks must be a bool array, got {m.dtype}")
+        m = as_action_mask(action_masks)  # the dtypes (bool, 0/1 ints or floats) the env adapters take, as they do
         want = (sum(sizes),) if single else (batch, sum(sizes))
         if m.shape != want:
             raise ValueError(f"action_masks must have shape {want} (one row per observation, the valid actions of "
@@ -421,7 +437,7 @@ class Algorithm(PathSettings, Evaluation):
     def _training_state(self) -> dict[str, Any]:
         extra = self._extra_training_state()  # first: it may finish work in flight that moves the env (async)
         return {
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": self.torch_rng.get_state(),
             "np_rng": self.np_rng.bit_generator.state,
             "env": env_state(self.env),
             "returns": list(self._returns),
@@ -433,7 +449,8 @@ class Algorithm(PathSettings, Evaluation):
         }
 
     def _load_training_state(self, st: dict[str, Any]) -> None:
-        torch.set_rng_state(st["torch_rng"])
+        if st["torch_rng"].numel() == self.torch_rng.get_state().numel():  # (before 2026-12: the global CPU state,
+            self.torch_rng.set_state(st["torch_rng"])                    # the stream a CPU model then drew from)
         self.np_rng.bit_generator.state = st["np_rng"]
         restored = set_env_state(self.env, st["env"])
         self._returns.extend(st["returns"])

@@ -13,9 +13,6 @@ import typing
 import warnings
 from typing import Any
 
-from rapidrl._system import usable_cpu_count
-from rapidrl._unsafe.malloc import keep_heap_memory
-
 GRADIENT_BACKENDS = ("auto", "compiled", "torch")
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -140,7 +137,8 @@ class GradientClipConfig:
 
 @dataclasses.dataclass
 class RuntimeConfig:
-    """Fields every algorithm has: seeding, devices and the process settings applied at construction."""
+    """Fields every algorithm has: seeding, devices and the process settings that hold while the model builds, learns
+    and evaluates (``rapidrl.train.runtime.process_settings``: set back when each call returns)."""
 
     seed: int | None = 0
     """Seed for networks, envs, exploration and sampling (None: nondeterministic)."""
@@ -149,14 +147,15 @@ class RuntimeConfig:
     env_device: str = "cpu"
     """Device of built-in envs ("cpu": Numba kernels; else the PyTorch backend on that device)."""
     torch_threads: int | None = 1
-    """torch.set_num_threads at construction (every algorithm's default: 1). 0 uses every core this process may run
+    """torch.set_num_threads while the model builds, learns and evaluates, set back afterwards (every algorithm's
+    default: 1). 0 uses every core this process may run
     on: faster only while nothing else runs (alone on 2 cores: 1.2-1.9x), 1.8-50x slower beside one
     other busy process, since OpenMP's workers spin on the cores others need (``rapidrl bench threads``). None leaves
     the setting alone."""
     flush_denormal: bool = True
-    """Flush denormal floats to zero in this thread's CPU arithmetic (torch.set_flush_denormal) at
-    construction. Optimizer moments of weights that stop receiving gradients decay into the denormal
-    range, where CPU arithmetic is ~10x slower: without this an Adam step of a 256x256 DQN grew from
+    """Flush denormal floats to zero in this thread's CPU arithmetic (torch.set_flush_denormal) while the model builds,
+    learns and evaluates, set back afterwards. Optimizer moments of weights that stop receiving gradients decay into
+    the denormal range, where CPU arithmetic is ~10x slower: without this an Adam step of a 256x256 DQN grew from
     0.1 ms to 0.8 ms during training. False leaves the process setting alone."""
     gradient_backend: str = "auto"
     """How updates compute their gradients (``rapidrl.train.paths``): "compiled" (the CPU backend written in Numba,
@@ -180,9 +179,10 @@ class RuntimeConfig:
     host syncs. Callbacks run after every iteration; the ones that save check finiteness themselves."""
     keep_heap: bool = True
     """glibc only: keep freed heap memory for reuse instead of returning it to the OS (mallopt trim and mmap
-    thresholds of 1 GiB, ``rapidrl._unsafe.malloc``) at construction. Otherwise every update's large
+    thresholds of 1 GiB, ``rapidrl._unsafe.malloc``) while the model builds, learns and evaluates; afterwards glibc's
+    default thresholds are set back. Otherwise every update's large
     temporaries are fresh pages that fault in again: SAC's update (batch 256, 256x256) measured ~2-3 ms
-    faster. The process then keeps its peak heap. False leaves the allocator alone."""
+    faster. The process keeps its peak heap during ``learn``. False leaves the allocator alone."""
 
     @classmethod
     def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -223,15 +223,3 @@ class RolloutConfig(RuntimeConfig, GradientClipConfig):
         super().validate()
         check_positive(self, "num_envs", "num_steps", "learning_rate")
         check_unit_interval(self, "gamma")
-
-
-def apply_runtime(config: RuntimeConfig) -> None:
-    """Apply the process settings of ``config``: torch threads, denormal flushing, heap retention."""
-    import torch
-
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads or usable_cpu_count())
-    if config.flush_denormal:
-        torch.set_flush_denormal(True)
-    if config.keep_heap:
-        keep_heap_memory()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-import torch
 
 from rapidrl.train.progress import EvaluationProgress
 
@@ -71,7 +70,7 @@ class Evaluation:
         check_n_episodes(n_episodes)
         env = self._get_eval_env(n_episodes)
         obs, seed = self._reset_for_evaluation(env)
-        with self._evaluation_rngs(seed, deterministic):
+        with self._process_settings(), self._evaluation_rngs(seed, deterministic):
             return self._evaluate_episodes(env, obs, n_episodes, deterministic, progress)
 
     def _reset_for_evaluation(self, env) -> tuple[np.ndarray, int]:
@@ -84,23 +83,19 @@ class Evaluation:
     @contextlib.contextmanager
     def _evaluation_rngs(self, seed: int, deterministic: bool):
         """A sampled (``deterministic=False``) evaluation draws its actions from generators seeded by ``seed``, and
-        training's streams (torch's global generator, ``np_rng``) are restored afterwards: the same model and seed
+        training's streams (the model's ``torch_rng``, ``np_rng``) are restored afterwards: the same model and seed
         give the same sampled score, and evaluating never changes what training does next."""
         if deterministic:
             yield
             return
-        saved_np_rng = self.np_rng
+        saved_np_rng, saved_torch = self.np_rng, self.torch_rng.get_state()
         self.np_rng = np.random.default_rng(seed)
-        cuda = [self.device] if self.device.type == "cuda" else []
+        self.torch_rng.manual_seed(seed)
         try:
-            with torch.random.fork_rng(devices=cuda):
-                torch.default_generator.manual_seed(seed)
-                if cuda:
-                    with torch.cuda.device(self.device):
-                        torch.cuda.manual_seed(seed)
-                yield
+            yield
         finally:
             self.np_rng = saved_np_rng
+            self.torch_rng.set_state(saved_torch)
 
     def _evaluate_episodes(self, env, obs, n_episodes: int, deterministic: bool, progress: bool
                            ) -> tuple[float, float]:

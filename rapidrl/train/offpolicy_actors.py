@@ -169,7 +169,7 @@ class DeterministicActorCritic:
     def _target_actions(self, batch) -> torch.Tensor:
         """a' = clip(mu'(s') + clip(eps, -c, c)), eps ~ N(0, sigma^2) (TD3's target policy smoothing) [B, A]."""
         c, actor = self.config, self.actor
-        noise = torch.randn_like(batch.actions)
+        noise = torch.empty_like(batch.actions).normal_(generator=self.torch_rng)
         return smoothed_target_actions(self.actor_target(batch.next_obs), noise, actor.scale, actor.center,
                                        c.target_policy_noise, c.target_noise_clip)
 
@@ -314,7 +314,7 @@ class SquashedGaussianActorCritic:
         b = batch.obs.shape[0]
         alpha = self.log_alpha.detach().exp()  # [1]
         with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
-            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B, A], [2B]
+            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]), generator=self.torch_rng)
             with torch.no_grad():
                 next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B] (TQC: [n, B, Q])
             q = self.critic(batch.obs, batch.actions)
@@ -338,7 +338,7 @@ class SquashedGaussianActorCritic:
 
     # -- acting ----------------------------------------------------------------------------------------------------
     def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
-        return self.actor(x, deterministic)[0].cpu().numpy()
+        return self.actor(x, deterministic, self.torch_rng)[0].cpu().numpy()
 
     def _actor_module(self) -> torch.nn.Module:
         return SquashedMean(self.actor)

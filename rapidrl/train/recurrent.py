@@ -31,26 +31,28 @@ def episode_starts(initial_starts: torch.Tensor, terminated: torch.Tensor, trunc
 
 class RecurrentActor:
     """Acting step by step with a recurrent policy outside training (evaluation, ``predict`` loops): holds the
-    state of ``n`` envs. ``__call__(obs [n, ...] float32 tensor, episode_starts [n] bool) -> raw actions``."""
+    state of ``n`` envs. ``__call__(obs [n, ...] float32 tensor, episode_starts [n] bool) -> raw actions``, sampled from
+    ``generator`` (None: torch's global generator)."""
 
-    def __init__(self, policy, n: int, device, deterministic: bool):
-        self.policy, self.deterministic = policy, deterministic
+    def __init__(self, policy, n: int, device, deterministic: bool, generator: torch.Generator | None = None):
+        self.policy, self.deterministic, self.generator = policy, deterministic, generator
         self.state = policy.initial_state(n, device)
 
     @torch.no_grad()
     def __call__(self, obs: torch.Tensor, starts: torch.Tensor, action_masks: torch.Tensor | None = None
                  ) -> torch.Tensor:
         raw, _, _, self.state = self.policy.act(obs, self.state, starts, deterministic=self.deterministic,
-                                                action_masks=action_masks)
+                                                action_masks=action_masks, generator=self.generator)
         return raw
 
 
 def predict_with_state(policy, obs: np.ndarray, state, episode_start, deterministic: bool, device,
-                       action_masks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       action_masks: np.ndarray | None = None, generator: torch.Generator | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """``predict`` of a recurrent policy, as sb3-contrib's: obs [B, ...] (normalized as the policy takes them),
     state [B, S] (None: fresh episodes) and episode_start [B] bool (None: none starts) -> (env actions [B, ...],
     the state after this step [B, S] float32); among the valid actions of ``action_masks`` [B, M] bool (checked)
-    when given."""
+    when given; sampled from ``generator`` (None: torch's global generator)."""
     n = obs.shape[0]
     if state is None:
         state = policy.initial_state(n, device)
@@ -65,7 +67,7 @@ def predict_with_state(policy, obs: np.ndarray, state, episode_start, determinis
         x = torch.from_numpy(np.ascontiguousarray(obs)).to(device)
         masks = None if action_masks is None else torch.from_numpy(action_masks).to(device)
         raw, _, _, state = policy.act(x, state, torch.from_numpy(starts).to(device), deterministic=deterministic,
-                                      action_masks=masks)
+                                      action_masks=masks, generator=generator)
         actions = policy.to_env_action(raw).cpu().numpy()
     return actions, state.cpu().numpy()
 

@@ -32,11 +32,14 @@ class DeviceCollector:
         policy: an ``ActorCritic`` on ``env.device``.
         num_steps: T, steps per env per rollout.
         cuda_graph: replay the rollout as a captured CUDA graph (CUDA devices only).
+        generator: the torch generator on the env's device that the policy samples from (the model's
+            ``torch_rng``; a captured graph registers it, so every replay advances it); None: torch's default one.
     After ``reset`` and ``collect``: ``obs`` [N, O] holds the current observations and ``last_values`` [N]
     their values (the GAE bootstrap), both on the device.
     """
 
-    def __init__(self, env, policy, num_steps: int, *, cuda_graph: bool = False):
+    def __init__(self, env, policy, num_steps: int, *, cuda_graph: bool = False,
+                 generator: torch.Generator | None = None):
         from rapidrl.envs import TorchVecEnv
 
         if not isinstance(env, TorchVecEnv):
@@ -52,6 +55,7 @@ class DeviceCollector:
         if cuda_graph and env.validate_actions:
             raise ConfigError("cuda_graph=True needs an env made with rr.make_vec(..., validate_actions=False)")
         self.env, self.policy, self.num_steps, self.device = env, policy, num_steps, device
+        self.generator = generator
         n = env.num_envs
         self.obs = torch.zeros((n, *env.single_observation_space.shape), dtype=torch.float32, device=device)
         self.last_values = torch.zeros(n, dtype=torch.float32, device=device)
@@ -82,7 +86,7 @@ class DeviceCollector:
     def _rollout(self, buffer) -> None:
         b, policy, sums = buffer.tensors, self.policy, self.episode_sums
         for t in range(self.num_steps):
-            raw, logp, values = policy.act(self.obs)
+            raw, logp, values = policy.act(self.obs, generator=self.generator)
             next_obs, rewards, terminated, truncated, info = self.env.step(policy.to_env_action(raw))
             final_values = policy.value(info["final_obs"]).masked_fill_(~(truncated & ~terminated), 0.0)  # [N]
             b.obs[t].copy_(self.obs)
@@ -103,6 +107,8 @@ class DeviceCollector:
         """Record ``_rollout`` into a CUDA graph (kernels are recorded, not run, during capture)."""
         graph = torch.cuda.CUDAGraph()
         graph.register_generator_state(self.env.generator)  # the env's reset generator advances on every replay
+        if self.generator is not None:  # and so does the policy's sampling generator
+            graph.register_generator_state(self.generator)
         with torch.cuda.graph(graph):  # captures on its own side stream
             self._rollout(buffer)
         self._graph, self._graph_buffer = graph, buffer

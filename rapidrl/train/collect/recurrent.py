@@ -25,8 +25,9 @@ __all__ = ["RecurrentStepCollector"]
 class RecurrentStepCollector(StepCollector):
     """``StepCollector`` for a recurrent policy: same interface, plus ``state``/``starts`` across rollouts."""
 
-    def __init__(self, env, policy, num_steps: int, device: torch.device, timer=None):
-        super().__init__(env, policy, num_steps, device, timer)
+    def __init__(self, env, policy, num_steps: int, device: torch.device, timer=None,
+                 generator: torch.Generator | None = None):
+        super().__init__(env, policy, num_steps, device, timer, generator)
         n = env.num_envs
         self.state = policy.initial_state(n, device)
         """State [N, S] entering the next step."""
@@ -48,7 +49,8 @@ class RecurrentStepCollector(StepCollector):
 
     def _act(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None):
         starts = torch.from_numpy(self.starts).to(self.device)
-        raw, logp, values, self._next_state = self.policy.act(obs, self.state, starts, action_masks=action_masks)
+        raw, logp, values, self._next_state = self.policy.act(obs, self.state, starts, action_masks=action_masks,
+                                                              generator=self.generator)
         return raw, logp, values
 
     def _final_values(self, final_obs: torch.Tensor, mask: np.ndarray, final_masks=None) -> torch.Tensor:

@@ -36,13 +36,19 @@ class StepCollector:
     with ``act(obs) -> (raw actions, log_probs, values)``, ``value(obs)`` and ``to_env_action(raw)`` (an
     ``ActorCritic``; PQN's epsilon-greedy actor). A policy whose ``value`` takes the final observations' masks
     (``value_takes_masks``: PQN's max over the valid actions) gets them.
+
+    generator: the torch generator the policy samples from (``act(..., generator=)``), on ``device``: the model's own
+    (``Algorithm.torch_rng``), continued from rollout to rollout; None: a generator of the collector's own, which a
+    ``seed`` reseeds (a collector thread's). torch's global generator is never drawn from.
     """
 
     seeded = False
-    """``collect`` continues torch's global generator (``seed=None``); a seed reseeds it (a collector thread's)."""
+    """``collect`` continues the generator (``seed=None``); a seed reseeds it (a collector thread's)."""
 
-    def __init__(self, env, policy, num_steps: int, device: torch.device, timer: PhaseTimer | None = None):
+    def __init__(self, env, policy, num_steps: int, device: torch.device, timer: PhaseTimer | None = None,
+                 generator: torch.Generator | None = None):
         self.env, self.policy, self.num_steps, self.device = env, policy, num_steps, device
+        self.generator = generator if generator is not None else torch.Generator(device=device)
         self.timer = timer if timer is not None else PhaseTimer()
         self.final_values = np.zeros(env.num_envs, np.float32)
         self.input_dtype = getattr(policy, "input_dtype", np.float32)
@@ -57,13 +63,13 @@ class StepCollector:
         Per step: one batched policy forward on ``torch.from_numpy`` of the observations (uint8 frames for a CNN
         policy: no conversion, no copy before the network), one env step, one buffer write; no per-env Python.
 
-        seed: reseeds torch's global generator (the policy samples from it) first; None leaves it.
+        seed: reseeds the collector's generator (the policy samples from it) first; None continues it.
         The masks acted on come from the env (``action_masks()``), the one source: a caller that needs those of the
         last observations reads them there too.
         Returns (returns, lengths) of the episodes that ended.
         """
         if seed is not None:
-            torch.manual_seed(seed)
+            self.generator.manual_seed(seed)
         timer, policy, final_values, dtype = self.timer, self.policy, self.final_values, self.input_dtype
         ended_r, ended_l = [], []
         masks, store_masks = self._masks, buffer.action_mask_size > 0
@@ -112,9 +118,7 @@ class StepCollector:
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """obs [N, ...] as the policy takes it (and the valid actions [N, M] of an env with masks) -> (raw actions,
         log_probs [N], values [N])."""
-        if action_masks is None:
-            return self.policy.act(obs)
-        return self.policy.act(obs, action_masks=action_masks)
+        return self.policy.act(obs, action_masks=action_masks, generator=self.generator)
 
     def _final_values(self, final_obs: torch.Tensor, mask: np.ndarray, final_masks: torch.Tensor | None = None
                       ) -> torch.Tensor:

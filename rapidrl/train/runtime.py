@@ -1,0 +1,108 @@
+"""What a model changes in the process, and for how long: nothing outside its own calls.
+
+- ``process_settings(model)``: the settings of ``RuntimeConfig`` (torch's intra-op thread count, denormal flushing,
+  glibc's heap thresholds) and, for a compiled gradient backend, SciPy's OpenBLAS at one thread (the BLAS Numba's
+  ``np.dot`` calls: ``rapidrl._unsafe.blas``) apply inside ``learn``, ``evaluate`` and the model's construction, and
+  what was there before is set back when they return (or raise). A user's thread count, a second model's settings,
+  or code run between two ``learn`` calls see the process as it was.
+- ``drawing_from(generator, seed)``: the parameters of a model are initialised from its own generator
+  (``Algorithm.torch_rng``): ``nn.Module`` constructors draw from torch's global generator, so for the time of
+  ``_build`` that generator is lent the model's stream and gets its own state back afterwards.
+
+torch's global generator is otherwise never drawn from nor reseeded: every sample, noise and permutation an
+algorithm draws comes from a generator it owns (``torch_rng``; the on-policy minibatch order from
+``torch_generator``; a collector thread's own, reseeded per rollout), so two models in one process train as each
+would alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from rapidrl._system import usable_cpu_count
+from rapidrl._unsafe.malloc import keep_heap_memory, release_heap_memory
+
+__all__ = ["denormals_flushed", "drawing_from", "process_settings"]
+
+
+def denormals_flushed() -> bool:
+    """Whether this thread's CPU arithmetic flushes denormal floats to zero (``torch.set_flush_denormal``; torch has
+    no getter): 1e-39 is a float32 denormal, which a flushing multiply turns into 0."""
+    return bool((torch.full((1,), 1e-39) * 1.0)[0] == 0.0)
+
+
+@functools.cache
+def _numba_blas() -> tuple:
+    from rapidrl._unsafe.blas import numba_blas_controllers
+
+    return tuple(numba_blas_controllers())
+
+
+_heap_holders = 0
+"""How many ``process_settings`` scopes with ``keep_heap`` are open (the thresholds go back when the last closes)."""
+
+
+@contextlib.contextmanager
+def process_settings(config, numba_blas: bool = False):
+    """Within: ``config``'s torch threads (None: unchanged; 0: every usable core), denormal flushing
+    (``flush_denormal``) and heap retention (``keep_heap``) and, when ``numba_blas`` (a compiled gradient backend),
+    Numba's BLAS at one thread; afterwards each is set back to what it was (the heap thresholds to glibc's defaults:
+    glibc cannot read them; ``rapidrl._unsafe.malloc``). Nested (``evaluate`` inside ``learn``), the inner scope sets
+    back the outer one's settings."""
+    threads = torch.get_num_threads()
+    flushed = denormals_flushed() if config.flush_denormal else None
+    blas = _numba_blas() if numba_blas else ()
+    blas_threads = [lib.num_threads for lib in blas]
+    global _heap_holders
+    kept = False
+    try:
+        if config.torch_threads is not None:
+            want = config.torch_threads or usable_cpu_count()
+            if want != threads:
+                torch.set_num_threads(want)
+        if config.flush_denormal and not flushed:
+            torch.set_flush_denormal(True)
+        if config.keep_heap:
+            kept = True
+            _heap_holders += 1
+            if _heap_holders == 1:
+                keep_heap_memory()
+        for lib in blas:
+            lib.set_num_threads(1)
+        yield
+    finally:
+        for lib, n in zip(blas, blas_threads):
+            if lib.num_threads != n:
+                lib.set_num_threads(n)
+        if kept:
+            _heap_holders -= 1
+            if _heap_holders == 0:
+                release_heap_memory()
+        if flushed is False:
+            torch.set_flush_denormal(False)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def drawing_from(generator: torch.Generator, seed: int):
+    """Within: torch's global CPU generator draws ``generator``'s stream (a CPU generator; a device generator: a CPU
+    stream seeded with ``seed``, as ``torch.manual_seed(seed)`` would seed it, and on CUDA the device's default
+    generator seeded with ``seed`` too). Afterwards the global generators hold their own states again, and a CPU
+    ``generator`` has advanced by what was drawn."""
+    cpu = generator.device.type == "cpu"
+    cuda = [generator.device] if generator.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        if cpu:
+            torch.default_generator.set_state(generator.get_state())
+        else:
+            torch.default_generator.manual_seed(seed)
+        if cuda:
+            with torch.cuda.device(generator.device):
+                torch.cuda.manual_seed(seed)
+        yield
+        if cpu:
+            generator.set_state(torch.default_generator.get_state())

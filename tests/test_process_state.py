@@ -1,0 +1,112 @@
+"""A model changes nothing in the process outside its own calls (``rapidrl.train.runtime``): torch's global generator
+is neither drawn from nor reseeded, and the thread count, denormal flushing and Numba's BLAS threads are the user's
+again after building, training and evaluating. So two models in one process train as each would alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl.train.runtime import denormals_flushed
+
+PPO_STEP = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, hidden=(16,), collection="step")
+SAC = dict(learning_starts=16, batch_size=16, hidden=(16,), buffer_size=500)
+TRAINED = [("PPO", "CartPole-v1", PPO_STEP, 128), ("PPO", "Pendulum-v1", {**PPO_STEP, "collection": "auto"}, 128),
+           ("SAC", "Pendulum-v1", SAC, 48), ("SAC", "Pendulum-v1", {**SAC, "gradient_backend": "torch"}, 48),
+           ("TD3", "Pendulum-v1", SAC, 48), ("DQN", "CartPole-v1", dict(learning_starts=16, batch_size=16,
+                                                                        hidden=(16,), buffer_size=500), 64)]
+
+
+@pytest.fixture
+def user_process():
+    """The user's settings, unlike any model's default: two torch threads, denormals kept."""
+    threads, flushed = torch.get_num_threads(), denormals_flushed()
+    torch.set_num_threads(2)
+    torch.set_flush_denormal(False)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(flushed)
+
+
+@pytest.mark.parametrize(("algo", "env_id", "kwargs", "steps"), TRAINED,
+                         ids=[f"{a}-{e}-{k.get('collection', k.get('gradient_backend', ''))}"
+                              for a, e, k, _ in TRAINED])
+def test_building_training_and_evaluating_leave_the_users_process_alone(user_process, algo, env_id, kwargs, steps):
+    torch.manual_seed(1234)
+    rng_before = torch.get_rng_state()
+    model = getattr(rr, algo)(env_id, seed=0, **kwargs)
+    assert torch.equal(torch.get_rng_state(), rng_before), "building drew from or reseeded torch's generator"
+    seen = []
+    model.learn(steps, callback=lambda m: seen.append((torch.get_num_threads(), denormals_flushed())) or True,
+                progress_bar=False)
+    assert seen and set(seen) == {(1, True)}, "the config's settings hold inside learn"
+    model.predict(model.env.reset(seed=1)[0], deterministic=False)
+    model.evaluate(2, deterministic=False)
+    assert torch.equal(torch.get_rng_state(), rng_before), "training or acting drew from torch's global generator"
+    assert torch.get_num_threads() == 2 and not denormals_flushed()
+    model.env.close()
+
+
+def test_the_blas_of_a_compiled_backend_has_one_thread_inside_learn_only():
+    from rapidrl._unsafe.blas import numba_blas_controllers
+
+    found = numba_blas_controllers()
+    if not found:
+        pytest.skip("no SciPy OpenBLAS (tests/test_unsafe.py fails for that)")
+    before = [lib.num_threads for lib in found]
+    for lib in found:
+        lib.set_num_threads(2)
+    try:
+        model = rr.SAC("Pendulum-v1", seed=0, **SAC)
+        assert model.paths["gradient_backend"].value == "compiled"
+        seen = []
+        model.learn(48, callback=lambda m: seen.append([lib.num_threads for lib in found]) or True,
+                    progress_bar=False)
+        assert seen and all(threads == [1] * len(found) for threads in seen)
+        assert [lib.num_threads for lib in numba_blas_controllers()] == [2] * len(found)
+    finally:
+        for lib, n in zip(found, before):
+            lib.set_num_threads(n)
+
+
+def _final_state(model) -> list[torch.Tensor]:
+    return [t.detach().clone() for m in model.trainable_modules() for t in m.state_dict().values()]
+
+
+def _train(models: list, rounds: int, steps: dict, between=None) -> None:
+    for _ in range(rounds):
+        for m in models:
+            m.learn(steps[m.name], progress_bar=False)
+            if between is not None:
+                between()
+
+
+def test_two_models_trained_interleaved_equal_each_trained_alone():
+    """PPO (step collection, sampling from its generator) and SAC (noise from its generator), two ``learn`` calls
+    each: alone, then interleaved with a user's own torch sampling and reseeding between the calls."""
+    steps = {"ppo": 64, "sac": 40}
+
+    def build():
+        return rr.PPO("CartPole-v1", seed=3, **PPO_STEP), rr.SAC("Pendulum-v1", seed=5, **SAC)
+
+    alone = []
+    for i in range(2):
+        model = build()[i]
+        _train([model], 2, steps)
+        alone.append(_final_state(model))
+        model.env.close()
+
+    def user_sampling():
+        torch.rand(7)
+        torch.manual_seed(99)
+
+    ppo, sac = build()
+    _train([ppo, sac], 2, steps, between=user_sampling)
+    for model, expected in zip((ppo, sac), alone):
+        got = _final_state(model)
+        assert len(got) == len(expected)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected)), f"{model.name} differs when interleaved"
+        model.env.close()

@@ -9,7 +9,7 @@ Without this step the first ``rapidrl train`` of a fresh install spends most of 
 A wheel carries them: ``python -m rapidrl.precompile --portable rapidrl/_kernel_cache`` (``make wheel`` runs it
 before building) compiles the same workload once per portable x86-64 level (``LEVELS``: Numba told the CPU is that
 level, with no features of this machine's), each in a fresh process with an empty cache, and gathers the cache files
-by package directory with a manifest. The wheel ships them; on the first import of ``rapidrl.kernels`` after
+by package directory with a manifest. The wheel ships them; when the first model is built after
 ``pip install``, ``rapidrl.kernels.cache.install_shipped_cache`` installs the best level the CPU runs (same Numba,
 Python and CPU family only). Other machines compile on first use, as without it.
 

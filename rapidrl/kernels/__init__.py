@@ -1,7 +1,9 @@
 """Numeric kernels: pure, allocation-free Numba functions behind validated NumPy-facing wrappers.
 
-Imports only numpy and numba; nothing is compiled at import (each kernel compiles on first call and
-is cached on disk). Layout is time-major ``[T, N]``; see ``advantages`` for the episode-end rules.
+Imports only numpy and numba; nothing is compiled or written at import (each kernel compiles on first call and
+is cached on disk; a wheel's shipped kernels are installed when the first model is built:
+``rapidrl.kernels.cache.install_shipped_cache``). Layout is time-major ``[T, N]``; see ``advantages`` for the
+episode-end rules.
 """
 
 from __future__ import annotations
@@ -15,11 +17,8 @@ from rapidrl.kernels.advantages import (
     n_step_returns,
     vtrace,
 )
-from rapidrl.kernels.cache import install_shipped_cache
 from rapidrl.kernels.llm_ops import group_advantages, rloo_advantages, sequence_kl, token_kl
 from rapidrl.kernels.sumtree import SumMinTree
-
-install_shipped_cache()  # once: a wheel's kernels into Numba's cache, before any kernel runs (none runs at import)
 
 __all__ = [
     "SumMinTree",

@@ -9,8 +9,9 @@ so this matters for editable installs; it is cheap (one hash of a few source fil
 
 A wheel built with ``make wheel`` carries the main job's kernels compiled for portable x86-64 levels
 (``rapidrl/_kernel_cache``, made by ``python -m rapidrl.precompile --portable``). ``install_shipped_cache`` runs
-once per cache location (``rapidrl.kernels`` calls it on import): when Numba, Python and the CPU family match the
-build's, it copies the best level this CPU runs into Numba's cache, keyed for this machine
+once per cache location (``Algorithm`` calls it when a model is built, before its envs and kernels, so importing
+``rapidrl.kernels`` writes nothing): when Numba, Python and the CPU family match the build's, it copies the best
+level this CPU runs into Numba's cache, keyed for this machine
 (``rapidrl._unsafe.numba_cache.retarget_index``), so the first run after ``pip install`` compiles nothing the main
 job needs. It never replaces a function's cache that exists already; otherwise (another Numba, Python or CPU, no
 writable cache, ``RAPIDRL_NO_SHIPPED_CACHE=1``) nothing is installed and kernels compile on first use as before.

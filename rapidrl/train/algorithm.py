@@ -33,6 +33,7 @@ from rapidrl._unsafe.torch_private import largest_abs
 from rapidrl.envs import VecEnvBase
 from rapidrl.envs.core.actions import as_action_mask, mask_sizes
 from rapidrl.envs.registry import qualified_id
+from rapidrl.kernels.cache import install_shipped_cache
 from rapidrl.train.callbacks import Callback, as_callback
 from rapidrl.train.checkpoint import (
     FORMAT_VERSION,
@@ -80,6 +81,7 @@ class Algorithm(PathSettings, Evaluation):
         if not isinstance(config, self.config_class):
             raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
         config.validate()
+        install_shipped_cache()  # a wheel's compiled kernels into Numba's cache, once, before any kernel runs
         self.config = config
         self.device = resolve_device(config.device)
         self.env_kwargs = dict(env_kwargs or {})

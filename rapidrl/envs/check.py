@@ -43,6 +43,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from rapidrl.envs.core.actions import mask_sizes
+from rapidrl.envs.core.base import ActionMaskError
 from rapidrl.kernels.distributions import apply_action_mask, categorical_sample, log_sum_exp
 
 __all__ = ["CheckReport", "EnvContractError", "check"]
@@ -164,7 +165,10 @@ def _rollout(envs, actions, seed: int, checks: bool, strict: bool, statistics: b
     same_step = envs.metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
     obs_space = envs.single_observation_space
     out = []
-    reset = envs.reset(seed=seed)
+    try:
+        reset = envs.reset(seed=seed)
+    except ActionMaskError as e:  # the env core refuses it itself: said as check says it
+        _fail(f"reset() info['action_mask']: row {e.row} has no valid action ({e})")
     if not (isinstance(reset, tuple) and len(reset) == 2 and isinstance(reset[1], dict)):
         _fail(f"reset() must return (obs, info dict), got {type(reset).__name__}")
     obs = _np(reset[0])
@@ -189,7 +193,10 @@ def _rollout(envs, actions, seed: int, checks: bool, strict: bool, statistics: b
     counts = {"episodes": 0, "terminated": 0, "truncated": 0}
     for t in range(steps):
         a = sampler(mask, f"step {t}", ended_before) if sampled else actions[t]
-        result = envs.step(a)
+        try:
+            result = envs.step(a)
+        except ActionMaskError as e:
+            _fail(f"step {t}: info['action_mask']: row {e.row} has no valid action ({e})")
         if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], dict)):
             _fail(f"step() must return (obs, rewards, terminated, truncated, info dict), got {result!r:.80}")
         obs, rewards, term, trunc = (_np(x) for x in result[:4])

@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from rapidrl.envs.core.actions import mask_sizes
+from rapidrl.envs.core.actions import as_action_mask, mask_sizes
 from rapidrl.envs.core.base import VecEnvBase, parse_autoreset_mode
 from rapidrl.envs.core.seeding import env_seeds
 from rapidrl.kernels.validation import check_int
@@ -160,7 +160,7 @@ def masker(env: gym.Env, source: str | None, width: int):
         mask = np.asarray(mask).reshape(-1)
         if mask.shape != (width,):
             raise ValueError(f"{env}: the action mask must have {width} entries, got {mask.shape}")
-        return mask.astype(bool, copy=False)
+        return as_action_mask(mask, f"{env}: the action mask")
 
     return read
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
+from rapidrl.envs.core.actions import as_action_mask
 from rapidrl.envs.core.base import VecEnvBase
 from rapidrl.envs.multiagent.base import MultiAgentVecEnvBase, row_observation_space
 
@@ -106,7 +107,8 @@ class PettingZooVecEnv(MultiAgentVecEnvBase, VecEnvBase):
             if name in obs:
                 agent_obs = obs[name]
                 if masks is not None:
-                    masks[i] = np.asarray(agent_obs["action_mask"]).reshape(-1).astype(bool)
+                    masks[i] = as_action_mask(np.asarray(agent_obs["action_mask"]).reshape(-1),
+                                              f"agent {name!r}'s action_mask")
                     agent_obs = agent_obs["observation"]
                 rows[i, :o] = np.asarray(agent_obs, np.float32).reshape(-1)
             elif masks is not None:

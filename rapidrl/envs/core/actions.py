@@ -35,6 +35,21 @@ def as_numpy_actions(actions) -> np.ndarray:
     raise TypeError(f"actions must be a numpy.ndarray or a torch.Tensor, got {type(actions).__name__}")
 
 
+def as_action_mask(mask, what: str = "action_masks") -> np.ndarray:
+    """An env's action mask as bool, the one rule for every path (the vector envs' adapters, ``predict``): bool as it
+    is; integers or floats holding only 0 and 1 (Gymnasium's Taxi gives int8, PettingZoo's classic envs int8) as bool;
+    anything else (other values, strings, objects) is refused naming ``what`` rather than read as True."""
+    m = np.asarray(mask)
+    if m.dtype == np.bool_:
+        return m
+    if m.dtype.kind not in "iuf":
+        raise TypeError(f"{what} must be a bool array (or 0/1 integers or floats), got dtype {m.dtype}")
+    valid = (m == 0) | (m == 1)
+    if not valid.all():
+        raise ValueError(f"{what} must hold only 0 and 1 (False and True), got {m[~valid].flat[0]!r}")
+    return m.astype(np.bool_)
+
+
 def check_actions(actions, space: gym.Space, num_envs: int) -> np.ndarray:
     """Validate a batch of actions for ``space`` (the rules above) and return it as a NumPy array (no copy)."""
     a = as_numpy_actions(actions)

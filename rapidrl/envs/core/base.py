@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from rapidrl.envs.core.actions import check_actions
+from rapidrl.envs.core.actions import check_actions, mask_sizes
 from rapidrl.envs.core.arena import ArenaLayout
 from rapidrl.envs.core.kernels import clear_rows, cut_steps, record_steps
 
@@ -39,6 +39,51 @@ class ClosedEnvError(RuntimeError):
 
 class ResetNeeded(gym.error.ResetNeeded, RuntimeError):
     """Raised when a vector env is stepped before its first ``reset()``."""
+
+
+class ActionMaskError(ValueError):
+    """An env returned an action mask row with no valid action for a state the agent must act in (raised by the
+    ``step`` or ``reset`` that produced it, naming the env and the step of its episode); ``row``: that row."""
+
+    def __init__(self, row: int, message: str):
+        super().__init__(message)
+        self.row = row
+
+
+def mask_rows_valid(mask: np.ndarray, sizes: list[int] | None) -> bool:
+    """Whether every row of the bool [R, M] ``mask`` has a valid action in each component (``sizes``, the
+    components' widths: ``mask_sizes``; None or one: the whole row): one vectorised pass."""
+    if sizes is None or len(sizes) <= 1:
+        return bool(mask.any(axis=1).all())
+    return bool(np.logical_or.reduceat(mask, np.cumsum([0, *sizes[:-1]]), axis=1).all())
+
+
+def empty_mask_rows(mask: np.ndarray, sizes: list[int] | None) -> tuple[np.ndarray, int]:
+    """(rows of the bool [R, M] ``mask`` with no valid action in some component, the first such component's start
+    column): ``sizes`` are the components' widths (``mask_sizes``; None or one: the whole row). One vectorised pass
+    when every row has a valid action."""
+    if sizes is None or len(sizes) <= 1:
+        return np.flatnonzero(~mask.any(axis=1)), 0
+    starts = np.cumsum([0, *sizes[:-1]])
+    none = ~np.logical_or.reduceat(mask, starts, axis=1)
+    rows = np.flatnonzero(none.any(axis=1))
+    return rows, int(starts[int(np.argmax(none[rows[0]]))]) if rows.size else 0
+
+
+def explain_empty_mask(row: int, agents: int, step: int | None, what: str, column: int = 0,
+                       sizes: list[int] | None = None) -> ActionMaskError:
+    """The ``ActionMaskError`` for env row ``row`` (of ``agents`` rows per env) whose mask has no valid action after
+    ``what`` (e.g. "step 7 of its episode")."""
+    who = f"env {row}" if agents == 1 else f"row {row} (env {row // agents}, agent {row % agents})"
+    part = ""
+    if sizes is not None and len(sizes) > 1:
+        width = sizes[list(np.cumsum([0, *sizes[:-1]])).index(column)]
+        part = f" in its action component [{column}, {column + width})"
+    when = what if step is None else (f"{what} {step} of its episode" if step else
+                                      "the reset that started its new episode")
+    return ActionMaskError(row, f"{who} has no valid action{part} after {when}: its action mask row is all False. A "
+                           "state the agent acts in must leave at least one action valid (only a finished episode's "
+                           "final state may have none); fix the env's mask (docs/masks.md)")
 
 
 def parse_autoreset_mode(mode) -> AutoresetMode:
@@ -117,6 +162,7 @@ class VecEnvBase(gym.vector.VectorEnv):
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 self._info["final_action_mask"] = self._final_action_mask
         self._all_rows = np.arange(self.num_envs, dtype=np.int64)
+        self._mask_sizes = mask_sizes(single_action_space) if self.has_action_masks else None
 
     # -- helpers for subclasses -------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -151,8 +197,26 @@ class VecEnvBase(gym.vector.VectorEnv):
         """Rows whose engine failed mid-step: their episodes end as truncated, statistics up to the last step."""
         cut_steps(self.arena, rows)
 
+    def _check_action_masks(self, what: str) -> None:
+        """``ActionMaskError`` if a row the agent acts in next has no valid action (one vectorised check; rows of an
+        env whose NEXT_STEP episode just ended hold its final state, which may have none)."""
+        if not self.has_action_masks or mask_rows_valid(self._action_mask, self._mask_sizes):
+            return
+        rows, column = empty_mask_rows(self._action_mask, self._mask_sizes)
+        agents = max(1, self.num_envs // len(self.arrays.elapsed))
+        rows = [r for r in rows if not self.arrays.needs_reset[r // agents]]
+        if rows:
+            step = int(self.arrays.elapsed[rows[0] // agents]) if what == "step" else None
+            raise explain_empty_mask(rows[0], agents, step, what, column, self._mask_sizes)
+
+    _masks_checked_in_step = False
+    """True where ``step`` checks the masks itself (compiled envs, inside their step loop)."""
+
     def _step_result(self):
-        """(obs, rewards, terminated, truncated, info) as views, or copies when ``copy=True``."""
+        """(obs, rewards, terminated, truncated, info) as views, or copies when ``copy=True``; ``ActionMaskError``
+        for a mask row without a valid action."""
+        if not self._masks_checked_in_step:
+            self._check_action_masks("step")
         if not self.copy:
             return self._obs, self._rewards, self._terminated, self._truncated, self._info
         info = {k: (v.copy() if isinstance(v, np.ndarray) else {kk: vv.copy() for kk, vv in v.items()})
@@ -164,6 +228,7 @@ class VecEnvBase(gym.vector.VectorEnv):
         them). The env is ready to step."""
         self._done[:] = False
         self._ready = True
+        self._check_action_masks("reset")
         info = {}
         if self.has_action_masks:
             info["action_mask"] = self._action_mask.copy() if self.copy else self._action_mask

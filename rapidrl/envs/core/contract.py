@@ -39,8 +39,14 @@ def _is_number(t) -> bool:
     return isinstance(t, (types.Integer, types.Float, types.Boolean))
 
 
+def _is_bool(t) -> bool:
+    """A bool (Python's or NumPy's): what ``terminated`` must be. A float or an int is refused: the loop would read
+    any non-zero value (0.5, a reward returned in its place) as an ended episode, so every step could terminate."""
+    return isinstance(t, types.Boolean)
+
+
 def _returns_reward_and_flag(t) -> bool:
-    return isinstance(t, types.BaseTuple) and len(t) == 2 and _is_number(t[0]) and _is_number(t[1])
+    return isinstance(t, types.BaseTuple) and len(t) == 2 and _is_number(t[0]) and _is_bool(t[1])
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,10 @@ _NOTHING = "nothing (it writes into its arrays)"
 _RESET = FunctionContract("reset", ("state", "i", "params", "rng_key", "rng_counter"), _NOTHING,
                           lambda t: t == types.none)
 _STEP = FunctionContract("step", ("state", "i", "actions", "params", "elapsed", "rng_key", "rng_counter"),
-                         "(reward, terminated): a number and a bool", _returns_reward_and_flag)
+                         "(reward, terminated): a number and a bool (e.g. x > limit; not 0.0/1.0)",
+                         _returns_reward_and_flag)
 _STEP_ROWS = FunctionContract("step", (*_STEP.args, "rewards"),
-                              "terminated (a bool; it writes its rows' rewards into rewards)", _is_number)
+                              "terminated (a bool, not 0.0/1.0; it writes its rows' rewards into rewards)", _is_bool)
 _OBSERVE = FunctionContract("observe", ("state", "i", "obs"), _NOTHING, lambda t: t == types.none)
 _MASK = FunctionContract("mask", ("state", "i", "mask_out"), _NOTHING, lambda t: t == types.none, optional=True)
 

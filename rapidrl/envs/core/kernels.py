@@ -16,11 +16,12 @@ The entry points of one env (``EnvKernels``):
     reset(arena, mask, redraw)           # envs where mask: new initial state (redraw) or not, observe, counters
 
 ``step`` returns -1, or (nothing stepped) -2 when ``actions`` has the wrong rank or kind for the action space, or
-the index of the first invalid action. Actions: int [R] (Discrete) or float [R, A] (Box), any int/float dtype
-(Numba compiles one specialization per dtype). They keep the GIL (releasing it costs ~0.2 us a call, 5-8% of a
-step of 8 envs) and compile with ``_nrt=False``: they never allocate, and with reference counting on, each array
-handed to an inlined helper cost two atomic operations per env (measured ~195-470 ns per CartPole env step
-instead of ~70 ns).
+the index of the first invalid action; or (stepped) ``-3 - r`` when row r's new action mask has no valid action
+(``first_empty_mask_row``: the step that produced it is refused, ``NumbaVecEnv.step``). Actions: int [R] (Discrete)
+or float [R, A] (Box), any int/float dtype (Numba compiles one specialization per dtype). They keep the GIL
+(releasing it costs ~0.2 us a call, 5-8% of a step of 8 envs) and compile with ``_nrt=False``: they never allocate,
+and with reference counting on, each array handed to an inlined helper cost two atomic operations per env (measured
+~195-470 ns per CartPole env step instead of ~70 ns).
 
 Compiled callers elsewhere (the fused rollout collector) call ``step_envs(key, *arrays)`` and ``unpack(key,
 arena)`` with the key of the env they collect from (``NumbaVecEnv.kernel_key``); envs stepped in Python call
@@ -347,11 +348,31 @@ def step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_count
     env_mask(key, state, i, mask)
 
 
+@numba.njit(cache=True, inline="always")
+def first_empty_mask_row(mask, needs_reset, agents):
+    """The first row of the action masks ``mask`` [R, M] with no valid action that acts next (a NEXT_STEP env whose
+    episode just ended shows its final state, which may have none), or -1; at once -1 for an env without masks."""
+    if mask.shape[1] == 0:
+        return -1
+    for r in range(mask.shape[0]):
+        if needs_reset[r // agents]:
+            continue
+        empty = True
+        for a in range(mask.shape[1]):
+            if mask[r, a]:
+                empty = False
+                break
+        if empty:
+            return r
+    return -1
+
+
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def step_envs(key, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset, obs, rewards,
               terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done, mask,
               final_mask):
-    """Step every env of ``key`` once (serial); ``actions`` must be valid (checked by the caller).
+    """Step every env of ``key`` once (serial); ``actions`` must be valid (checked by the caller). Returns the first
+    row whose new action mask has no valid action (``first_empty_mask_row``), or -1: the caller refuses it.
 
     Arguments: the arrays of ``unpack(key, arena)`` in order, ``actions`` after ``state``.
     """
@@ -360,6 +381,7 @@ def step_envs(key, state, actions, params, elapsed, rng_key, rng_counter, next_s
         step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done,
                   mask, final_mask)
+    return first_empty_mask_row(mask, needs_reset, agents)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, _nrt=False)
@@ -372,6 +394,7 @@ def step_envs_parallel(key, state, actions, params, elapsed, rng_key, rng_counte
         step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done,
                   mask, final_mask)
+    return first_empty_mask_row(mask, needs_reset, agents)
 
 
 def _checked_step(key, arena, actions, threads):
@@ -394,9 +417,11 @@ def _checked_step_impl(key, arena, actions, threads):
         a = unpack(key, arena)
         bad = first_bad(actions, a.rewards.shape[0], _arena_view(arena, 0, (HEADER_WORDS,), np.int64)[H_ACTIONS])
         if bad == -1:
-            loop(key, a.state, actions, a.params, a.elapsed, a.rng_key, a.rng_counter, a.next_step_mode,
-                 a.needs_reset, a.obs, a.rewards, a.terminated, a.truncated, a.final_obs, a.ep_return, a.ep_length,
-                 a.done_return, a.done_length, a.done, a.action_mask, a.final_action_mask)
+            empty = loop(key, a.state, actions, a.params, a.elapsed, a.rng_key, a.rng_counter, a.next_step_mode,
+                         a.needs_reset, a.obs, a.rewards, a.terminated, a.truncated, a.final_obs, a.ep_return,
+                         a.ep_length, a.done_return, a.done_length, a.done, a.action_mask, a.final_action_mask)
+            if empty >= 0:
+                return -3 - empty  # stepped, but row `empty` has no valid action now (NumbaVecEnv.step refuses it)
         return bad
 
     return impl

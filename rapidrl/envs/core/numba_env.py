@@ -64,7 +64,7 @@ from gymnasium.vector import AutoresetMode
 from rapidrl.envs.core import kernels
 from rapidrl.envs.core.actions import as_numpy_actions, check_actions
 from rapidrl.envs.core.arena import H_NEXT_STEP, HEADER_BYTES, ArenaLayout
-from rapidrl.envs.core.base import VecEnvBase, check_num_envs
+from rapidrl.envs.core.base import VecEnvBase, check_num_envs, explain_empty_mask
 from rapidrl.envs.core.contract import check_functions
 from rapidrl.envs.core.debug import bounds_checked_twin, call_checked
 from rapidrl.kernels import parallel, rng
@@ -327,6 +327,8 @@ class NumbaVecEnv(VecEnvBase):
     ``state_dict()``/``load_state_dict()`` (the arena, for exact resume).
     """
 
+    _masks_checked_in_step = True  # inside the compiled step loop (first_empty_mask_row)
+
     def __init__(self, env: NumbaEnv, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step",
                  copy: bool = False, render_mode: str | None = None, max_episode_steps: int | None = None,
                  threads: bool | None = None, debug: bool = False, **params):
@@ -467,7 +469,12 @@ class NumbaVecEnv(VecEnvBase):
         raise AssertionError("unreachable")
 
     def _explain_bad_step(self, a: np.ndarray, bad: int = -1) -> None:
-        """Raise the precise error for a step that failed the fast checks."""
+        """Raise the precise error for a step that failed the fast checks (or, ``bad <= -3``, stepped into a state
+        whose action mask has no valid action: ``ActionMaskError``)."""
+        if bad <= -3:
+            row = -3 - bad
+            agents = self.num_envs // len(self.arrays.elapsed)
+            raise explain_empty_mask(row, agents, int(self.arrays.elapsed[row // agents]), "step")
         self._check_open()
         check_actions(a, self.single_action_space, self.num_envs)  # shape, dtype kind, values
         if bad >= 0:

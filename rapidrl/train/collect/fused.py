@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from rapidrl.envs.core import kernels as env_kernels
+from rapidrl.envs.core.base import explain_empty_mask
 from rapidrl.envs.core.kernels import step_envs, unpack
 from rapidrl.kernels import distributions, mlp
 from rapidrl.kernels.cache import invalidate_stale_cache
@@ -95,13 +96,24 @@ def _observe(t, obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, a
 @numba.njit(cache=True, nogil=True)
 def step_and_store(env_code, env, actions, t, b_rewards, b_terminated, b_truncated):
     """Step every env with ``actions`` (``step_envs``; env: the arena's ``ArenaViews``, ``unpack``) and store step t's
-    rewards and episode-end flags [N] (the fused collectors', PQN's included)."""
-    step_envs(env_code, env.state, actions, env.params, env.elapsed, env.rng_key, env.rng_counter, env.next_step_mode,
-              env.needs_reset, env.obs, env.rewards, env.terminated, env.truncated, env.final_obs, env.ep_return,
-              env.ep_length, env.done_return, env.done_length, env.done, env.action_mask, env.final_action_mask)
+    rewards and episode-end flags [N] (the fused collectors', PQN's included). Returns the first env whose new action
+    mask has no valid action, or -1 (the collector then stops and its caller refuses it: ``empty_mask_error``)."""
+    empty = step_envs(env_code, env.state, actions, env.params, env.elapsed, env.rng_key, env.rng_counter,
+                      env.next_step_mode, env.needs_reset, env.obs, env.rewards, env.terminated, env.truncated,
+                      env.final_obs, env.ep_return, env.ep_length, env.done_return, env.done_length, env.done,
+                      env.action_mask, env.final_action_mask)
     b_rewards[t] = env.rewards
     b_terminated[t] = env.terminated
     b_truncated[t] = env.truncated
+    return empty
+
+
+def empty_mask_error(env, stopped: int, what: str):
+    """The ``ActionMaskError`` of a fused rollout that ``stopped`` (``t * N + i``: env i at rollout step t) at a mask
+    without a valid action, naming the env, the step of its episode and of the rollout."""
+    t, i = divmod(int(stopped), env.num_envs)
+    e = explain_empty_mask(i, 1, int(env.arrays.elapsed[i]), "step")
+    return type(e)(i, f"{what} rollout step {t}: {e}")
 
 
 @numba.njit(cache=True, nogil=True)
@@ -118,7 +130,8 @@ def _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_
 def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                      b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                      b_final_values, raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l, ep_count):
-    """Collect T steps of N discrete-action envs into the rollout arrays ``b_*`` [T, N, ...].
+    """Collect T steps of N discrete-action envs into the rollout arrays ``b_*`` [T, N, ...]. Returns -1, or
+    ``t * N + i`` when env i's action mask after step t has no valid action (the rollout stops there).
 
     env_code: the env's kernel key (a compile-time constant, bound by ``_collectors``).
     arena: the env's arena (``rapidrl.envs.core.kernels.unpack``: state, params, counters, RNG, outputs).
@@ -143,9 +156,12 @@ def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, 
             b_actions[t, i] = a
             b_log_probs[t, i] = logits[i, a] - lse
             b_values[t, i] = values[i, 0]
-        step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
+        empty = step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
+        if empty >= 0:
+            return t * n_envs + empty
         _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
                      ep_l, ep_count)
+    return -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -200,9 +216,10 @@ def _collectors(key: str) -> tuple:
     def discrete(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs, b_actions,
                  b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values, raw_obs, b_action_masks,
                  logits, values, scratch_obs, ep_r, ep_l, ep_count):
-        collect_discrete(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs,
-                         b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values,
-                         raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l, ep_count)
+        return collect_discrete(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+                                b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
+                                b_final_values, raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l,
+                                ep_count)
 
     @numba.njit(cache=True, nogil=True)
     def continuous(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std, low, high,
@@ -325,8 +342,10 @@ class FusedCollector:
             if buffer.action_mask_size != self.env.action_mask_size:
                 raise ValueError(f"the rollout stores action masks of width {buffer.action_mask_size}, the env's are "
                                  f"{self.env.action_mask_size} wide")
-            self._collect_discrete(*common, *storage, buffer.action_masks, self.head, self.values, self.scratch_obs,
-                                   self.ep_r, self.ep_l, self.ep_count)
+            stopped = self._collect_discrete(*common, *storage, buffer.action_masks, self.head, self.values,
+                                             self.scratch_obs, self.ep_r, self.ep_l, self.ep_count)
+            if stopped >= 0:
+                raise empty_mask_error(self.env, stopped, "the fused collector's")
         else:
             self._collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
                                self.env_actions, *storage, self.head, self.values, self.scratch_obs, self.ep_r,

@@ -29,7 +29,7 @@ from rapidrl.kernels.exploration import epsilon_greedy_row, masked_epsilon_greed
 from rapidrl.kernels.mlp import ACTIVATION_CODES, forward, forward_norm
 from rapidrl.nn.numba_mlp import mlp_arrays, norm_arrays
 from rapidrl.train.collect import fused
-from rapidrl.train.collect.fused import _record_episodes, fused_env_unavailable, step_and_store
+from rapidrl.train.collect.fused import _record_episodes, empty_mask_error, fused_env_unavailable, step_and_store
 
 __all__ = ["FusedQCollector", "fused_q_unavailable"]
 
@@ -56,6 +56,7 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
     keys, counters: [N] uint64 acting streams (counters advance by 2 per step). hs, q [N, A]: scratch.
     b_values[t] = max_a Q(obs[t]); b_final_values[t] = max_a Q(final obs) where truncated and not terminated, else 0
     (max over the valid actions of an env with action masks: its arena's ``action_mask``/``final_action_mask``).
+    Returns -1, or ``t * N + i`` when env i's action mask after step t has no valid action (the rollout stops there).
     """
     env = unpack(env_code, arena)
     obs, terminated, truncated, final_obs = env.obs, env.terminated, env.truncated, env.final_obs
@@ -72,7 +73,9 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
             counters[i] += _TWO
             b_actions[t, i] = a
             b_values[t, i] = m
-        step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
+        empty = step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
+        if empty >= 0:
+            return t * n_envs + empty
         need = False
         for i in range(n_envs):
             b_final_values[t, i] = 0.0
@@ -89,6 +92,7 @@ def collect_epsilon_greedy(env_code, arena, ws, bs, gammas, betas, ln_eps, norm,
                             m = max(m, q[i, k])
                         b_final_values[t, i] = m
         _record_episodes(env.done, env.done_return, env.done_length, ep_r, ep_l, ep_count)
+    return -1
 
 
 # The collector inlines the env core's step loop (through the fused collectors' step_and_store), the MLP and the
@@ -107,9 +111,9 @@ def _collector(key: str):
     @numba.njit(cache=True, nogil=True)
     def collect(arena, ws, bs, gammas, betas, ln_eps, norm, act, epsilon, keys, counters, b_obs, b_actions, b_values,
                 b_rewards, b_terminated, b_truncated, b_final_values, hs, q, ep_r, ep_l, ep_count):
-        collect_epsilon_greedy(key, arena, ws, bs, gammas, betas, ln_eps, norm, act, epsilon, keys, counters, b_obs,
-                               b_actions, b_values, b_rewards, b_terminated, b_truncated, b_final_values, hs, q, ep_r,
-                               ep_l, ep_count)
+        return collect_epsilon_greedy(key, arena, ws, bs, gammas, betas, ln_eps, norm, act, epsilon, keys, counters,
+                                      b_obs, b_actions, b_values, b_rewards, b_terminated, b_truncated,
+                                      b_final_values, hs, q, ep_r, ep_l, ep_count)
 
     return collect
 
@@ -163,10 +167,12 @@ class FusedQCollector:
         buffer.reset()
         self.ep_count[0] = 0
         np.copyto(self.env.arrays.obs, obs)
-        self._collect(self.env.arena, self.ws, self.bs, self.gammas, self.betas, self.ln_eps, self.norm, self.act,
-                      float(epsilon), self.keys, self.counters, buffer.obs, buffer.actions, buffer.values,
-                      buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_values, self.hs, self.q,
-                      self.ep_r, self.ep_l, self.ep_count)
+        stopped = self._collect(self.env.arena, self.ws, self.bs, self.gammas, self.betas, self.ln_eps, self.norm,
+                                self.act, float(epsilon), self.keys, self.counters, buffer.obs, buffer.actions,
+                                buffer.values, buffer.rewards, buffer.terminated, buffer.truncated, buffer.final_values,
+                                self.hs, self.q, self.ep_r, self.ep_l, self.ep_count)
+        if stopped >= 0:
+            raise empty_mask_error(self.env, stopped, "PQN's fused collector's")
         buffer.mark_full()
         np.copyto(obs, self.env.arrays.obs)
         k = int(self.ep_count[0])

@@ -13,14 +13,25 @@
     rapidrl collect runs/<run> --steps 100000 --noise 0.1 --dataset-id rapidrl/hopper/medium-v0
     rapidrl precompile
 
-Bad keys, values and missing files end with one line ``rapidrl: error: ...`` and exit code 2.
+Every expected failure (bad keys, values and files; OS errors such as a full disk, a read-only directory or a
+missing permission; a corrupt model file; an env module that fails to import; a run another process is writing) ends
+with one line ``rapidrl: error: ...`` and exit code 2 (``--debug`` or ``RAPIDRL_DEBUG=1``: the traceback instead).
+Called from Python, the same failures raise exceptions whose message is that line (without ``rapidrl: error:``).
+
+One writer per run: ``train`` (new runs and ``--resume``) and ``collect`` hold the run directory's lock
+(``rapidrl.runs.lock``) while they run; ``monitor``, ``eval``, ``plot`` and ``export`` read without it.
+
+Like ``python -m rapidrl``, the ``rapidrl`` command imports your modules (``--import MODULE``, ``MODULE:EnvId``)
+from the current directory first.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,8 +57,10 @@ from rapidrl.runs.layout import (
     MODEL_FILE,
     MONITOR_FILE,
     TRAIN_LOG,
+    remove_stale_temp,
     write_summary,
 )
+from rapidrl.runs.lock import RunInUseError, RunLock
 from rapidrl.train.config import ConfigError, config_to_dict
 from rapidrl.train.paths import describe
 
@@ -115,29 +128,31 @@ def cmd_train(args) -> int:
         return _train_seeds(args)
     if args.distributed:
         return _train_distributed(args)
-    if args.resume:
-        if args.algo or args.config or args.set:
-            raise CLIError("--resume continues a run with its saved config.toml; do not pass ALGO ENV, --config "
-                           "or --set with it")
-        run_dir = Path(args.resume)
-        load_run_config(run_dir)  # fails early, one line, when it is not a run directory
-    else:
-        layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
-        layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
-        config = _resolve(args, layers)
-        _check_buildable(config)
-        run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir)
-        config.write(run_dir / CONFIG_FILE)
-        print(f"run directory: {run_dir}")
-        preset = preset_path(config.run.algo, config.run.env)
-        if preset.is_file():
-            print(f"preset: {preset.name} (under your --config, flags and --set)")
-        elif not args.config:
-            print(f"no preset for {config.run.algo} on {config.run.env}: using the algorithm's defaults "
-                  f"(see `rapidrl list presets`; tune them with --set or --config)")
-    if args.detach or args.monitor:
-        return _train_in_background(run_dir, show_monitor=args.monitor)
-    return run_training(run_dir, progress=not args.headless)
+    with contextlib.ExitStack() as hold:  # the run's writer lock, from its creation to the end of training
+        if args.resume:
+            if args.algo or args.config or args.set:
+                raise CLIError("--resume continues a run with its saved config.toml; do not pass ALGO ENV, --config "
+                               "or --set with it")
+            run_dir = Path(args.resume)
+            load_run_config(run_dir)  # fails early, one line, when it is not a run directory
+        else:
+            layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
+            layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
+            config = _resolve(args, layers)
+            _check_buildable(config)
+            run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir, hold=hold)
+            config.write(run_dir / CONFIG_FILE)
+            print(f"run directory: {run_dir}")
+            preset = preset_path(config.run.algo, config.run.env)
+            if preset.is_file():
+                print(f"preset: {preset.name} (under your --config, flags and --set)")
+            elif not args.config:
+                print(f"no preset for {config.run.algo} on {config.run.env}: using the algorithm's defaults "
+                      f"(see `rapidrl list presets`; tune them with --set or --config)")
+        if args.detach or args.monitor:
+            hold.close()  # the background trainer takes the lock itself
+            return _train_in_background(run_dir, show_monitor=args.monitor)
+        return run_training(run_dir, progress=not args.headless, resume=bool(args.resume))
 
 
 def _train_seeds(args) -> int:
@@ -168,8 +183,7 @@ def _train_seeds(args) -> int:
     if args.run_dir:
         exp_dir = Path(args.run_dir)
     else:
-        exp_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env)
-        exp_dir = exp_dir.rename(exp_dir.with_name(exp_dir.name + "-seeds"))
+        exp_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, suffix="-seeds")
     print(f"experiment directory: {exp_dir} (seeds {', '.join(map(str, seeds))})")
     codes = run_seeds(exp_dir, seeds, argv, jobs=args.jobs)
     s = summarize(exp_dir)
@@ -201,15 +215,16 @@ def _train_distributed(args) -> int:
         raise ConfigError(f"{config.run.algo} on {config.run.env}: {str(e).splitlines()[0]}") from None
     main = model.dist.is_main
     run_dir = Path(args.run_dir)
-    if main:
-        run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir)
-        config.write(run_dir / CONFIG_FILE)
-        print(f"run directory: {run_dir} ({model.dist.world_size} learners)")
-    model.dist.barrier()
-    try:
-        return run_training(run_dir, progress=main and not args.headless, prebuilt=(config, model), main=main)
-    finally:
-        model.dist.close()
+    with contextlib.ExitStack() as hold:
+        if main:
+            run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir, hold=hold)
+            config.write(run_dir / CONFIG_FILE)
+            print(f"run directory: {run_dir} ({model.dist.world_size} learners)")
+        model.dist.barrier()
+        try:
+            return run_training(run_dir, progress=main and not args.headless, prebuilt=(config, model), main=main)
+        finally:
+            model.dist.close()
 
 
 def _train_in_background(run_dir: Path, show_monitor: bool) -> int:
@@ -235,40 +250,62 @@ def _train_in_background(run_dir: Path, show_monitor: bool) -> int:
 
 
 def _check_buildable(config) -> None:
-    """Build (and drop) the model once, so that an env/algorithm mismatch fails before a run directory exists."""
+    """Build (and drop) the model once, so that an env/algorithm mismatch, or a run shorter than the algorithm's
+    warm-up (``rapidrl.train.warmup``), fails before a run directory exists."""
+    from rapidrl.train.warmup import short_run
+
     try:
         model = config.algo_class(config.run.env, config.algo_config, env_kwargs=config.env_kwargs)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{config.run.algo} on {config.run.env}: {str(e).splitlines()[0]}") from None
     model.env.close()
+    short = short_run(model, config.run.timesteps)
+    if short is not None:
+        message, trains_nothing = short
+        if trains_nothing:
+            raise ConfigError(f"{config.run.algo} on {config.run.env}: {message}")
+        print(f"warning: {message}", file=sys.stderr)
 
 
-def _build_model(config, run_dir: Path):
-    """A fresh model, or the latest checkpoint's (returns model, resumed)."""
-    from rapidrl.train.checkpoint import buffer_dir, resume_checkpoint
+def _build_model(config, run_dir: Path, resume: bool = False):
+    """A fresh model, or that of the newest checkpoint that loads (returns model, resumed). A checkpoint that does
+    not load (corrupt, foreign) is skipped, saying so; resume: the user asked to resume (a run without checkpoints
+    is then said to start from step 0)."""
+    from rapidrl.train.checkpoint import ModelFileError, buffer_dir, resume_candidates
 
     cls, run = config.algo_class, config.run
     with_buffer = cls.has_replay_buffer
-    found = resume_checkpoint(run_dir / CHECKPOINT_DIR, cls)
+    candidates = resume_candidates(run_dir / CHECKPOINT_DIR, cls)
+    skipped = []
     try:
-        if found is None:
+        if not candidates:
+            if resume:
+                print(f"{run_dir} has no checkpoint yet: training starts from step 0", file=sys.stderr)
             return cls(run.env, config.algo_config, env_kwargs=config.env_kwargs), False
-        ckpt = found[1]
         env = None
         if config.env_kwargs:
             from rapidrl.envs import make_vec
 
             env = make_vec(run.env, config.algo_config.num_envs, seed=run.seed, **config.env_kwargs)
-        extra = {"include_buffer": True} if with_buffer and buffer_dir(ckpt).is_dir() else {}
-        if with_buffer and not extra:
-            print(f"warning: {ckpt} has no saved replay buffer; resuming with an empty one", file=sys.stderr)
-        # config.toml is authoritative (edit it to change hyperparameters before resuming)
-        model = cls.load(ckpt, env=env, **extra, **config_to_dict(config.algo_config))
-        model.env_kwargs = dict(config.env_kwargs)
-        print(f"resuming from {ckpt} (step {model.num_timesteps:,})")
-        return model, True
+        for _, ckpt in candidates:
+            extra = {"include_buffer": True} if with_buffer and buffer_dir(ckpt).is_dir() else {}
+            try:
+                # config.toml is authoritative (edit it to change hyperparameters before resuming)
+                model = cls.load(ckpt, env=env, **extra, **config_to_dict(config.algo_config))
+            except ModelFileError as e:
+                skipped.append(str(e))
+                print(f"warning: skipped {ckpt.name}: {e}", file=sys.stderr)
+                continue
+            if with_buffer and not extra:
+                print(f"warning: {ckpt} has no saved replay buffer; resuming with an empty one", file=sys.stderr)
+            model.env_kwargs = dict(config.env_kwargs)
+            print(f"resuming from {ckpt} (step {model.num_timesteps:,})"
+                  + (f", the newest that loads ({len(skipped)} newer skipped)" if skipped else ""))
+            return model, True
     except (ValueError, TypeError, RuntimeError) as e:  # bad env kwargs, or a checkpoint config.toml cannot fit
         raise ConfigError(str(e).splitlines()[0]) from None
+    raise CLIError(f"cannot resume {run_dir}: none of its {len(skipped)} checkpoints loads ({'; '.join(skipped)}); "
+                   f"move {run_dir / CHECKPOINT_DIR} away to train it again from step 0")
 
 
 @contextlib.contextmanager
@@ -284,12 +321,29 @@ def _sigterm_as_ctrl_c():
         yield
 
 
-def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool = True) -> int:
-    """Train the run in ``run_dir`` (fresh or from its latest checkpoint), evaluate, save, summarize.
+def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool = True, resume: bool = False
+                 ) -> int:
+    """Train the run in ``run_dir`` (fresh or from its newest checkpoint that loads), evaluate, save, summarize.
 
+    The main process holds the run's writer lock throughout (``rapidrl.runs.lock``: a second writer is refused) and
+    first removes the temporary files of writes a killed process left (``remove_stale_temp``).
     prebuilt: (config, model) already built (distributed learners); main: False on ranks other than 0, which
-    train without logging, checkpointing, saving or evaluating.
+    train without logging, checkpointing, saving or evaluating. resume: the user asked to resume (said when there is
+    no checkpoint to resume from).
     """
+    with RunLock(run_dir, "rapidrl train") if main else contextlib.nullcontext():
+        if main:
+            stale = remove_stale_temp(run_dir)
+            if stale:
+                print(f"removed {len(stale)} temporary file(s) of unfinished writes: "
+                      f"{', '.join(p.name for p in stale)}", file=sys.stderr)
+        try:
+            return _run_training(run_dir, progress, prebuilt, main, resume)
+        except OSError as e:  # a full disk, a read-only or forbidden directory: what failed, and what was kept
+            raise CLIError(os_error_line(e, run_dir)) from e
+
+
+def _run_training(run_dir: Path, progress: bool, prebuilt, main: bool, resume: bool) -> int:
     from rapidrl.monitor.publisher import MonitorPublisher
     from rapidrl.train.algorithm import NonFiniteError
     from rapidrl.train.callbacks import StopOnSignal
@@ -298,7 +352,7 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
 
     if prebuilt is None:
         config = load_run_config(run_dir)
-        model, resumed = _build_model(config, run_dir)
+        model, resumed = _build_model(config, run_dir, resume)
     else:
         (config, model), resumed = prebuilt, False
     run = config.run
@@ -388,22 +442,36 @@ def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool
 # -- eval -----------------------------------------------------------------------------------------------
 
 def _load_for_eval(target: Path):
-    """(model, path, seed) from a run directory (model.pt, else newest checkpoint) or a .pt file."""
+    """(model, path, seed) from a run directory (model.pt, else its newest checkpoint; a file that does not load is
+    skipped, saying so, for the next newest) or a .pt file."""
     from rapidrl.algos.registry import algorithms
-    from rapidrl.train.checkpoint import latest_checkpoint, load_checkpoint
+    from rapidrl.train.checkpoint import ModelFileError, list_checkpoints, load_checkpoint
 
     env_kwargs, seed = {}, 0
     if target.is_dir():
         config = load_run_config(target)
         env_kwargs, seed = config.env_kwargs, config.run.seed or 0
-        path = target / MODEL_FILE if (target / MODEL_FILE).is_file() else latest_checkpoint(target / CHECKPOINT_DIR)
-        if path is None:
+        candidates = [target / MODEL_FILE] if (target / MODEL_FILE).is_file() else []
+        candidates += [p for _, p in reversed(list_checkpoints(target / CHECKPOINT_DIR))]
+        if not candidates:
             raise CLIError(f"{target} has no {MODEL_FILE} and no checkpoint yet")
     elif target.is_file():
-        path = target
+        candidates = [target]
     else:
         raise CLIError(f"no run directory or model file at {target}")
-    algo = load_checkpoint(path)["algo"]
+    skipped = []
+    for path in candidates:
+        try:
+            payload = load_checkpoint(path)
+            break
+        except ModelFileError as e:
+            if len(candidates) == 1:
+                raise
+            skipped.append(str(e))
+            print(f"warning: skipped {path}: {e}", file=sys.stderr)
+    else:
+        raise CLIError(f"none of the {len(candidates)} model files of {target} loads ({'; '.join(skipped)})")
+    algo = payload["algo"]
     known = algorithms()
     if algo not in known:
         raise CLIError(f"{path} holds a {algo!r} model; this rapidrl knows {', '.join(known)}")
@@ -439,14 +507,8 @@ def cmd_eval(args) -> int:
 # -- collect --------------------------------------------------------------------------------------------
 
 def cmd_collect(args) -> int:
-    """Write a Minari dataset from a trained policy (or, --from-replay, from the run's replay buffer)."""
-    import numpy as np
-
-    from rapidrl.buffers.dataset import collect_episodes, policy_return, replay_episodes, write_dataset
-    from rapidrl.envs import make_vec
-    from rapidrl.runs.config import env_slug
-    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
-
+    """Write a Minari dataset from a trained policy (or, --from-replay, from the run's replay buffer), holding the
+    run's writer lock (a trainer cannot replace its checkpoints and buffers under it)."""
     if args.steps is not None and args.steps <= 0:
         raise CLIError(f"--steps must be > 0, got {args.steps}")
     if args.noise < 0 or not 0 <= args.epsilon <= 1 or args.ref_episodes <= 0 or args.num_envs <= 0:
@@ -454,6 +516,27 @@ def cmd_collect(args) -> int:
     if args.from_replay == (args.steps is not None):
         raise CLIError("give --steps N (collect with the policy) or --from-replay (the run's replay buffer)")
     target = Path(args.run)
+    run_dir = _run_dir_of(target)
+    with RunLock(run_dir, "rapidrl collect") if run_dir is not None else contextlib.nullcontext():
+        return _collect(args, target)
+
+
+def _run_dir_of(target: Path) -> Path | None:
+    """The run directory ``target`` is or lies in (RUN, RUN/model.pt, RUN/checkpoints/step_N.pt), or None."""
+    for candidate in (target, target.parent, target.parent.parent):
+        if candidate.is_dir() and (candidate / CONFIG_FILE).is_file():
+            return candidate
+    return None
+
+
+def _collect(args, target: Path) -> int:
+    import numpy as np
+
+    from rapidrl.buffers.dataset import collect_episodes, policy_return, replay_episodes, write_dataset
+    from rapidrl.envs import make_vec
+    from rapidrl.runs.config import env_slug
+    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
+
     model, path, seed = _load_for_eval(target)
     seed = args.seed if args.seed is not None else seed
     env_id, kwargs = model.env_id, dict(model.env_kwargs)
@@ -649,7 +732,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="rapidrl", description="Fast reinforcement learning: train, evaluate and watch runs.")
+    p = _Parser(prog="rapidrl", description="Fast reinforcement learning: train, evaluate and watch runs.",
+                epilog="Your modules (--import MODULE, ENV as MODULE:EnvId) are imported from the current directory "
+                       "first, as `python -m rapidrl` does.\nAn error is one line `rapidrl: error: ...`; --debug (or "
+                       "RAPIDRL_DEBUG=1) shows its traceback.", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also: RAPIDRL_DEBUG=1); "
+                   "may stand anywhere on the command line")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     t = sub.add_parser("train", help="train an agent in a new run directory (or resume one)",
@@ -685,7 +773,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", metavar="DIR", help="use DIR as the run directory (default: a new one in --runs-root)")
     t.add_argument("--runs-root", default="runs", metavar="DIR", help="where new run directories go (default: runs)")
     t.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first: it registers your envs (or give ENV as MODULE:EnvId)")
+                   help="import MODULE first: it registers your envs (or give ENV as MODULE:EnvId); found from the "
+                        "current directory first, as `python -m rapidrl` finds it")
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="evaluate a trained run (or a model .pt file)",
@@ -794,9 +883,80 @@ def _dataset_error() -> type:
     return DatasetError
 
 
+def _expected_errors() -> tuple[type, ...]:
+    """The exceptions that are a user's failure, not rapidrl's: printed as one line (``--debug``: the traceback)."""
+    from rapidrl.envs.core.base import ActionMaskError
+    from rapidrl.train.checkpoint import ModelFileError
+
+    return (CLIError, ConfigError, OSError, RunInUseError, ModelFileError, ActionMaskError, _dataset_error())
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def os_error_line(e: OSError, run_dir: Path | None = None) -> str:
+    """One line for an OS error: what could not be done where, the space left on a full disk, and for a run what
+    was kept (its newest checkpoint, which ``--resume`` continues from)."""
+    where = e.filename if e.filename is not None else (run_dir if run_dir is not None else "")
+    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        place = Path(where or ".")
+        while not place.exists() and place != place.parent:
+            place = place.parent
+        try:
+            free = f"{_size(shutil.disk_usage(place).free)} free"
+        except OSError:
+            free = "free space unknown"
+        what = "disk quota exceeded" if e.errno != errno.ENOSPC else "no space left on the device"
+        line = f"{what} writing {where} ({free} there)"
+    elif e.errno == errno.EROFS:
+        line = f"read-only file system: cannot write {where}"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        line = f"permission denied: {where}"
+    else:
+        line = f"{e.strerror or type(e).__name__}: {where}" if where != "" else str(e)
+    if run_dir is not None:
+        from rapidrl.train.checkpoint import latest_checkpoint
+
+        kept = latest_checkpoint(Path(run_dir) / CHECKPOINT_DIR)
+        line += (f"; kept the last checkpoint, {kept} (continue once fixed: rapidrl train --resume {run_dir})"
+                 if kept is not None else f"; no checkpoint of {run_dir} was written yet")
+    return line
+
+
+def error_line(e: BaseException) -> str:
+    """The ``rapidrl: error: ...`` line's text for an expected failure."""
+    if isinstance(e, OSError) and not isinstance(e, RunInUseError):
+        return os_error_line(e)
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _cwd_first() -> None:
+    """Put the current directory first on sys.path, as ``python -m rapidrl`` does (not under ``python -P`` /
+    PYTHONSAFEPATH, as python would not): the ``rapidrl`` script then finds the user's ``--import`` modules."""
+    if getattr(sys.flags, "safe_path", False):
+        return
+    cwd = os.getcwd()
+    if sys.path[:1] not in ([""], [cwd]):
+        sys.path.insert(0, cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``rapidrl`` and ``python -m rapidrl``; returns the exit code."""
+    """Entry point of ``rapidrl`` and ``python -m rapidrl``; returns the exit code.
+
+    Expected failures print one line ``rapidrl: error: ...`` (exit code 2); ``--debug`` anywhere before ``--``, or
+    the environment variable ``RAPIDRL_DEBUG=1``, raises them with their traceback instead."""
+    if argv is None:
+        _cwd_first()
     argv = list(sys.argv[1:] if argv is None else argv)
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    debug = "--debug" in head or os.environ.get("RAPIDRL_DEBUG", "") not in ("", "0")
+    if "--debug" in head and not (argv and argv[0] == "bench"):
+        argv.remove("--debug")
     parser = build_parser()
     try:
         if argv and argv[0] == "bench":
@@ -809,10 +969,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "refresh", 1.0) <= 0:
             raise CLIError("--refresh must be > 0")
         return args.func(args)
-    except (CLIError, ConfigError, FileNotFoundError, _dataset_error()) as e:
-        msg = str(e) if not isinstance(e, FileNotFoundError) or not e.filename else f"{e.strerror}: {e.filename}"
-        print(f"rapidrl: error: {msg}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except _expected_errors() as e:
+        if debug:
+            raise
+        print(f"rapidrl: error: {error_line(e)}", file=sys.stderr)
+        return 2

@@ -107,6 +107,7 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     # every offline algorithm's learning test in tests/test_offline.py runs in bf16 too (a test there checks that
     # each subclass has one)
     bf16_learning_tested = True
+    discrete_instead = "discrete_cql or bc, which train on Discrete datasets"
 
     def __init__(self, env=None, config=None, *, dataset=None, eval_env=None, env_kwargs: dict | None = None,
                  distributed: bool = False, **hyperparameters):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
 from rapidrl.train.offpolicy_actors import maybe_compile
 from rapidrl.train.paths import PathChoice, fixed
+from rapidrl.train.warmup import short_run
 
 
 @dataclass
@@ -138,10 +140,11 @@ def uniform_valid(masks: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.array([nth_valid(m, x) for m, x in zip(masks, u)], np.int64)
 
 
-def check_box_actions(name: str, space: gym.Space) -> None:
-    """TypeError unless ``space`` is a 1-D Box (the actions of SAC and TD3)."""
+def check_box_actions(name: str, space: gym.Space, discrete: str = "DQN, PPO or A2C") -> None:
+    """TypeError unless ``space`` is a 1-D Box (the actions of SAC and TD3); ``discrete``: the algorithms to use for
+    Discrete actions instead."""
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        raise TypeError(f"{name} needs a 1-D Box action space, got {space}; for Discrete actions use DQN, PPO or A2C, "
+        raise TypeError(f"{name} needs a 1-D Box action space, got {space}; for Discrete actions use {discrete}, "
                         "for MultiDiscrete/MultiBinary PPO or A2C")
 
 
@@ -199,6 +202,8 @@ class OffPolicyAlgorithm(Algorithm):
     multi_input = False
     """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
     box_actions_only = False
+    discrete_instead = "DQN, PPO or A2C"
+    """What to use for Discrete actions where ``box_actions_only`` (an offline algorithm names offline ones)."""
     """The networks act in a 1-D Box (the actor-critics; ``_check_spaces`` refuses other action spaces)."""
 
     def _build(self) -> None:
@@ -297,7 +302,7 @@ class OffPolicyAlgorithm(Algorithm):
             raise TypeError(f"{self.name.upper()}'s networks are MLPs on flat observations, got shape "
                             f"{self.observation_space.shape}; image observations train with PPO, A2C or DQN (CNNs)")
         if self.box_actions_only:
-            check_box_actions(type(self).__name__, self.action_space)
+            check_box_actions(type(self).__name__, self.action_space, self.discrete_instead)
 
     def _build_networks(self) -> None:
         raise NotImplementedError
@@ -422,6 +427,15 @@ class OffPolicyAlgorithm(Algorithm):
         self.record({"charts/gradient_steps": float(self.num_gradient_steps)})
         self._stat_sum.zero_()
         self._stat_count = 0
+
+    def learn(self, total_timesteps: int, callback=None, progress_bar: bool = True, *, resume: bool = False):
+        """``Algorithm.learn``; first a warning when ``total_timesteps`` ends before the warm-up does (the first update
+        comes after ``learning_starts`` steps: ``rapidrl.train.warmup.short_run``, which ``rapidrl train`` refuses)."""
+        if not resume and isinstance(total_timesteps, (int, np.integer)) and total_timesteps > 0:
+            short = short_run(self, self.num_timesteps + int(total_timesteps))
+            if short is not None and short[1]:
+                warnings.warn(short[0], UserWarning, stacklevel=2)
+        return super().learn(total_timesteps, callback, progress_bar, resume=resume)
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, *, training_state: bool = False, include_buffer: bool = False) -> Path:

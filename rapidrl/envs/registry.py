@@ -124,7 +124,8 @@ def qualified_id(env_id: str) -> str:
 
 def import_env_module(env_id: str) -> str:
     """For ``"module:EnvId"``, import ``module`` (which registers ``EnvId``, as ``gymnasium.make`` does) and return
-    ``"EnvId"``; other ids unchanged. ValueError naming the module when it cannot be imported."""
+    ``"EnvId"``; other ids unchanged. ValueError naming the module when it cannot be imported (not found, or an
+    exception raised by its own code)."""
     module, colon, name = env_id.partition(":")
     if not colon:
         return env_id
@@ -132,8 +133,9 @@ def import_env_module(env_id: str) -> str:
         raise ValueError(f"env id {env_id!r} must be 'module:EnvId' or 'EnvId'")
     try:
         importlib.import_module(module)
-    except ImportError as e:
-        raise ValueError(f"env id {env_id!r}: cannot import module {module!r} ({type(e).__name__}: {e})") from None
+    except Exception as e:  # not found, or the module itself fails (any exception its import raises)
+        first = (str(e).splitlines() or [""])[0]
+        raise ValueError(f"env id {env_id!r}: cannot import module {module!r} ({type(e).__name__}: {first})") from None
     return name
 
 

@@ -17,6 +17,7 @@ A run directory ``runs/<algo>-<env>-<YYYYmmdd-HHMMSS>[-n]/`` holds the resolved 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import os
@@ -36,6 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from rapidrl.algos.registry import get_algorithm
 from rapidrl.runs.layout import CONFIG_FILE
+from rapidrl.runs.lock import RunLock
 from rapidrl.train.config import ConfigError, check_known_keys, config_from_dict, config_to_dict, upgrade_legacy
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -348,25 +350,35 @@ def write_paths(run_dir: str | os.PathLike, paths: dict) -> None:
     os.replace(tmp, path)
 
 
-def new_run_dir(runs_root: str | os.PathLike, algo: str, env_id: str, run_dir: str | os.PathLike | None = None
-                ) -> Path:
-    """Create ``runs_root/<algo>-<env>-<timestamp>[-n]`` (or exactly ``run_dir``, which must not hold a run)."""
+def new_run_dir(runs_root: str | os.PathLike, algo: str, env_id: str, run_dir: str | os.PathLike | None = None,
+                *, hold: contextlib.ExitStack | None = None, suffix: str = "") -> Path:
+    """Create ``runs_root/<algo>-<env>-<timestamp>[-n]<suffix>`` (or exactly ``run_dir``, which must not hold a run).
+
+    A generated name is claimed by ``mkdir`` itself (it fails if the name exists; the next ``-n`` is tried), so two
+    processes never get the same directory. hold: an ExitStack that takes the directory's writer lock
+    (``rapidrl.runs.lock.RunLock``) before ``run_dir`` is checked for a run, so that no other writer can claim it
+    between the check and the caller's config.toml; the lock is held until the stack closes.
+    """
     if run_dir is not None:
         path = Path(run_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        if hold is not None:
+            hold.enter_context(RunLock(path))
         if (path / CONFIG_FILE).exists():
             raise ConfigError(f"{path} already holds a run; continue it with: rapidrl train --resume {path}")
-        path.mkdir(parents=True, exist_ok=True)
         return path
     root = Path(runs_root)
     root.mkdir(parents=True, exist_ok=True)
     base = f"{algo}-{env_id.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
     for n in range(1, 10_000):
-        path = root / (base if n == 1 else f"{base}-{n}")
+        path = root / ((base if n == 1 else f"{base}-{n}") + suffix)
         try:
             path.mkdir()
-            return path
         except FileExistsError:
             continue
+        if hold is not None:
+            hold.enter_context(RunLock(path))
+        return path
     raise ConfigError(f"could not create a run directory under {root}")
 
 

@@ -12,10 +12,11 @@ import io
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 __all__ = ["CHECKPOINT_DIR", "CONFIG_FILE", "METRICS_CSV", "MODEL_FILE", "MONITOR_FILE", "SUMMARY_FILE", "TRAIN_LOG",
-           "read_csv_metrics", "read_summary", "write_summary"]
+           "read_csv_metrics", "read_summary", "remove_stale_temp", "write_summary"]
 
 CONFIG_FILE, SUMMARY_FILE, METRICS_CSV, MONITOR_FILE = "config.toml", "summary.json", "metrics.csv", "monitor.bin"
 MODEL_FILE, CHECKPOINT_DIR, TRAIN_LOG = "model.pt", "checkpoints", "train.log"
@@ -27,6 +28,26 @@ def write_summary(run_dir: str | os.PathLike, summary: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def remove_stale_temp(run_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files (and replay-buffer directories) that killed writes left in ``run_dir`` and its
+    ``checkpoints/``: every atomic write of a run goes to a name ending in ``.tmp`` and is renamed into place, so such
+    a name is a write that never finished. Call it only while holding the run's writer lock
+    (``rapidrl.runs.lock.RunLock``): then no live writer owns one. Returns what was removed."""
+    removed = []
+    for folder in (Path(run_dir), Path(run_dir) / CHECKPOINT_DIR):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if not path.name.endswith(".tmp"):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def read_summary(run_dir: str | os.PathLike) -> dict | None:

@@ -14,6 +14,7 @@ parameter are finite: after a non-finite loss the newest checkpoint is the last 
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
@@ -59,8 +60,18 @@ def latest_checkpoint(directory: str | os.PathLike, *, with_buffer: bool = False
 def resume_checkpoint(directory: str | os.PathLike, algo_class) -> tuple[int, Path] | None:
     """(step, path) of the checkpoint a resumed run of ``algo_class`` continues from: the newest, or for an
     algorithm with a replay buffer the newest whose buffer was saved too (so that its resume is exact)."""
-    path = latest_checkpoint(directory, with_buffer=algo_class.has_replay_buffer)
-    return None if path is None else (int(_NAME.match(path.name).group(1)), path)
+    found = resume_candidates(directory, algo_class)
+    return found[0] if found else None
+
+
+def resume_candidates(directory: str | os.PathLike, algo_class) -> list[tuple[int, Path]]:
+    """(step, path) of the checkpoints a resumed run of ``algo_class`` may continue from, in the order to try them:
+    newest first (for an algorithm with a replay buffer, those whose buffer was saved too come first). A resume
+    takes the first that loads (``ModelFileError`` from the others: a corrupt or foreign file)."""
+    found = list_checkpoints(directory)[::-1]
+    if algo_class.has_replay_buffer:
+        found = [c for c in found if buffer_dir(c[1]).is_dir()] + [c for c in found if not buffer_dir(c[1]).is_dir()]
+    return found
 
 
 def buffer_dir(checkpoint: Path) -> Path:
@@ -159,7 +170,9 @@ def check_plain(obj, where: str = "checkpoint") -> None:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
-    """torch.save to a temp file in the same directory, fsync, then rename over ``path``."""
+    """torch.save to a temp file in the same directory, fsync, then rename over ``path``. A write that fails leaves
+    nothing behind and raises an OSError naming ``path`` (a full disk: ENOSPC, which torch's own writer reports as a
+    RuntimeError)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -168,14 +181,32 @@ def atomic_torch_save(obj, path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        full = isinstance(e, RuntimeError) and _nearly_full(path.parent)  # before the temp file is freed
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from e
+        if isinstance(e, OSError) and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
 
 
+def _nearly_full(directory: Path) -> bool:
+    """Whether the file system of ``directory`` has under 1 MiB left for this user (a failed write's cause)."""
+    try:
+        return shutil.disk_usage(directory).free < 2**20
+    except OSError:
+        return False
+
+
+class ModelFileError(ValueError):
+    """A file that is not a readable rapidrl model file (corrupt, cut short, foreign, another format version)."""
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """torch.load with weights_only=True (no code runs); clear errors for missing, corrupt or foreign files."""
+    """torch.load with weights_only=True (no code runs); clear errors for missing (FileNotFoundError) and corrupt or
+    foreign files (``ModelFileError``)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no model file at {path}")
@@ -184,12 +215,14 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     except Exception as e:  # torch raises many types for corrupt/foreign files
         # PyTorch's advice for objects other than tensors (weights_only=False) would run the file's code: not repeated
         if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):
-            raise ValueError(f"{path} is not a rapidrl model file: it holds objects other than tensors and plain "
-                             "Python values, which are not loaded (loading them would run the file's code)") from None
+            raise ModelFileError(f"{path} is not a rapidrl model file: it holds objects other than tensors and plain "
+                                 "Python values, which are not loaded (loading them would run the file's code)"
+                                 ) from None
         detail = "" if "weights_only" in str(e) else f": {(str(e).splitlines() or [''])[0][:200]}"
-        raise ValueError(f"{path} is not a readable rapidrl model file ({type(e).__name__}{detail})") from None
+        raise ModelFileError(f"{path} is not a readable rapidrl model file ({type(e).__name__}{detail})") from None
     if not isinstance(payload, dict) or payload.get("format") != "rapidrl":
-        raise ValueError(f"{path} is not a rapidrl model file")
+        raise ModelFileError(f"{path} is not a rapidrl model file (a torch file, but not one rapidrl saved)")
     if payload.get("version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format version {payload.get('version')}, this rapidrl reads {FORMAT_VERSION}")
+        raise ModelFileError(f"{path} has format version {payload.get('version')}, this rapidrl reads "
+                             f"{FORMAT_VERSION}")
     return payload

@@ -424,8 +424,12 @@ def test_predict_checks_its_masks():
     obs = np.zeros((3, 12), np.float32)
     with pytest.raises(ValueError, match=r"action_masks must have shape \(3, 12\)"):
         model.predict(obs, action_masks=np.ones((3, 11), bool))
+    # masks as the env adapters take them (issue 57): 0/1 in any int or float dtype; other values or dtypes refused
+    assert (model.predict(obs, deterministic=True, action_masks=np.eye(3, 12)) == [0, 1, 2]).all()
+    with pytest.raises(ValueError, match="must hold only 0 and 1"):
+        model.predict(obs, action_masks=np.full((3, 12), 0.5))
     with pytest.raises(TypeError, match="bool"):
-        model.predict(obs, action_masks=np.ones((3, 12)))
+        model.predict(obs, action_masks=np.full((3, 12), "1"))
     with pytest.raises(ValueError, match=r"action_masks\[1\] has no valid action"):
         model.predict(obs, action_masks=np.eye(3, 12, dtype=bool) * np.array([[1], [0], [1]], bool))
     one = np.zeros(12, bool)

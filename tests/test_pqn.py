@@ -250,16 +250,17 @@ def test_continuous_actions_are_refused():
 
 
 def test_learns_cartpole_in_seconds():
-    """Short rollouts, many small minibatches and a high learning rate learn CartPole in 30k steps (~2 s on the fused
-    path here). Greedy evaluation after 30k steps, seeds 0-7 on an AVX512 CPU: 500 for seven, 320 for seed 1 (PQN's
-    returns still swing at this budget: at 40k, five of eight at 500, the others 339-450); random play scores ~22 and
-    the initial network ~9, so 300 is a policy that balances, on any seed measured."""
+    """Short rollouts, many small minibatches and a high learning rate learn CartPole in 50k steps (~4 s on the fused
+    path here). Greedy evaluation, seeds 0-7: at 30k steps 500 for seven and 320 for seed 1 on an AMD AVX512 CPU, but
+    13 / 250 / 417 / 500 / 468 / 500 / 500 / 500 on an Intel Xeon with AMX (2026-12-06; the same code at f9aad25), so
+    30k is the edge of learning and the CPU's last bits decide seed 0; at 50k all eight seeds score 500 on the Intel
+    CPU. Random play scores ~22 and the initial network ~9: 400 is a policy that balances nearly to the limit."""
     model = PQN("CartPole-v1", num_envs=8, num_steps=16, minibatch_size=32, update_epochs=2, learning_rate=5e-3,
                 exploration_fraction=0.25, q_lambda=0.9, seed=0)
     assert model.paths["collection"].value == "fused"
-    model.learn(30_000, progress_bar=False)
+    model.learn(50_000, progress_bar=False)
     mean, _ = model.evaluate(10)
-    assert mean >= 300, mean
+    assert mean >= 400, mean
 
 
 def test_docs_pqn_examples_run(tmp_path, monkeypatch):

@@ -286,3 +286,29 @@ def test_isolated_job_runs_in_a_fresh_process_at_the_given_thread_count():
     assert calls[:4] == [("a", 0, 1), ("b", 0, 1), ("a", 0, 2), ("b", 0, 2)]
     assert calls[4] == ("b", 1, 1)  # the order rotates with the seed
     assert best_by_threads(out["a"]) == (2, 20.5) and best_by_threads(out["b"])[1] == 5.0
+
+
+def test_as_in_learn_times_an_update_under_learns_settings_and_sets_them_back():
+    """An update timed outside learn() runs under the model's process settings (threads, denormal flushing) and the
+    process is as it was after each call (a peer timed in the same process runs under its own)."""
+    import torch
+
+    import rapidrl as rr
+    from rapidrl.benchmarks.harness import as_in_learn
+    from rapidrl.train.runtime import denormals_flushed
+
+    model = rr.DQN("CartPole-v1", learning_starts=64, batch_size=32, seed=0, torch_threads=1)
+    model.learn(128, progress_bar=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2 if threads == 1 else 1)
+    before = (torch.get_num_threads(), denormals_flushed())
+    seen = []
+
+    def update():
+        seen.append((torch.get_num_threads(), denormals_flushed()))
+        model._train_step()
+
+    as_in_learn(model, update)()
+    assert seen == [(1, True)]
+    assert (torch.get_num_threads(), denormals_flushed()) == before
+    torch.set_num_threads(threads)

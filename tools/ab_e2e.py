@@ -26,6 +26,8 @@ JOBS = {
     "PPO CartPole-v1 50k": ("rapidrl.benchmarks.bench_train:job_ppo", {"steps": 50_000}),
     "DQN CartPole-v1 50k": ("rapidrl.benchmarks.bench_offpolicy:job_train", {"algo": "dqn", "steps": 50_000}),
     "SAC Pendulum-v1 5k": ("rapidrl.benchmarks.bench_offpolicy:job_train", {"algo": "sac", "steps": 5_000}),
+    # rapidrl only (no "lib" argument, no peer): the throughput preset, 1024 envs x 32 steps
+    "PPO CartPole-v1 throughput preset": ("rapidrl.benchmarks.bench_train:job_throughput", None),
 }
 
 
@@ -50,15 +52,16 @@ def main() -> int:
     shown: set[str] = set()
     for name in args.jobs.split(","):
         target, kw = JOBS[name]
-        sps: dict[str, dict[int, list[float]]] = {c: {} for c in contenders}
-        evals: dict[str, list[float]] = {c: [] for c in contenders}
+        job_contenders = contenders if kw is not None else {c: v for c, v in contenders.items() if c != "rlox"}
+        sps: dict[str, dict[int, list[float]]] = {c: {} for c in job_contenders}
+        evals: dict[str, list[float]] = {c: [] for c in job_contenders}
         for k, seed in enumerate(int(s) for s in args.seeds.split(",")):
             for t in (int(x) for x in args.threads.split(",")):
-                order = list(contenders)[k % len(contenders):] + list(contenders)[:k % len(contenders)]
+                order = list(job_contenders)[k % len(job_contenders):] + list(job_contenders)[:k % len(job_contenders)]
                 for c in order:
-                    checkout, lib = contenders[c]
-                    r = run_isolated(target, {**kw, "lib": lib, "seed": seed}, torch_threads=t,
-                                     python=args.python, checkout=checkout)
+                    checkout, lib = job_contenders[c]
+                    job_kw = {"seed": seed} if kw is None else {**kw, "lib": lib, "seed": seed}
+                    r = run_isolated(target, job_kw, torch_threads=t, python=args.python, checkout=checkout)
                     sps[c].setdefault(t, []).append(r["sps"])
                     if c not in shown:
                         shown.add(c)
@@ -67,11 +70,13 @@ def main() -> int:
                     print(f"  {name} {c} seed {seed} threads {t}: {r['sps']:,.0f} SPS", file=sys.stderr, flush=True)
         best = {c: max(statistics.median(v) for v in by_t.values()) for c, by_t in sps.items()}
         a, b = best["A rapidrl"], best["B rapidrl"]
-        ev = " / ".join(f"{statistics.median(evals[c]):.0f}" for c in contenders)
+        ev = " / ".join(f"{statistics.median(evals[c]):.0f}" for c in job_contenders)
         if "rlox" in best:
             x = best["rlox"]
             print(f"| {name} | {a:,.0f} | {b:,.0f} | {x:,.0f} | {b / a:.2f}x | {a / x:.2f}x | {b / x:.2f}x | {ev} |",
                   flush=True)
+        elif args.peer == "rlox":  # a rapidrl-only job in the table with rlox's columns
+            print(f"| {name} | {a:,.0f} | {b:,.0f} | - | {b / a:.2f}x | - | - | {ev} |", flush=True)
         else:
             print(f"| {name} | {a:,.0f} | {b:,.0f} | {b / a:.2f}x | {ev} |", flush=True)
     return 0

@@ -28,7 +28,7 @@ import torch
 
 from rapidrl._system import usable_cpu_count
 from rapidrl.benchmarks.episodes import gym_returns
-from rapidrl.benchmarks.harness import Case, Context, rapidrl_precision
+from rapidrl.benchmarks.harness import Case, Context, as_in_learn, rapidrl_precision
 
 REPEATS = {"quick": 5, "full": 20}
 THREADS = {"sac": usable_cpu_count(), "dqn": 1}  # rapidrl's defaults (torch_threads 0 and 1)
@@ -142,7 +142,7 @@ def _update_call(lib: str, algo: str) -> Callable[[], None]:
         model = BUILDERS[algo][lib](learning_starts=fill, train_freq=1, gradient_steps=1)
     train(lib, model, fill)  # random actions only: fills the buffer
     if lib == "rapidrl":
-        return model._train_step
+        return as_in_learn(model, model._train_step)
     if lib == "sb3":
         batch = model.batch_size
         return lambda: model.train(gradient_steps=1, batch_size=batch)
@@ -200,10 +200,11 @@ def extras(ctx: Context) -> tuple[str, list[dict]]:
     train("rapidrl", model, 1_000)
     torch.set_num_threads(THREADS["sac"])
     timings = []
+    step = as_in_learn(model, model._train_step)
     for _ in range(5 if ctx.quick else 20):
         t0 = time.perf_counter()
         for _ in range(10):
-            model._train_step()
+            step()
         timings.append((time.perf_counter() - t0) / 10 * 1e3)
     update_ms = float(np.median(timings))
     rows.append({"run": "sac update, batch 256, 256x256", "library": "rapidrl", "torch threads": THREADS["sac"],

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 
-__all__ = ["cpu_flags", "cpu_model", "usable_cpu_count"]
+__all__ = ["cpu_flags", "cpu_model", "try_lock_file", "unlock_file", "usable_cpu_count"]
 
 
 def usable_cpu_count() -> int:
@@ -47,3 +48,36 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def try_lock_file(fd: int) -> bool:
+        """Take an exclusive lock on the open file ``fd`` without waiting (``msvcrt.locking`` on its first byte);
+        False when another process holds it. The OS drops it when the holding process ends (``rapidrl.runs.lock``)."""
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+
+    def unlock_file(fd: int) -> None:
+        """Release ``try_lock_file``'s lock on ``fd``."""
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+else:
+    import fcntl
+
+    def try_lock_file(fd: int) -> bool:
+        """Take an exclusive lock on the open file ``fd`` without waiting (``flock``); False when another process
+        holds it. The kernel drops it when the holding process ends, however it ends (``rapidrl.runs.lock``)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def unlock_file(fd: int) -> None:
+        """Release ``try_lock_file``'s lock on ``fd``."""
+        fcntl.flock(fd, fcntl.LOCK_UN)

@@ -13,9 +13,11 @@ last holder's pid for the message); its presence means nothing. The lock is re-e
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
+
+from rapidrl._system import try_lock_file as _try_lock
+from rapidrl._system import unlock_file as _unlock
 
 __all__ = ["LOCK_FILE", "RunInUseError", "RunLock", "lock_holder"]
 
@@ -27,33 +29,6 @@ _HELD: dict[str, list] = {}
 
 class RunInUseError(RuntimeError):
     """Another process is writing the run directory (its message names the holder's pid)."""
-
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-
-    def _try_lock(fd: int) -> bool:
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-            return True
-        except OSError:
-            return False
-
-    def _unlock(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-else:
-    import fcntl
-
-    def _try_lock(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _read_holder(path: Path) -> tuple[int | None, str]:

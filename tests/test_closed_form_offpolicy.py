@@ -233,7 +233,7 @@ def test_compiled_acting_equals_pytorch_acting(deterministic):
     actions, compiled_forward = [], sac._acting_forward
     for forward in (compiled_forward, None):
         sac._acting_forward = forward  # None: the PyTorch actor
-        torch.manual_seed(4)  # the same exploration noise
+        sac.torch_rng.manual_seed(4)  # the same exploration noise (the model's own generator)
         actions.append(sac._policy_actions(obs, deterministic))
     np.testing.assert_allclose(actions[0], actions[1], rtol=1e-5, atol=1e-6)
     assert np.all(np.abs(actions[0]) <= 2.0)

@@ -98,7 +98,10 @@ class Algorithm(PathSettings, Evaluation):
         rank = 0 if self.dist is None else self.dist.rank
         seed = config.seed if config.seed is not None else int(np.random.SeedSequence().entropy % 2**31)
         self.seed = seed
-        self.torch_rng = torch.Generator(device=self.device).manual_seed(seed)
+        # a generator lives on the CPU or an accelerator; another device (e.g. "meta") is refused by the paths check
+        # that follows, with its reason, rather than here by torch
+        rng_device = self.device if self.device.type in ("cpu", "cuda") else torch.device("cpu")
+        self.torch_rng = torch.Generator(device=rng_device).manual_seed(seed)
         """The model's own torch generator, on its device: every torch draw of training, ``predict`` and a sampled
         ``evaluate`` (actions, noise) comes from it, and on the CPU the parameters are initialised from it first
         (``rapidrl.train.runtime``). torch's global generator is neither drawn from nor reseeded."""

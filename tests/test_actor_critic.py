@@ -1,4 +1,4 @@
-"""What A2C and IMPALA share (``rapidrl.train.actor_critic``): the loss on a hand-computed case, the optimizer both
+"""What A2C and IMPALA share (``rapidrl.algos.actor_critic``): the loss on a hand-computed case, the optimizer both
 build from the same fields, explained variance."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rapidrl as rr
-from rapidrl.train.actor_critic import actor_critic_loss, explained_variance
+from rapidrl.algos.actor_critic import actor_critic_loss, explained_variance
 
 
 def test_actor_critic_loss_hand_computed():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import rapidrl as rr
+from rapidrl.algos.offpolicy_losses import dqn_loss
 from rapidrl.envs import EnvContractError, NumbaEnv, check, make_vec
 from rapidrl.envs.masked import identity
 from rapidrl.envs.masked.tictactoe import LINES
@@ -19,7 +20,6 @@ from rapidrl.kernels.exploration import epsilon_greedy
 from rapidrl.kernels.rng import derive_keys
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn import distributions as td
-from rapidrl.train.offpolicy_losses import dqn_loss
 
 MASKED = {"InvalidActionDiscrete-v0": dict(dim=8, n_invalid_actions=5), "TicTacToe-v3": dict(lookahead=0.5),
           "MaskedCue-v0": {}}

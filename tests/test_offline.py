@@ -26,10 +26,10 @@ from rapidrl.algos.cql import (
 )
 from rapidrl.algos.iql import IQL, advantage_weighted_loss, cosine_lr, expectile_loss, iql_q_target
 from rapidrl.algos.offline import OfflineAlgorithm
+from rapidrl.algos.offpolicy_losses import soft_actor_loss
 from rapidrl.algos.registry import algorithms
 from rapidrl.algos.td3_bc import TD3BC, td3_bc_actor_loss
 from rapidrl.buffers.dataset import DatasetError, collect_episodes, load_dataset, write_dataset
-from rapidrl.train.offpolicy_losses import soft_actor_loss
 from rapidrl.train.precision import native_bf16
 
 SMALL = dict(hidden=(64, 64), torch_threads=1, seed=0)

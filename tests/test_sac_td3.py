@@ -12,18 +12,18 @@ import pytest
 import torch
 
 from rapidrl.algos.dqn import DQN
-from rapidrl.algos.sac import SAC
-from rapidrl.algos.td3 import TD3
-from rapidrl.envs.adapters.gymnasium import SyncVecEnv
-from rapidrl.train.callbacks import EvalCallback
-from rapidrl.train.entropy import temperature_loss
-from rapidrl.train.offpolicy_losses import (
+from rapidrl.algos.offpolicy_losses import (
     critic_loss,
     smoothed_target_actions,
     soft_actor_loss,
     soft_target,
     td3_target,
+    temperature_loss,
 )
+from rapidrl.algos.sac import SAC
+from rapidrl.algos.td3 import TD3
+from rapidrl.envs.adapters.gymnasium import SyncVecEnv
+from rapidrl.train.callbacks import EvalCallback
 
 TINY = dict(hidden=(32, 32), learning_starts=64, batch_size=32, buffer_size=2_000, log_every_steps=5)
 LEARN = dict(hidden=(64, 64), batch_size=128)  # smaller than the defaults (256x256, 256): 4x cheaper updates in CI

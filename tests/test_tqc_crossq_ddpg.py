@@ -13,12 +13,12 @@ import torch
 import rapidrl as rr
 from rapidrl.algos.crossq import CrossQ, joint_critic_forward
 from rapidrl.algos.ddpg import DDPG
+from rapidrl.algos.offpolicy_losses import td3_target
 from rapidrl.algos.tqc import TQC, quantile_huber_loss, truncated_target
 from rapidrl.algos.tqc import actor_loss as tqc_actor_loss
 from rapidrl.envs.adapters.gymnasium import SyncVecEnv
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.train.callbacks import EvalCallback
-from rapidrl.train.offpolicy_losses import td3_target
 
 ALGOS = [TQC, CrossQ, DDPG]
 SMALL = {TQC: dict(n_critics=2, n_quantiles=5), CrossQ: dict(critic_hidden=(32, 32)), DDPG: {}}

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from rapidrl.algos.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.nn.optim import optimizer_step
-from rapidrl.train.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss
 
 
 @dataclass

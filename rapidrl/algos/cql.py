@@ -27,15 +27,22 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
+from rapidrl.algos.offpolicy import CriticEnsembleConfig
+from rapidrl.algos.offpolicy_losses import (
+    dqn_loss,
+    polyak_update,
+    soft_actor_loss,
+    soft_target,
+    td3_target,
+    temperature_loss,
+)
 from rapidrl.algos.registry import register
+from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.dtypes import full_precision
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork, squashed_gaussian
 from rapidrl.train.config import GradientClipConfig, check_positive, check_unit_interval, with_defaults
-from rapidrl.train.entropy import EntropyConfig, temperature_loss
-from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic
-from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update, soft_actor_loss, soft_target, td3_target
 from rapidrl.train.spaces import check_discrete_actions
 
 

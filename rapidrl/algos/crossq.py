@@ -1,9 +1,9 @@
 """CrossQ (Bhatt et al., ICLR 2024): SAC without target networks, with batch-renormalised critics and actor.
 
 Read top to bottom: the config, the joint critic pass, the update. The target and losses (``soft_target``,
-``critic_loss``, ``soft_actor_loss``) are SAC's (``rapidrl.train.offpolicy_losses``), the networks and acting the
-squashed Gaussian actor-critic's (``rapidrl.train.offpolicy_actors``); collection, replay and the update driver come
-from the shared off-policy core (``rapidrl.algos.offpolicy``); the temperature from ``rapidrl.train.entropy``; Batch
+``critic_loss``, ``soft_actor_loss``) are SAC's (``rapidrl.algos.offpolicy_losses``), the networks and acting the
+squashed Gaussian actor-critic's, with the temperature (``rapidrl.algos.soft_actor_critic``); collection, replay and
+the update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``); Batch
 Renormalization from ``rapidrl.nn.batch_renorm``.
 
 The critics see (s, a) and (s', a'), a' ~ pi(s'), in one joint forward pass of 2B rows in training mode, so their
@@ -23,15 +23,15 @@ from dataclasses import dataclass
 
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy_losses import critic_loss, soft_actor_loss, soft_target, temperature_loss
 from rapidrl.algos.registry import register
+from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
 from rapidrl.nn.batch_renorm import BatchRenorm, batch_renorm_mode, interleave_batch_renorm
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
+from rapidrl.train.compile import maybe_compile
 from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, with_defaults
-from rapidrl.train.entropy import EntropyConfig, temperature_loss
-from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic, maybe_compile
-from rapidrl.train.offpolicy_losses import critic_loss, soft_actor_loss, soft_target
 
 
 @dataclass

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
+from rapidrl.algos.deterministic_actor_critic import DeterministicActorConfig, DeterministicActorCritic
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.train.config import with_defaults
-from rapidrl.train.offpolicy_actors import DeterministicActorConfig, DeterministicActorCritic
 
 
 @dataclass

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, uniform_valid
+from rapidrl.algos.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.algos.registry import register
 from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
@@ -27,7 +28,6 @@ from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import GradientClipConfig, check_positive, check_unit_interval, require, with_defaults
-from rapidrl.train.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.train.schedules import linear_decay
 from rapidrl.train.spaces import check_discrete_actions
 

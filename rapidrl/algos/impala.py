@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+from rapidrl.algos.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss, explained_variance
 from rapidrl.algos.onpolicy import OnPolicyAlgorithm, OnPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.buffers import normalize_advantages, vtrace_targets
 from rapidrl.nn.optim import optimizer_step
-from rapidrl.train.actor_critic import ActorCriticOptimizerConfig, actor_critic_loss, explained_variance
 from rapidrl.train.config import check_positive, require
 from rapidrl.train.paths import PathChoice
 

@@ -27,6 +27,8 @@ import torch
 from torch import nn
 
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
+from rapidrl.algos.offpolicy import CriticEnsembleConfig
+from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.distributions import gaussian_log_prob
@@ -35,8 +37,6 @@ from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import mlp
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive, require
-from rapidrl.train.offpolicy_actors import CriticEnsembleConfig
-from rapidrl.train.offpolicy_losses import critic_loss, polyak_update
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 """The clamp of the actor's log std (CORL's iql.py)."""

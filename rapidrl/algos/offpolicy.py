@@ -45,8 +45,8 @@ from rapidrl.envs.goal.spec import goal_spec
 from rapidrl.kernels.distributions import nth_valid
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
+from rapidrl.train.compile import maybe_compile
 from rapidrl.train.config import ConfigError, RuntimeConfig, check_hidden, check_positive, check_unit_interval, require
-from rapidrl.train.offpolicy_actors import maybe_compile
 from rapidrl.train.paths import PathChoice, fixed
 from rapidrl.train.warmup import short_run
 
@@ -132,6 +132,18 @@ class OffPolicyConfig(RuntimeConfig):
                           / values.get("gradient_steps", cls.gradient_steps))
             values.setdefault("log_every_steps", max(1, round(updates * per_update)))
         return values
+
+
+@dataclass
+class CriticEnsembleConfig:
+    """The critic ensemble's size (a dataclass mixin of the configs of TD3, TD3+BC, SAC, CrossQ, CQL and IQL)."""
+
+    n_critics: int = 2
+    """Critics in the ensemble (one batched ``CriticEnsemble``); the targets take the minimum over them."""
+
+    def validate_critics(self) -> None:
+        check_positive(self, "n_critics")
+
 
 
 def uniform_valid(masks: np.ndarray, u: np.ndarray) -> np.ndarray:

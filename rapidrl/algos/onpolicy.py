@@ -32,13 +32,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rapidrl.algos.actor_critic import explained_variance
 from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.buffers.rollout import ADVANTAGE_NORMALIZATIONS
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
 from rapidrl.nn.deploy import ActorCriticMode, NormalizeObs
 from rapidrl.nn.encoders import ENCODERS
 from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic
-from rapidrl.train.actor_critic import explained_variance
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.collect import COLLECTIONS, choose_collection, make_collector
 from rapidrl.train.collect.step import normalized

@@ -1,7 +1,7 @@
 """SAC (Haarnoja et al. 2018) with twin critics as one batched ensemble and automatic entropy tuning.
 
 Read top to bottom: the config, the compiled update, acting. The losses (``soft_target``, ``critic_loss``,
-``soft_actor_loss``) are in ``rapidrl.train.offpolicy_losses``, the networks and the autograd update
+``soft_actor_loss``) are in ``rapidrl.algos.offpolicy_losses``, the networks and the autograd update
 (``_soft_update``, shared with TQC) in ``rapidrl.train.offpolicy_actors``; collection, replay and the update driver
 come from the shared off-policy core (``rapidrl.algos.offpolicy``).
 
@@ -24,16 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy_losses import polyak_update
 from rapidrl.algos.registry import register
+from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
 from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.train.config import with_defaults
-from rapidrl.train.entropy import EntropyConfig
-from rapidrl.train.offpolicy_actors import CriticEnsembleConfig, SquashedGaussianActorCritic
-from rapidrl.train.offpolicy_losses import polyak_update
 
 
 @dataclass
@@ -131,7 +130,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         return stats
 
     def _autograd_step(self, batch) -> torch.Tensor:
-        """The "torch" backend: the update through autograd on SAC's losses (``rapidrl.train.offpolicy_losses``;
+        """The "torch" backend: the update through autograd on SAC's losses (``rapidrl.algos.offpolicy_losses``;
         the reference of ``_compiled_step``; what torch.compile traces)."""
         return self._soft_update(batch)
 

@@ -2,7 +2,7 @@
 
 The networks, the update and acting are the deterministic actor-critic's
 (``rapidrl.train.offpolicy_actors.DeterministicActorCritic``, shared with DDPG and TD3+BC; its target and losses in
-``rapidrl.train.offpolicy_losses``); collection, replay and the update driver come from the shared off-policy core
+``rapidrl.algos.offpolicy_losses``); collection, replay and the update driver come from the shared off-policy core
 (``rapidrl.algos.offpolicy``).
 
 Every gradient step updates the critics on r + discount * min_i Q'_i(s', clip(mu'(s') + clip(eps, -c, c))),
@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rapidrl.algos.deterministic_actor_critic import (
+    DeterministicActorConfig,
+    DeterministicActorCritic,
+    TargetSmoothingConfig,
+)
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.train.config import with_defaults
-from rapidrl.train.offpolicy_actors import DeterministicActorConfig, DeterministicActorCritic, TargetSmoothingConfig
 
 
 @dataclass

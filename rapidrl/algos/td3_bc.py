@@ -16,10 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
+from rapidrl.algos.deterministic_actor_critic import (
+    DeterministicActorConfig,
+    DeterministicActorCritic,
+    TargetSmoothingConfig,
+)
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
 from rapidrl.algos.registry import register
 from rapidrl.train.config import check_positive
-from rapidrl.train.offpolicy_actors import DeterministicActorConfig, DeterministicActorCritic, TargetSmoothingConfig
 
 
 @dataclass

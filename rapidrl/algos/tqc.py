@@ -3,7 +3,7 @@
 Read top to bottom: the config, the losses (pure functions), the networks and the hooks of the update. The update
 itself (``_soft_update``), acting and the networks' construction are SAC's (``rapidrl.train.offpolicy_actors.
 SquashedGaussianActorCritic``); collection, replay and the update driver come from the shared off-policy core
-(``rapidrl.algos.offpolicy``); the temperature from ``rapidrl.train.entropy``.
+(``rapidrl.algos.offpolicy``); the temperature from ``rapidrl.algos.soft_actor_critic``.
 
 Each of ``n_critics`` critics predicts ``n_quantiles`` quantiles Z_i(s, a) at fractions tau_j = (j + 0.5) / Q (one
 ``CriticEnsemble`` with Q outputs per member). The target pools the n * Q target quantiles of (s', a'), a' ~ pi(s'),
@@ -30,10 +30,9 @@ import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
+from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
 from rapidrl.kernels.quantile import quantile_huber
 from rapidrl.train.config import check_positive, require
-from rapidrl.train.entropy import EntropyConfig
-from rapidrl.train.offpolicy_actors import SquashedGaussianActorCritic
 
 
 @dataclass

@@ -13,7 +13,7 @@ import torch
 from rapidrl._unsafe.torch_private import polyak
 
 __all__ = ["critic_loss", "dqn_loss", "polyak_update", "smoothed_target_actions", "soft_actor_loss", "soft_target",
-           "td3_target"]
+           "td3_target", "temperature_loss"]
 
 
 def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
@@ -64,3 +64,8 @@ def soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Te
 def soft_actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     """E[alpha log pi(a|s) - min_i Q_i(s, a)], a ~ pi(s): q_pi [n, B], log_prob [B] -> [] (SAC, CrossQ, CQL)."""
     return (alpha * log_prob - q_pi.min(0).values).mean()
+
+
+def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """-log alpha * E[log pi + target entropy]: raises alpha while the entropy is below target."""
+    return -(log_alpha * (log_prob.detach() + target_entropy)).mean()

@@ -1,77 +1,33 @@
-"""The two actor-critic families of the off-policy algorithms, written once: their config fields, networks, updates,
-acting and saved state.
+"""The deterministic actor-critic family (DDPG, TD3, TD3+BC): config fields, networks, acting and saved state.
 
-- ``DeterministicActorCritic`` (DDPG, TD3, TD3+BC): a deterministic actor mu(s) = center + scale tanh(MLP(s)) and a
-  critic ensemble, each with a target copy and its own Adam. Every gradient step updates the critics towards
-  r + discount * min_i Q'_i(s', a') (``td3_target``; a' = mu'(s') with TD3's target policy smoothing, or without:
-  DDPG); every ``policy_delay``-th step also updates the actor on ``_actor_loss`` (-Q_1(s, mu(s)); TD3+BC adds its
-  cloning term) and moves every target by Polyak averaging. Training actions add Gaussian noise of
-  ``exploration_noise`` times the action half-range.
-- ``SquashedGaussianActorCritic`` (SAC, TQC, CrossQ, CQL): the squashed Gaussian actor, a critic ensemble (with its
-  target copy where the algorithm has one) and the entropy temperature (``rapidrl.train.entropy``); its
-  ``_soft_update`` is SAC's and TQC's one-step update, with their target and losses as hooks.
-
-Each is a mixin placed before ``OffPolicyAlgorithm`` or ``OfflineAlgorithm`` (``rapidrl.algos.offpolicy``,
-``rapidrl.algos.offline``), whose attributes it uses (config, obs_dim, action_space, device, np_rng, _autocast,
-num_gradient_steps); the algorithm module keeps what is its own (DDPG's missing smoothing, TD3+BC's actor loss,
-TQC's quantile losses, CrossQ's joint pass, CQL's penalty).
+A deterministic actor mu(s) = center + scale tanh(MLP(s)) and a critic ensemble, each with a target copy and its own
+Adam. Training actions add Gaussian noise of ``exploration_noise`` times the action half-range.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from rapidrl.nn.deploy import SquashedMean, frozen_copy
-from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
-from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
-from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor, SquashedGaussianActor
-from rapidrl.train.config import check_positive
-from rapidrl.train.entropy import initial_log_alpha, temperature_loss
-from rapidrl.train.offpolicy_losses import (
+from rapidrl.algos.offpolicy import CriticEnsembleConfig
+from rapidrl.algos.offpolicy_losses import (
     critic_loss,
     polyak_update,
     smoothed_target_actions,
-    soft_actor_loss,
-    soft_target,
     td3_target,
 )
+from rapidrl.nn.deploy import frozen_copy
+from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
+from rapidrl.train.compile import maybe_compile
+from rapidrl.train.config import check_positive
 
-__all__ = ["CriticEnsembleConfig", "DeterministicActorConfig", "DeterministicActorCritic",
-           "SquashedGaussianActorCritic", "TargetSmoothingConfig", "maybe_compile"]
-
-
-def maybe_compile(fn: Callable, enabled: bool) -> Callable:
-    """``torch.compile(fn)`` when enabled, falling back to ``fn`` (with a warning) if compiling fails.
-
-    Failures show up on the first call, while tracing. Where the function has graph breaks (``backward``,
-    optimizer steps) an earlier graph may already have run in that call; the eager retry then repeats it,
-    so at worst the first update is partly applied twice.
-    """
-    if not enabled:
-        return fn
-    compiled = torch.compile(fn)
-    current = [compiled]
-
-    def run(*args):
-        if current[0] is fn:
-            return fn(*args)
-        try:
-            return current[0](*args)
-        except Exception as e:  # inductor needs a C++ toolchain; any backend failure means eager
-            warnings.warn(f"torch.compile failed ({type(e).__name__}: {str(e)[:200]}); running the update eagerly",
-                          RuntimeWarning, stacklevel=2)
-            current[0] = fn
-            return fn(*args)
-
-    return run
+__all__ = ["DeterministicActorConfig", "DeterministicActorCritic", "TargetSmoothingConfig"]
 
 
 # -- deterministic actor: DDPG, TD3, TD3+BC ----------------------------------------------------------------------------
@@ -88,17 +44,6 @@ class DeterministicActorConfig:
     def validate_deterministic_actor(self) -> None:
         check_positive(self, "policy_delay")
         check_positive(self, "exploration_noise", allow_zero=True)
-
-
-@dataclass
-class CriticEnsembleConfig:
-    """The critic ensemble's size (a dataclass mixin of the configs of TD3, TD3+BC, SAC, CrossQ, CQL and IQL)."""
-
-    n_critics: int = 2
-    """Critics in the ensemble (one batched ``CriticEnsemble``); the targets take the minimum over them."""
-
-    def validate_critics(self) -> None:
-        check_positive(self, "n_critics")
 
 
 @dataclass
@@ -119,7 +64,7 @@ class DeterministicActorCritic:
     """DDPG, TD3 and TD3+BC (module docstring). Hooks: ``_n_critics()``, ``_target_actions(batch)``,
     ``_actor_loss(obs, actions)``.
 
-    Gradient backends: "torch" (autograd on the losses of ``rapidrl.train.offpolicy_losses``: the reference, what
+    Gradient backends: "torch" (autograd on the losses of ``rapidrl.algos.offpolicy_losses``: the reference, what
     torch.compile traces) and, for DDPG and TD3 on the CPU in float32, "compiled": the same two steps with every
     gradient written by hand, the critics' forward and backward in a few batched PyTorch calls
     (``rapidrl.nn.mlp_grad``), the actor's in compiled code (``rapidrl.nn.numba_mlp.MLPGrad``), no autograd graph,
@@ -263,82 +208,3 @@ class DeterministicActorCritic:
 
     def _actor_module(self) -> torch.nn.Module:
         return frozen_copy(self.actor)
-
-
-# -- squashed Gaussian actor: SAC, TQC, CrossQ, CQL --------------------------------------------------------------------
-class SquashedGaussianActorCritic:
-    """SAC, TQC, CrossQ and CQL (module docstring). ``_build_actor_and_critics`` makes the networks and the
-    temperature; ``_soft_update`` is the one-step update of SAC and TQC, with the hooks ``_soft_target``,
-    ``_critic_loss`` and ``_soft_actor_loss`` (SAC's by default)."""
-
-    box_actions_only = True
-
-    def _build_actor_and_critics(self, critic_hidden: Sequence[int] | None = None, *, out_dim: int = 1,
-                                 batch_renorm: dict[str, Any] | None = None, target: bool = True) -> None:
-        """self.actor, self.critic (``n_critics`` members of ``critic_hidden``, default ``hidden``), with target:
-        self.critic_target and the parameter lists of the Polyak update; self.log_alpha, tune_alpha,
-        target_entropy."""
-        space, c = self.action_space, self.config
-        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-        act_dim = int(space.shape[0])
-        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
-        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden if critic_hidden is None
-                                     else critic_hidden, out_dim=out_dim, batch_renorm=batch_renorm).to(self.device)
-        if target:
-            self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-            self._critic_params = list(self.critic.parameters())
-            self._target_params = list(self.critic_target.parameters())
-        self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
-
-    def _build_joint_optimizer(self) -> None:
-        """self.optimizer: one Adam over actor, critics and (when tuned) the temperature, for ``_soft_update``."""
-        params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
-
-    # -- SAC's and TQC's update ------------------------------------------------------------------------------------
-    def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
-                     ) -> torch.Tensor:
-        return soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)
-
-    def _critic_loss(self, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return critic_loss(q, target)
-
-    def _soft_actor_loss(self, q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        return soft_actor_loss(q_pi, log_prob, alpha)
-
-    def _soft_update(self, batch) -> torch.Tensor:
-        """One backward pass and one Adam step (``self.optimizer``) for actor, critics and temperature, then the
-        Polyak update of the target critics. The actor runs once on [s; s']; its loss goes through the critics of
-        before this step with their weights held constant. Returns [critic loss, actor loss, temperature loss,
-        alpha, mean Q, entropy estimate]."""
-        b = batch.obs.shape[0]
-        alpha = self.log_alpha.detach().exp()  # [1]
-        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
-            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]), generator=self.torch_rng)
-            with torch.no_grad():
-                next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B] (TQC: [n, B, Q])
-            q = self.critic(batch.obs, batch.actions)
-            q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor only
-        with torch.no_grad():
-            target = self._soft_target(batch, next_q, log_prob[b:], alpha)
-        loss_q = self._critic_loss(q, target)
-        loss_pi = self._soft_actor_loss(q_pi, log_prob[:b], alpha)
-        loss = loss_q + loss_pi
-        if self.tune_alpha:
-            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
-            loss = loss + loss_alpha
-        else:
-            loss_alpha = torch.zeros((), device=self.device)
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        optimizer_step(self.optimizer)
-        polyak_update(self._target_params, self._critic_params, self.config.tau)
-        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
-                            q.detach().mean(), -log_prob[:b].detach().mean()])
-
-    # -- acting ----------------------------------------------------------------------------------------------------
-    def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
-        return self.actor(x, deterministic, self.torch_rng)[0].cpu().numpy()
-
-    def _actor_module(self) -> torch.nn.Module:
-        return SquashedMean(self.actor)

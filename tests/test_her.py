@@ -10,7 +10,7 @@ import pytest
 import rapidrl as rr
 from rapidrl.buffers.her import HerReplayBuffer
 from rapidrl.envs.goal import goal_spec
-from rapidrl.kernels.her import FINAL, FUTURE, STRATEGIES, her_goals
+from rapidrl.kernels.her import FINAL, FUTURE, GOAL_SELECTION_CODES, her_goals
 from rapidrl.kernels.rng import uniform_reference
 from rapidrl.train.callbacks import EvalCallback
 from rapidrl.train.config import ConfigError
@@ -19,7 +19,7 @@ G = 2  # goal width of the hand-made layout: achieved | desired | observation (1
 SPEC = goal_spec(rr.make_vec("PointReach-v0", 1, seed=0))  # achieved 0:2, desired 2:4, observation 4:6
 
 
-def reference_goal_rows(indices, key, counter, ratio, strategy, terminated, truncated, E, pos, size):
+def reference_goal_rows(indices, key, counter, ratio, goal_selection, terminated, truncated, E, pos, size):
     """Plain reference of ``her_goals``' choice: each env's stored steps listed oldest first, cut into episodes at its
     flags (the newest step closes a running episode), then the row's episode searched for and j drawn from it."""
     C = len(terminated)
@@ -45,18 +45,18 @@ def reference_goal_rows(indices, key, counter, ratio, strategy, terminated, trun
             episodes.append(current)
         episode = next(ep for ep in episodes if k in ep)
         i = episode.index(k)
-        if strategy == FINAL:
+        if goal_selection == FINAL:
             j = episode[-1]
         else:
-            choices = episode[i:] if strategy == FUTURE else episode
+            choices = episode[i:] if goal_selection == FUTURE else episode
             j = choices[min(int(u2 * len(choices)), len(choices) - 1)]
         out.append(j * E + e)
     return np.array(out)
 
 
-@pytest.mark.parametrize("strategy", ["future", "final", "episode"])
+@pytest.mark.parametrize("goal_selection", ["future", "final", "episode"])
 @pytest.mark.parametrize("full, pos", [(False, 42), (True, 27), (True, 0)])
-def test_goal_selection_equals_the_reference(strategy, full, pos):
+def test_goal_selection_equals_the_reference(goal_selection, full, pos):
     """A partial ring written from row 0, a full one wrapped past its end, and a full one whose head is at row 0."""
     rng = np.random.default_rng(1)
     E, C = 3, 60
@@ -69,10 +69,10 @@ def test_goal_selection_equals_the_reference(strategy, full, pos):
     obs_out, next_out = np.zeros((B, 6), np.float32), np.zeros((B, 6), np.float32)
     rows = np.empty(B, np.int64)
     key, counter, ratio = 12345, 77, 0.8
-    n = her_goals(indices, key, counter, ratio, STRATEGIES[strategy], terminated, truncated, E, pos, size, next_obs,
+    code = GOAL_SELECTION_CODES[goal_selection]
+    n = her_goals(indices, key, counter, ratio, code, terminated, truncated, E, pos, size, next_obs,
                   0, 2, 2, obs_out, next_out, rows)
-    want = reference_goal_rows(indices, key, counter, ratio, STRATEGIES[strategy], terminated, truncated, E, pos,
-                               size)
+    want = reference_goal_rows(indices, key, counter, ratio, code, terminated, truncated, E, pos, size)
     np.testing.assert_array_equal(rows, want)
     picked = rows >= 0
     assert n == picked.sum() and 0.7 < picked.mean() < 0.9
@@ -81,7 +81,7 @@ def test_goal_selection_equals_the_reference(strategy, full, pos):
     assert (obs_out[~picked] == 0).all()  # rows keeping their goal are not written
     # the kernel compiled and through its Python function agree
     rows_py = np.empty(B, np.int64)
-    her_goals.py_func(indices, key, counter, ratio, STRATEGIES[strategy], terminated, truncated, E, pos, size,
+    her_goals.py_func(indices, key, counter, ratio, code, terminated, truncated, E, pos, size,
                       next_obs, 0, 2, 2, obs_out.copy(), next_out.copy(), rows_py)
     np.testing.assert_array_equal(rows_py, rows)
 

@@ -26,13 +26,13 @@ import numpy as np
 
 from rapidrl.buffers.replay import ReplayBuffer
 from rapidrl.envs.goal.spec import GoalSpec
-from rapidrl.kernels.her import STRATEGIES, her_goals
+from rapidrl.kernels.her import GOAL_SELECTION_CODES, her_goals
 from rapidrl.kernels.rng import derive_keys
 from rapidrl.kernels.validation import check_int
 
 __all__ = ["GOAL_SELECTIONS", "HerReplayBuffer"]
 
-GOAL_SELECTIONS = tuple(STRATEGIES)
+GOAL_SELECTIONS = tuple(GOAL_SELECTION_CODES)
 
 
 class HerReplayBuffer(ReplayBuffer):
@@ -50,7 +50,7 @@ class HerReplayBuffer(ReplayBuffer):
                  goal_selection: str = "future", n_sampled_goal: int = 4, **kwargs):
         if not isinstance(goal, GoalSpec):
             raise TypeError(f"goal must be a rapidrl.envs.goal.GoalSpec, got {type(goal).__name__}")
-        if goal_selection not in STRATEGIES:
+        if goal_selection not in GOAL_SELECTION_CODES:
             raise ValueError(f"goal_selection must be one of {GOAL_SELECTIONS}, got {goal_selection!r}")
         if kwargs.get("n_step", 1) != 1:
             raise ValueError("HER relabels one-step transitions: n_step must be 1 (an n-step return would need every "
@@ -66,7 +66,7 @@ class HerReplayBuffer(ReplayBuffer):
         self.goal_selection = goal_selection
         self.n_sampled_goal = check_int("n_sampled_goal", n_sampled_goal, low=0)
         self.her_ratio = 1.0 - 1.0 / (self.n_sampled_goal + 1)
-        self._strategy = STRATEGIES[goal_selection]
+        self._goal_selection_code = GOAL_SELECTION_CODES[goal_selection]
         self._her_key = int(derive_keys(self.seed, 2)[1].astype(np.int64))
         self._her_draws = 0
         self._goal_rows: dict[int, np.ndarray] = {}
@@ -82,8 +82,8 @@ class HerReplayBuffer(ReplayBuffer):
             rows = self._goal_rows[B] = np.empty(B, np.int64)
         g = self.goal
         _, _, _, next_obs, terminated, truncated = self._flat_store
-        n = her_goals(batch.indices, self._her_key, self._her_draws, self.her_ratio, self._strategy, terminated,
-                      truncated, self.num_envs, self._pos, self._size, next_obs, g.achieved_goal.start,
+        n = her_goals(batch.indices, self._her_key, self._her_draws, self.her_ratio, self._goal_selection_code,
+                      terminated, truncated, self.num_envs, self._pos, self._size, next_obs, g.achieved_goal.start,
                       g.desired_goal.start, g.goal_dim, batch.obs, batch.next_obs, rows)
         self._her_draws += 2 * B
         if n == 0:

@@ -24,14 +24,15 @@ import numpy as np
 
 from rapidrl.kernels.rng import uniform
 
-__all__ = ["EPISODE", "FINAL", "FUTURE", "STRATEGIES", "her_goals"]
+__all__ = ["EPISODE", "FINAL", "FUTURE", "GOAL_SELECTION_CODES", "her_goals"]
 
 FUTURE, FINAL, EPISODE = 0, 1, 2
-STRATEGIES = {"future": FUTURE, "final": FINAL, "episode": EPISODE}
+GOAL_SELECTION_CODES = {"future": FUTURE, "final": FINAL, "episode": EPISODE}
+"""``goal_selection`` (the buffer's argument, the config's ``her_goal_selection``) -> the kernel's code."""
 
 
 @numba.njit(cache=True)
-def her_goals(indices, key, counter, ratio, strategy, terminated, truncated, num_envs, pos, size, next_obs_store,
+def her_goals(indices, key, counter, ratio, goal_selection, terminated, truncated, num_envs, pos, size, next_obs_store,
               achieved_start, desired_start, goal_dim, obs_out, next_obs_out, goal_rows):
     """Pick hindsight goals for the sampled ``indices`` [B] and write them into ``obs_out``/``next_obs_out`` [B, D]
     (module docstring). terminated, truncated: the storage's flags [C]; next_obs_store [C, D]; pos: the next row to
@@ -55,11 +56,11 @@ def her_goals(indices, key, counter, ratio, strategy, terminated, truncated, num
         end = k
         while not (terminated[end * E + e] or truncated[end * E + e]) and end != newest:
             end = (end + 1) % K
-        if strategy == FINAL:
+        if goal_selection == FINAL:
             j = end
         else:
             start = k
-            if strategy == EPISODE:
+            if goal_selection == EPISODE:
                 while start != oldest:
                     prev = (start - 1) % K
                     if terminated[prev * E + e] or truncated[prev * E + e]:

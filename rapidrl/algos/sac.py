@@ -1,9 +1,12 @@
 """SAC (Haarnoja et al. 2018) with twin critics as one batched ensemble and automatic entropy tuning.
 
-Read top to bottom: the config, the compiled update, acting. The losses (``soft_target``, ``critic_loss``,
-``soft_actor_loss``) are in ``rapidrl.algos.offpolicy_losses``, the networks and the autograd update
-(``_soft_update``, shared with TQC) in ``rapidrl.train.offpolicy_actors``; collection, replay and the update driver
-come from the shared off-policy core (``rapidrl.algos.offpolicy``).
+Read top to bottom: the config, one update on its two gradient backends, acting. One update on the "torch" backend
+(``SAC._autograd_step``) reads three files: this one; ``rapidrl.algos.offpolicy_losses`` (``soft_target``,
+``critic_loss``, ``soft_actor_loss``, ``temperature_loss``, ``polyak_update``); ``rapidrl.algos.soft_actor_critic``
+(``soft_passes``, ``joint_step``, ``soft_stats``, and the networks' and temperature's construction). The
+"compiled" backend (``SAC._compiled_step``, the CPU default) is the same update with its gradients written by hand
+(``rapidrl.kernels.sac``, ``rapidrl.nn.mlp_grad``). Collection, replay and the update driver come from the shared
+off-policy core (``rapidrl.algos.offpolicy``).
 
 One update is one backward pass and one Adam step for all of actor, critics and temperature, on the sum of
 - the critic loss towards r + discount * (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(s'),
@@ -25,9 +28,15 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
-from rapidrl.algos.offpolicy_losses import polyak_update
+from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, soft_actor_loss, soft_target, temperature_loss
 from rapidrl.algos.registry import register
-from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
+from rapidrl.algos.soft_actor_critic import (
+    EntropyConfig,
+    SquashedGaussianActorCritic,
+    joint_step,
+    soft_passes,
+    soft_stats,
+)
 from rapidrl.kernels import sac as sac_kernels
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
@@ -83,6 +92,22 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         """One update; returns the statistics named by ``stat_names``."""
         return self._compiled_step(batch) if self.gradient_backend == "compiled" else self._autograd_step(batch)
 
+    def _autograd_step(self, batch) -> torch.Tensor:
+        """The "torch" backend: the update through autograd (the reference of ``_compiled_step``; what torch.compile
+        traces); returns ``stat_names``' statistics."""
+        alpha = self.log_alpha.detach().exp()  # [1]
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            q, q_pi, next_q, log_prob, next_log_prob = soft_passes(self.actor, self.critic, self.critic_target, batch,
+                                                                    self.torch_rng)  # [n, B] each, [B], [B]
+        with torch.no_grad():
+            target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # [B]
+        loss_q = critic_loss(q, target)
+        loss_pi = soft_actor_loss(q_pi, log_prob, alpha)
+        loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy) if self.tune_alpha else None
+        joint_step(self.optimizer, [loss_q, loss_pi, loss_alpha], self._target_params, self._critic_params,
+                   self.config.tau)  # one backward pass, one Adam step, the Polyak update
+        return soft_stats(loss_q, loss_pi, loss_alpha, alpha, q, log_prob)
+
     @torch.no_grad()
     def _compiled_step(self, batch) -> torch.Tensor:
         """The "compiled" backend: ``_autograd_step`` with every gradient written by hand, the elementwise parts
@@ -128,11 +153,6 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         optimizer_step(self.optimizer)
         polyak_update(self._target_params, self._critic_params, c.tau)
         return stats
-
-    def _autograd_step(self, batch) -> torch.Tensor:
-        """The "torch" backend: the update through autograd on SAC's losses (``rapidrl.algos.offpolicy_losses``;
-        the reference of ``_compiled_step``; what torch.compile traces)."""
-        return self._soft_update(batch)
 
     # -- acting ----------------------------------------------------------------------------------
     def _policy_actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:

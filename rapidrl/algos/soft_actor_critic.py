@@ -1,5 +1,6 @@
-"""The squashed-Gaussian actor-critic family (SAC, TQC, CrossQ, CQL): the entropy temperature's settings and initial
-value, the networks, acting and saved state.
+"""What the squashed-Gaussian actor-critic family (SAC, TQC, CrossQ, CQL) shares that is not an update: the entropy
+temperature's settings and initial value, the networks, acting, and three plain functions SAC's and TQC's updates
+call (``soft_passes``, ``joint_step``, ``soft_stats``). Each algorithm writes its update out in its own module.
 
 The temperature alpha weighs the policy's entropy in the targets and the actor loss. Fixed (``ent_coef`` a number),
 or tuned by gradient descent on log alpha towards a target entropy (``ent_coef="auto"``, Haarnoja et al. 2018b;
@@ -16,13 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, soft_actor_loss, soft_target, temperature_loss
+from rapidrl.algos.offpolicy_losses import polyak_update
 from rapidrl.nn.deploy import SquashedMean
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
 from rapidrl.train.config import check_positive, require
 
-__all__ = ["EntropyConfig", "SquashedGaussianActorCritic", "initial_log_alpha"]
+__all__ = ["EntropyConfig", "SquashedGaussianActorCritic", "initial_log_alpha", "joint_step", "soft_passes",
+           "soft_stats"]
 
 
 @dataclass
@@ -55,11 +57,51 @@ def initial_log_alpha(config: EntropyConfig, act_dim: int, device: torch.device
     return log_alpha, tune, target
 
 
+# -- the pieces of SAC's and TQC's updates -----------------------------------------------------------------------------
+def soft_passes(actor: SquashedGaussianActor, critic: CriticEnsemble, critic_target: CriticEnsemble, batch,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
+    """The network passes of SAC's and TQC's update: a ~ pi(s) and a' ~ pi(s') from one actor pass over the 2B rows
+    [s; s'] (one draw of [2B, A] standard normal noise from ``generator``); the target critics at (s', a'), without
+    gradients; the critics at the data's (s, a); the critics at (s, a ~ pi(s)) with their weights held constant, so
+    gradients reach the actor only. Returns (Q(s, a_data), Q(s, a ~ pi(s)), Q'(s', a'), log pi(a|s) [B],
+    log pi(a'|s') [B]), the critics' outputs [n, B] (TQC's: [n, B, Q])."""
+    b = batch.obs.shape[0]
+    actions, log_prob = actor(torch.cat([batch.obs, batch.next_obs]), generator=generator)  # [2B, A], [2B]
+    with torch.no_grad():
+        next_q = critic_target(batch.next_obs, actions[b:])
+    q = critic(batch.obs, batch.actions)
+    q_pi = critic(batch.obs, actions[:b], detach_params=True)
+    return q, q_pi, next_q, log_prob[:b], log_prob[b:]
+
+
+def joint_step(optimizer: torch.optim.Optimizer, losses: Sequence[torch.Tensor | None], target_params: list,
+               online_params: list, tau: float) -> None:
+    """One backward pass of the sum of ``losses`` (left to right, None skipped: a fixed temperature's), one step of
+    ``optimizer``, then the Polyak update target <- target + tau (online - target)."""
+    loss = losses[0]
+    for term in losses[1:]:
+        if term is not None:
+            loss = loss + term
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer_step(optimizer)
+    polyak_update(target_params, online_params, tau)
+
+
+def soft_stats(loss_q: torch.Tensor, loss_pi: torch.Tensor, loss_alpha: torch.Tensor | None, alpha: torch.Tensor,
+               q: torch.Tensor, log_prob: torch.Tensor) -> torch.Tensor:
+    """[critic loss, actor loss, temperature loss (0 when fixed), alpha, mean of q, entropy estimate -mean log pi]
+    (SAC's and TQC's ``stat_names``); alpha [1], q any shape, log_prob [B]."""
+    zero = torch.zeros((), device=alpha.device)
+    return torch.stack([loss_q.detach(), loss_pi.detach(), zero if loss_alpha is None else loss_alpha.detach(),
+                        alpha[0], q.detach().mean(), -log_prob.detach().mean()])
+
+
 # -- squashed Gaussian actor: SAC, TQC, CrossQ, CQL --------------------------------------------------------------------
 class SquashedGaussianActorCritic:
-    """SAC, TQC, CrossQ and CQL (module docstring). ``_build_actor_and_critics`` makes the networks and the
-    temperature; ``_soft_update`` is the one-step update of SAC and TQC, with the hooks ``_soft_target``,
-    ``_critic_loss`` and ``_soft_actor_loss`` (SAC's by default)."""
+    """SAC, TQC, CrossQ and CQL: ``_build_actor_and_critics`` makes the networks and the temperature,
+    ``_build_joint_optimizer`` the one Adam of SAC and TQC; acting samples the actor (``_act``), the exported policy
+    is its squashed mean. No update: each algorithm writes its own."""
 
     box_actions_only = True
 
@@ -81,50 +123,9 @@ class SquashedGaussianActorCritic:
         self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
 
     def _build_joint_optimizer(self) -> None:
-        """self.optimizer: one Adam over actor, critics and (when tuned) the temperature, for ``_soft_update``."""
+        """self.optimizer: one Adam over actor, critics and (when tuned) the temperature (SAC's and TQC's)."""
         params = [*self.actor.parameters(), *self.critic.parameters()]
         self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
-
-    # -- SAC's and TQC's update ------------------------------------------------------------------------------------
-    def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
-                     ) -> torch.Tensor:
-        return soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)
-
-    def _critic_loss(self, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return critic_loss(q, target)
-
-    def _soft_actor_loss(self, q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        return soft_actor_loss(q_pi, log_prob, alpha)
-
-    def _soft_update(self, batch) -> torch.Tensor:
-        """One backward pass and one Adam step (``self.optimizer``) for actor, critics and temperature, then the
-        Polyak update of the target critics. The actor runs once on [s; s']; its loss goes through the critics of
-        before this step with their weights held constant. Returns [critic loss, actor loss, temperature loss,
-        alpha, mean Q, entropy estimate]."""
-        b = batch.obs.shape[0]
-        alpha = self.log_alpha.detach().exp()  # [1]
-        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
-            actions_pi, log_prob = self.actor(torch.cat([batch.obs, batch.next_obs]), generator=self.torch_rng)
-            with torch.no_grad():
-                next_q = self.critic_target(batch.next_obs, actions_pi[b:])  # [n, B] (TQC: [n, B, Q])
-            q = self.critic(batch.obs, batch.actions)
-            q_pi = self.critic(batch.obs, actions_pi[:b], detach_params=True)  # gradients reach the actor only
-        with torch.no_grad():
-            target = self._soft_target(batch, next_q, log_prob[b:], alpha)
-        loss_q = self._critic_loss(q, target)
-        loss_pi = self._soft_actor_loss(q_pi, log_prob[:b], alpha)
-        loss = loss_q + loss_pi
-        if self.tune_alpha:
-            loss_alpha = temperature_loss(self.log_alpha, log_prob[:b], self.target_entropy)
-            loss = loss + loss_alpha
-        else:
-            loss_alpha = torch.zeros((), device=self.device)
-        self.optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        optimizer_step(self.optimizer)
-        polyak_update(self._target_params, self._critic_params, self.config.tau)
-        return torch.stack([loss_q.detach(), loss_pi.detach(), loss_alpha.detach(), alpha[0],
-                            q.detach().mean(), -log_prob[:b].detach().mean()])
 
     # -- acting ----------------------------------------------------------------------------------------------------
     def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:

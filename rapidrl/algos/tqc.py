@@ -1,9 +1,10 @@
 """TQC (Kuznetsov et al. 2020): SAC with distributional critics whose pooled top quantiles are dropped from the target.
 
-Read top to bottom: the config, the losses (pure functions), the networks and the hooks of the update. The update
-itself (``_soft_update``), acting and the networks' construction are SAC's (``rapidrl.train.offpolicy_actors.
-SquashedGaussianActorCritic``); collection, replay and the update driver come from the shared off-policy core
-(``rapidrl.algos.offpolicy``); the temperature from ``rapidrl.algos.soft_actor_critic``.
+Read top to bottom: the config, the losses (pure functions), the update (``TQC._update_step``), written out. One
+update reads three files: this one; ``rapidrl.algos.soft_actor_critic`` (``soft_passes``, ``joint_step``,
+``soft_stats``, and the networks' and temperature's construction); ``rapidrl.algos.offpolicy_losses``
+(``temperature_loss``, ``polyak_update``). Collection, replay and the update driver come from the shared off-policy
+core (``rapidrl.algos.offpolicy``).
 
 Each of ``n_critics`` critics predicts ``n_quantiles`` quantiles Z_i(s, a) at fractions tau_j = (j + 0.5) / Q (one
 ``CriticEnsemble`` with Q outputs per member). The target pools the n * Q target quantiles of (s', a'), a' ~ pi(s'),
@@ -29,8 +30,15 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy_losses import temperature_loss
 from rapidrl.algos.registry import register
-from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
+from rapidrl.algos.soft_actor_critic import (
+    EntropyConfig,
+    SquashedGaussianActorCritic,
+    joint_step,
+    soft_passes,
+    soft_stats,
+)
 from rapidrl.kernels.quantile import quantile_huber
 from rapidrl.train.config import check_positive, require
 
@@ -121,21 +129,23 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     def _gradient_backends(self) -> dict:
         return self._compiled_or_torch()
 
-    # -- update: SAC's (``_soft_update``) with these target and losses ----------------------------------------------
-    def _soft_target(self, batch, next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor
-                     ) -> torch.Tensor:
-        return truncated_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha,
-                                self.config.top_quantiles_to_drop_per_net)  # [B, M]
-
-    def _critic_loss(self, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if self.gradient_backend == "compiled":
-            return CompiledQuantileHuberLoss.apply(q, target)
-        return quantile_huber_loss(q, target)
-
-    def _soft_actor_loss(self, q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        return actor_loss(q_pi, log_prob, alpha)
-
+    # -- update ----------------------------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
-        """One update (autograd on the losses above; the "compiled" backend's quantile loss and its gradient in one
-        compiled pass); returns ``stat_names``' statistics."""
-        return self._soft_update(batch)
+        """One update: autograd on the losses above (on the "compiled" backend the quantile loss and its gradient in
+        one compiled pass); returns ``stat_names``' statistics."""
+        alpha = self.log_alpha.detach().exp()  # [1]
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            quantiles, quantiles_pi, next_quantiles, log_prob, next_log_prob = soft_passes(
+                self.actor, self.critic, self.critic_target, batch, self.torch_rng)  # [n, B, Q] each, [B], [B]
+        with torch.no_grad():
+            target = truncated_target(batch.rewards, batch.discounts, next_quantiles, next_log_prob, alpha,
+                                      self.config.top_quantiles_to_drop_per_net)  # [B, M]
+        if self.gradient_backend == "compiled":
+            loss_q = CompiledQuantileHuberLoss.apply(quantiles, target)
+        else:
+            loss_q = quantile_huber_loss(quantiles, target)
+        loss_pi = actor_loss(quantiles_pi, log_prob, alpha)
+        loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy) if self.tune_alpha else None
+        joint_step(self.optimizer, [loss_q, loss_pi, loss_alpha], self._target_params, self._critic_params,
+                   self.config.tau)  # one backward pass, one Adam step, the Polyak update
+        return soft_stats(loss_q, loss_pi, loss_alpha, alpha, quantiles, log_prob)

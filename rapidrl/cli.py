@@ -29,15 +29,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from rapidrl.runs.collect import collect_dataset, load_run_model, run_dir_of
 from rapidrl.runs.config import (
     find_runs,
     latest_run,
@@ -48,25 +44,17 @@ from rapidrl.runs.config import (
     preset_path,
     read_toml,
     resolve,
-    write_paths,
 )
-from rapidrl.runs.layout import (
-    CHECKPOINT_DIR,
-    CONFIG_FILE,
-    METRICS_CSV,
-    MODEL_FILE,
-    MONITOR_FILE,
-    TRAIN_LOG,
-    remove_stale_temp,
-    write_summary,
-)
+from rapidrl.runs.errors import RunError, os_error_line
+from rapidrl.runs.layout import CONFIG_FILE
 from rapidrl.runs.lock import RunInUseError, RunLock
-from rapidrl.train.config import ConfigError, config_to_dict
-from rapidrl.train.paths import describe
+from rapidrl.train.config import ConfigError
+from rapidrl.training import check_buildable, run_training, train_in_background
+
+CLIError = RunError
+"""A user error: printed as one line, exit code 2 (``rapidrl.runs.errors.RunError``)."""
 
 
-class CLIError(Exception):
-    """A user error: printed as one line, exit code 2."""
 
 
 # -- train ----------------------------------------------------------------------------------------------
@@ -139,7 +127,7 @@ def cmd_train(args) -> int:
             layers = [("--config " + args.config, read_toml(args.config))] if args.config else []
             layers += [("command line", _cli_layer(args)), ("--set", _set_layer(args.set))]
             config = _resolve(args, layers)
-            _check_buildable(config)
+            check_buildable(config)
             run_dir = new_run_dir(args.runs_root, config.run.algo, config.run.env, args.run_dir, hold=hold)
             config.write(run_dir / CONFIG_FILE)
             print(f"run directory: {run_dir}")
@@ -151,7 +139,7 @@ def cmd_train(args) -> int:
                       f"(see `rapidrl list presets`; tune them with --set or --config)")
         if args.detach or args.monitor:
             hold.close()  # the background trainer takes the lock itself
-            return _train_in_background(run_dir, show_monitor=args.monitor)
+            return train_in_background(run_dir, show_monitor=args.monitor)
         return run_training(run_dir, progress=not args.headless, resume=bool(args.resume))
 
 
@@ -227,258 +215,20 @@ def _train_distributed(args) -> int:
             model.dist.close()
 
 
-def _train_in_background(run_dir: Path, show_monitor: bool) -> int:
-    """Start ``rapidrl train --resume RUN_DIR --headless`` as a detached child logging to train.log."""
-    log = open(run_dir / TRAIN_LOG, "a")
-    child = subprocess.Popen([sys.executable, "-m", "rapidrl", "train", "--resume", str(run_dir), "--headless"],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
-    if not show_monitor:
-        print(f"training in the background (pid {child.pid}), log: {run_dir / TRAIN_LOG}\n"
-              f"attach a monitor:  rapidrl monitor {run_dir}\n"
-              f"stop it:           kill {child.pid}   (continue later: rapidrl train --resume {run_dir})")
-        return 0
-    from rapidrl.monitor.view import DETACHED, run_monitor
-
-    if run_monitor([run_dir], stop_when=lambda: child.poll() is not None) == DETACHED:
-        print(f"training continues in the background (pid {child.pid}); log: {run_dir / TRAIN_LOG}")
-        return 0
-    child.wait()  # the run has ended; the trainer is saving and evaluating
-    tail = (run_dir / TRAIN_LOG).read_text().strip().splitlines()[-4:]
-    print("\n".join(tail))
-    return child.returncode
 
 
-def _check_buildable(config) -> None:
-    """Build (and drop) the model once, so that an env/algorithm mismatch, or a run shorter than the algorithm's
-    warm-up (``rapidrl.train.warmup``), fails before a run directory exists."""
-    from rapidrl.train.warmup import short_run
-
-    try:
-        model = config.algo_class(config.run.env, config.algo_config, env_kwargs=config.env_kwargs)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"{config.run.algo} on {config.run.env}: {str(e).splitlines()[0]}") from None
-    model.env.close()
-    short = short_run(model, config.run.timesteps)
-    if short is not None:
-        message, trains_nothing = short
-        if trains_nothing:
-            raise ConfigError(f"{config.run.algo} on {config.run.env}: {message}")
-        print(f"warning: {message}", file=sys.stderr)
 
 
-def _build_model(config, run_dir: Path, resume: bool = False):
-    """A fresh model, or that of the newest checkpoint that loads (returns model, resumed). A checkpoint that does
-    not load (corrupt, foreign) is skipped, saying so; resume: the user asked to resume (a run without checkpoints
-    is then said to start from step 0)."""
-    from rapidrl.train.checkpoint import ModelFileError, buffer_dir, resume_candidates
-
-    cls, run = config.algo_class, config.run
-    with_buffer = cls.has_replay_buffer
-    candidates = resume_candidates(run_dir / CHECKPOINT_DIR, cls)
-    skipped = []
-    try:
-        if not candidates:
-            if resume:
-                print(f"{run_dir} has no checkpoint yet: training starts from step 0", file=sys.stderr)
-            return cls(run.env, config.algo_config, env_kwargs=config.env_kwargs), False
-        env = None
-        if config.env_kwargs:
-            from rapidrl.envs import make_vec
-
-            env = make_vec(run.env, config.algo_config.num_envs, seed=run.seed, **config.env_kwargs)
-        for _, ckpt in candidates:
-            extra = {"include_buffer": True} if with_buffer and buffer_dir(ckpt).is_dir() else {}
-            try:
-                # config.toml is authoritative (edit it to change hyperparameters before resuming)
-                model = cls.load(ckpt, env=env, **extra, **config_to_dict(config.algo_config))
-            except ModelFileError as e:
-                skipped.append(str(e))
-                print(f"warning: skipped {ckpt.name}: {e}", file=sys.stderr)
-                continue
-            if with_buffer and not extra:
-                print(f"warning: {ckpt} has no saved replay buffer; resuming with an empty one", file=sys.stderr)
-            model.env_kwargs = dict(config.env_kwargs)
-            print(f"resuming from {ckpt} (step {model.num_timesteps:,})"
-                  + (f", the newest that loads ({len(skipped)} newer skipped)" if skipped else ""))
-            return model, True
-    except (ValueError, TypeError, RuntimeError) as e:  # bad env kwargs, or a checkpoint config.toml cannot fit
-        raise ConfigError(str(e).splitlines()[0]) from None
-    raise CLIError(f"cannot resume {run_dir}: none of its {len(skipped)} checkpoints loads ({'; '.join(skipped)}); "
-                   f"move {run_dir / CHECKPOINT_DIR} away to train it again from step 0")
 
 
-@contextlib.contextmanager
-def _sigterm_as_ctrl_c():
-    """While the block runs, ``kill PID`` (SIGTERM) stops at once as Ctrl-C does (``KeyboardInterrupt``): the
-    handling of a distributed rank, which cannot stop at an update of its own (``StopOnSignal`` is the other's)."""
-    from rapidrl.train.callbacks import signal_handlers
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    with signal_handlers({signal.SIGTERM: interrupt}):
-        yield
 
 
-def run_training(run_dir: Path, progress: bool = True, prebuilt=None, main: bool = True, resume: bool = False
-                 ) -> int:
-    """Train the run in ``run_dir`` (fresh or from its newest checkpoint that loads), evaluate, save, summarize.
-
-    The main process holds the run's writer lock throughout (``rapidrl.runs.lock``: a second writer is refused) and
-    first removes the temporary files of writes a killed process left (``remove_stale_temp``).
-    prebuilt: (config, model) already built (distributed learners); main: False on ranks other than 0, which
-    train without logging, checkpointing, saving or evaluating. resume: the user asked to resume (said when there is
-    no checkpoint to resume from).
-    """
-    with RunLock(run_dir, "rapidrl train") if main else contextlib.nullcontext():
-        if main:
-            stale = remove_stale_temp(run_dir)
-            if stale:
-                print(f"removed {len(stale)} temporary file(s) of unfinished writes: "
-                      f"{', '.join(p.name for p in stale)}", file=sys.stderr)
-        try:
-            return _run_training(run_dir, progress, prebuilt, main, resume)
-        except OSError as e:  # a full disk, a read-only or forbidden directory: what failed, and what was kept
-            raise CLIError(os_error_line(e, run_dir)) from e
 
 
-def _run_training(run_dir: Path, progress: bool, prebuilt, main: bool, resume: bool) -> int:
-    from rapidrl.monitor.publisher import MonitorPublisher
-    from rapidrl.train.algorithm import NonFiniteError
-    from rapidrl.train.callbacks import StopOnSignal
-    from rapidrl.train.checkpoint import Checkpointer
-    from rapidrl.train.loggers import CSVLogger, MLflowLogger, TensorBoardLogger, TextLogger, WandbLogger
-
-    if prebuilt is None:
-        config = load_run_config(run_dir)
-        model, resumed = _build_model(config, run_dir, resume)
-    else:
-        (config, model), resumed = prebuilt, False
-    run = config.run
-    if resumed and model.num_timesteps >= run.timesteps:
-        print(f"{run_dir} already trained {model.num_timesteps:,} of {run.timesteps:,} steps: nothing to do")
-        return 0
-    start_step = model.num_timesteps if resumed else None
-    publisher, loggers = None, []
-    if main:
-        publisher = MonitorPublisher(model, run_dir / MONITOR_FILE, run_name=run_dir.name, total_steps=run.timesteps)
-        loggers = [CSVLogger(run_dir / METRICS_CSV, resume_step=start_step),
-                   TensorBoardLogger(run_dir, resume_step=start_step), publisher]
-        if run.wandb:
-            loggers.append(WandbLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
-        if run.mlflow:
-            loggers.append(MLflowLogger(run_dir, run_dir.name, config.to_dict(), resume=resumed))
-        if not progress:
-            loggers.append(TextLogger(run.timesteps))
-    model.loggers.extend(loggers)
-    if main:  # which implementation runs, and why (rapidrl.train.paths): on screen, in config.toml and summary.json
-        print("paths: " + describe(model.paths))
-        write_paths(run_dir, model.paths)
-    every = run.checkpoint_every or max(1, run.timesteps // 10)
-    checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, every=every, keep=run.checkpoint_keep)
-    # Ctrl-C / `kill PID`: stop after the update in progress and checkpoint there (the checkpointer's end of
-    # training), so that a resume loses nothing. Distributed ranks must stop at the same update: they stop at once.
-    stop = StopOnSignal() if model.dist is None else None
-    callbacks = [c for c in (checkpointer if main else None, stop) if c is not None]
-    t0 = time.perf_counter()
-    status, code = "finished", 0
-    try:
-        with stop.installed() if stop is not None else _sigterm_as_ctrl_c():
-            model.learn(run.timesteps, callback=callbacks or None, progress_bar=progress, resume=resumed)
-        if stop is not None and stop.requested and model.num_timesteps < run.timesteps:
-            status, code = "stopped", 130
-            print(f"stopped at step {model.num_timesteps:,} ({stop.requested}); checkpoint: "
-                  f"{checkpointer.last_good or 'none'}\ncontinue with: rapidrl train --resume {run_dir}",
-                  file=sys.stderr)
-    except NonFiniteError as e:
-        status, code = "failed", 1
-        good = checkpointer.last_good
-        print(f"rapidrl: error: {e}. Last good checkpoint: {good or 'none'}; lower the learning rate "
-              f"(rapidrl train ... --set algo.learning_rate=...) or resume it with: rapidrl train --resume {run_dir}",
-              file=sys.stderr)
-    except KeyboardInterrupt:
-        status, code = "stopped", 130
-        print(f"\ninterrupted at step {model.num_timesteps:,}; last checkpoint: {checkpointer.last_good or 'none'}\n"
-              f"continue with: rapidrl train --resume {run_dir}", file=sys.stderr)
-    finally:
-        wall = time.perf_counter() - t0
-        train_time = model.timer.elapsed()  # the learn call's clock: a resumed run's earlier parts included
-        for logger in loggers:
-            if logger is not publisher:
-                logger.close()
-    if not main:
-        return code
-    summary = {"status": status, "algo": run.algo, "env": run.env, "timesteps": model.num_timesteps,
-               "total_timesteps": run.timesteps, "episodes": model.num_episodes, "wall_time_s": round(wall, 3),
-               "train_time_s": round(train_time, 3),
-               "sps": round((model.num_timesteps - (start_step or 0)) / max(wall, 1e-9), 1), "resumed": resumed,
-               "last_checkpoint": str(checkpointer.last_good) if checkpointer.last_good else None,
-               "paths": {name: p.as_dict() for name, p in model.paths.items()}}
-    if status == "finished":
-        model_path = model.save(run_dir / MODEL_FILE)
-        summary["model"] = str(model_path)
-        if run.eval_episodes > 0:
-            print(f"evaluating {run.eval_episodes} episodes ({run.eval_episodes} envs in parallel)", flush=True)
-            mean, std = model.evaluate(run.eval_episodes, progress=progress)
-            summary.update(eval_mean=mean, eval_std=std, eval_episodes=run.eval_episodes)
-            print(f"eval return: {mean:.2f} ± {std:.2f} over {run.eval_episodes} episodes")
-            dataset = getattr(model, "dataset", None)  # an offline model: D4RL's score with its dataset's references
-            if dataset is not None and dataset.ref_min_score is not None and dataset.ref_max_score is not None:
-                summary["eval_score"] = float(dataset.normalized_score(mean))
-                print(f"normalised score: {summary['eval_score']:.1f} (0: {dataset.ref_min_score:.1f}, random; "
-                      f"100: {dataset.ref_max_score:.1f}, expert; {dataset.dataset_id})")
-        if resumed:  # this process trained only the part after the checkpoint; the clock of the whole is saved too
-            print(f"trained steps {start_step:,} to {model.num_timesteps:,} in {wall:.1f} s ({summary['sps']:,.0f} "
-                  f"SPS); all {model.num_timesteps:,} steps in {train_time:.1f} s of training")
-        else:
-            print(f"trained {model.num_timesteps:,} steps in {wall:.1f} s ({summary['sps']:,.0f} SPS)")
-        print(f"model saved to {model_path}")
-    write_summary(run_dir, summary)
-    publisher.close(status)
-    return code
 
 
 # -- eval -----------------------------------------------------------------------------------------------
 
-def _load_for_eval(target: Path):
-    """(model, path, seed) from a run directory (model.pt, else its newest checkpoint; a file that does not load is
-    skipped, saying so, for the next newest) or a .pt file."""
-    from rapidrl.algos.registry import algorithms
-    from rapidrl.train.checkpoint import ModelFileError, list_checkpoints, load_checkpoint
-
-    env_kwargs, seed = {}, 0
-    if target.is_dir():
-        config = load_run_config(target)
-        env_kwargs, seed = config.env_kwargs, config.run.seed or 0
-        candidates = [target / MODEL_FILE] if (target / MODEL_FILE).is_file() else []
-        candidates += [p for _, p in reversed(list_checkpoints(target / CHECKPOINT_DIR))]
-        if not candidates:
-            raise CLIError(f"{target} has no {MODEL_FILE} and no checkpoint yet")
-    elif target.is_file():
-        candidates = [target]
-    else:
-        raise CLIError(f"no run directory or model file at {target}")
-    skipped = []
-    for path in candidates:
-        try:
-            payload = load_checkpoint(path)
-            break
-        except ModelFileError as e:
-            if len(candidates) == 1:
-                raise
-            skipped.append(str(e))
-            print(f"warning: skipped {path}: {e}", file=sys.stderr)
-    else:
-        raise CLIError(f"none of the {len(candidates)} model files of {target} loads ({'; '.join(skipped)})")
-    algo = payload["algo"]
-    known = algorithms()
-    if algo not in known:
-        raise CLIError(f"{path} holds a {algo!r} model; this rapidrl knows {', '.join(known)}")
-    model = known[algo].load(path)
-    if target.is_dir():  # the run's config; a model file brings its own (saved with it)
-        model.env_kwargs = dict(env_kwargs)
-    return model, path, seed
 
 
 def cmd_eval(args) -> int:
@@ -492,7 +242,7 @@ def cmd_eval(args) -> int:
             check_video_path(video)
         except ValueError as e:
             raise CLIError(str(e)) from None
-    model, path, seed = _load_for_eval(Path(args.run))
+    model, path, seed = load_run_model(Path(args.run))
     from rich.console import Console
 
     mean, std = model.evaluate(args.episodes, deterministic=not args.stochastic, progress=Console().is_terminal)
@@ -516,85 +266,17 @@ def cmd_collect(args) -> int:
     if args.from_replay == (args.steps is not None):
         raise CLIError("give --steps N (collect with the policy) or --from-replay (the run's replay buffer)")
     target = Path(args.run)
-    run_dir = _run_dir_of(target)
+    run_dir = run_dir_of(target)
     with RunLock(run_dir, "rapidrl collect") if run_dir is not None else contextlib.nullcontext():
-        return _collect(args, target)
-
-
-def _run_dir_of(target: Path) -> Path | None:
-    """The run directory ``target`` is or lies in (RUN, RUN/model.pt, RUN/checkpoints/step_N.pt), or None."""
-    for candidate in (target, target.parent, target.parent.parent):
-        if candidate.is_dir() and (candidate / CONFIG_FILE).is_file():
-            return candidate
-    return None
-
-
-def _collect(args, target: Path) -> int:
-    import numpy as np
-
-    from rapidrl.buffers.dataset import collect_episodes, policy_return, replay_episodes, write_dataset
-    from rapidrl.envs import make_vec
-    from rapidrl.runs.config import env_slug
-    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
-
-    model, path, seed = _load_for_eval(target)
-    seed = args.seed if args.seed is not None else seed
-    env_id, kwargs = model.env_id, dict(model.env_kwargs)
-    discrete = hasattr(model.action_space, "n")
-    if (discrete and args.noise) or (not discrete and args.epsilon):
-        raise CLIError(f"{'--noise is for Box' if discrete else '--epsilon is for Discrete'} actions; "
-                       f"{env_id} has {model.action_space}")
-    rng = np.random.default_rng(seed)
-    space = model.action_space
-
-    def act(obs):
-        actions = model.predict(obs, deterministic=not args.stochastic)
-        if args.noise:
-            half = (space.high - space.low) / 2
-            actions = np.clip(actions + rng.normal(0.0, args.noise, actions.shape) * half, space.low, space.high)
-        if args.epsilon:
-            explore = rng.random(len(actions)) < args.epsilon
-            actions = np.where(explore, rng.integers(space.n, size=len(actions)), actions)
-        return actions.astype(space.dtype, copy=False)
-
-    if args.from_replay:
-        source = path if path.suffix == ".pt" and buffer_dir(path).is_dir() else None
-        if source is None and target.is_dir():
-            source = latest_checkpoint(target / CHECKPOINT_DIR, with_buffer=True)
-        if source is None or not buffer_dir(source).is_dir():
-            raise CLIError(f"no saved replay buffer for {target} (a checkpoint's .buffer directory; off-policy runs "
-                           "save one with each checkpoint)")
-        print(f"replay buffer: {buffer_dir(source)}")
-        _, episodes = replay_episodes(buffer_dir(source))
-        kind, origin = "replay", {"kind": "replay", "buffer": str(buffer_dir(source))}
-    else:
-        env = make_vec(env_id, args.num_envs, seed=seed, flatten_observations=True, **kwargs)
-        episodes = collect_episodes(env, act, args.steps, seed=seed)
-        kind = "policy"
-        origin = {"kind": "policy", "model": str(path), "steps": args.steps, "stochastic": args.stochastic,
-                  "noise": args.noise, "epsilon": args.epsilon, "seed": seed}
-    dataset_id = args.dataset_id or f"rapidrl/{env_slug(env_id)}/{model.name}-{kind}-{model.num_timesteps}-v0"
-    ref_env = make_vec(env_id, args.ref_episodes, seed=seed + 1, flatten_observations=True, **kwargs)
-    ref_min = args.ref_min
-    if ref_min is None:
-        ref_min = float(policy_return(ref_env, lambda o: np.stack([space.sample() for _ in range(len(o))]),
-                                      seed + 1).mean())
-    ref_max = args.ref_max
-    if ref_max is None:
-        expert = _load_for_eval(Path(args.expert))[0] if args.expert else model
-        ref_max = float(policy_return(ref_env, lambda o: expert.predict(o, deterministic=True), seed + 1).mean())
-        print(f"ref_max_score {ref_max:.2f}: the deterministic return of "
-              f"{args.expert or 'the collecting policy'} over {args.ref_episodes} episodes")
-    data = write_dataset(dataset_id, episodes, model.observation_space, model.action_space, env_id=env_id,
-                         env_kwargs=kwargs, ref_min_score=ref_min, ref_max_score=ref_max,
-                         algorithm_name=model.name, source=origin, root=args.root)
-    from rapidrl.buffers.dataset import read_header
-
-    header = read_header(data)
-    mean = header.metadata["rapidrl"]["mean_return"]
-    print(f"wrote {dataset_id}: {header.total_episodes:,} episodes, {header.total_steps:,} steps, mean episode return "
-          f"{mean:.2f} (reference scores {ref_min:.2f} random, {ref_max:.2f} expert) to {data}")
+        collect_dataset(target, steps=args.steps, from_replay=args.from_replay, stochastic=args.stochastic,
+                        noise=args.noise, epsilon=args.epsilon, num_envs=args.num_envs, seed=args.seed,
+                        dataset_id=args.dataset_id, ref_episodes=args.ref_episodes, ref_min=args.ref_min,
+                        ref_max=args.ref_max, expert=args.expert, root=args.root)
     return 0
+
+
+
+
 
 
 # -- monitor, list, plot, bench -------------------------------------------------------------------------
@@ -671,7 +353,7 @@ def cmd_export(args) -> int:
 
     if args.format not in FORMATS:
         raise CLIError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
-    model, path, _ = _load_for_eval(Path(args.run))
+    model, path, _ = load_run_model(Path(args.run))
     default = Path(args.run) / ("policy.onnx" if args.format == "onnx" else "policy.ts")
     out = Path(args.out) if args.out else (default if Path(args.run).is_dir() else path.with_suffix(default.suffix))
     try:
@@ -891,41 +573,8 @@ def _expected_errors() -> tuple[type, ...]:
     return (CLIError, ConfigError, OSError, RunInUseError, ModelFileError, ActionMaskError, _dataset_error())
 
 
-def _size(n: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
-def os_error_line(e: OSError, run_dir: Path | None = None) -> str:
-    """One line for an OS error: what could not be done where, the space left on a full disk, and for a run what
-    was kept (its newest checkpoint, which ``--resume`` continues from)."""
-    where = e.filename if e.filename is not None else (run_dir if run_dir is not None else "")
-    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        place = Path(where or ".")
-        while not place.exists() and place != place.parent:
-            place = place.parent
-        try:
-            free = f"{_size(shutil.disk_usage(place).free)} free"
-        except OSError:
-            free = "free space unknown"
-        what = "disk quota exceeded" if e.errno != errno.ENOSPC else "no space left on the device"
-        line = f"{what} writing {where} ({free} there)"
-    elif e.errno == errno.EROFS:
-        line = f"read-only file system: cannot write {where}"
-    elif e.errno in (errno.EACCES, errno.EPERM):
-        line = f"permission denied: {where}"
-    else:
-        line = f"{e.strerror or type(e).__name__}: {where}" if where != "" else str(e)
-    if run_dir is not None:
-        from rapidrl.train.checkpoint import latest_checkpoint
-
-        kept = latest_checkpoint(Path(run_dir) / CHECKPOINT_DIR)
-        line += (f"; kept the last checkpoint, {kept} (continue once fixed: rapidrl train --resume {run_dir})"
-                 if kept is not None else f"; no checkpoint of {run_dir} was written yet")
-    return line
 
 
 def error_line(e: BaseException) -> str:

@@ -1,10 +1,12 @@
 """CrossQ (Bhatt et al., ICLR 2024): SAC without target networks, with batch-renormalised critics and actor.
 
-Read top to bottom: the config, the joint critic pass, the update. The target and losses (``soft_target``,
-``critic_loss``, ``soft_actor_loss``) are SAC's (``rapidrl.algos.offpolicy_losses``), the networks and acting the
-squashed Gaussian actor-critic's, with the temperature (``rapidrl.algos.soft_actor_critic``); collection, replay and
-the update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``); Batch
-Renormalization from ``rapidrl.nn.batch_renorm``.
+Read top to bottom: the config, the joint critic pass, the update, written out: the critic step
+(``CrossQ._update_step``), then every ``policy_delay`` critic steps (``CrossQ._after_update``) the temperature and
+actor steps (``CrossQ._actor_update``). Its maths reads three files: this one; ``rapidrl.algos.offpolicy_losses``
+(SAC's ``soft_target``, ``critic_loss``, ``soft_actor_loss``, and ``temperature_loss``); ``rapidrl.nn.batch_renorm``
+(``batch_renorm_mode``, Batch Renormalization). The networks' and temperature's construction and acting are the
+squashed Gaussian actor-critic's (``rapidrl.algos.soft_actor_critic``); collection, replay and the update driver come
+from the shared off-policy core (``rapidrl.algos.offpolicy``).
 
 The critics see (s, a) and (s', a'), a' ~ pi(s'), in one joint forward pass of 2B rows in training mode, so their
 Batch Renormalization layers normalise both with the statistics of the mixture (``joint_critic_forward``). Its

@@ -78,17 +78,18 @@ def _deterministic_state(model):
     (TD3, "MountainCarContinuous-v0", dict(hidden=(8, 8, 8), n_critics=3, policy_delay=1)),
 ])
 def test_deterministic_actor_critic_compiled_steps_equal_autograd(cls, env_id, kw):
-    """Critic steps every gradient step, actor steps and Polyak updates every policy_delay-th: parameters, targets,
-    Adam moments and statistics as through autograd (TD3's smoothing noise drawn alike)."""
+    """Critic steps every gradient step, actor steps and Polyak updates every policy_delay-th (``compiled_steps``
+    against ``td3_steps``): parameters, targets, Adam moments and statistics as through autograd (TD3's smoothing
+    noise drawn alike)."""
     compiled, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, gradient_backend="torch", **kw)
     assert (compiled.gradient_backend, ref.gradient_backend) == ("compiled", "torch")
-    assert compiled._actor_update_fn == compiled._compiled_actor_update
+    assert compiled._update_fn == compiled._update_step  # eager: the update is what training runs
     for step in range(5):
         batch = ref.buffer.sample(32, as_torch=True)
         stats = []
         for model in (compiled, ref):
             torch.manual_seed(step)
-            stats.append(model._after_update(batch, model._update_fn(batch)).clone())
+            stats.append(model._update_fn(batch).clone())
             model.num_gradient_steps += 1
         torch.testing.assert_close(stats[0], stats[1], rtol=1e-5, atol=1e-6)
         for a, b in zip(_deterministic_state(compiled), _deterministic_state(ref)):

@@ -1,15 +1,17 @@
 """DDPG (Lillicrap et al. 2016) as CleanRL's ``ddpg_continuous_action.py``: one critic, a deterministic actor, targets.
 
-Read top to bottom: the config and what differs from TD3. The networks, the update and acting are the deterministic
-actor-critic's (``rapidrl.train.offpolicy_actors.DeterministicActorCritic``, shared with TD3 and TD3+BC); collection,
-replay and the update driver come from the shared off-policy core (``rapidrl.algos.offpolicy``).
+Read top to bottom: the config, then one update, ``DDPG._update_step`` (the driver samples the minibatch and calls it:
+``OffPolicyAlgorithm._train_step``): target actions a' = mu'(s') (no smoothing), then TD3's steps
+(``rapidrl.algos.td3.td3_steps``) with the one critic: the critic step towards r + discount * Q'(s', a') and, every
+``policy_delay``-th step, the actor step on -mean Q(s, mu(s)) and the Polyak update of both targets. One update reads
+four files: this one, rapidrl/algos/td3.py (the steps), rapidrl/algos/offpolicy_losses.py (target, losses, Polyak
+update) and rapidrl/nn/optim.py (the Adam step). The networks, acting and the "compiled" backend are the family's
+(rapidrl/algos/deterministic_actor_critic.py); collection, replay and the driver the off-policy core's.
 
-Every gradient step updates the critic on r + discount * Q'(s', mu'(s')); every ``policy_delay``-th step also
-updates the actor on -Q(s, mu(s)) and moves both targets by Polyak averaging; exploration adds Gaussian noise of
-``exploration_noise`` times the action half-range. The differences from TD3: one critic, no target smoothing, no
-minimum over critics. CleanRL's settings, with rapidrl's layer initialisation (orthogonal, as every rapidrl network;
-CleanRL keeps PyTorch's default) and its critic loss 0.5 * MSE (CleanRL: MSE; Adam's step does not depend on the
-loss's scale, up to its eps).
+Exploration adds Gaussian noise of ``exploration_noise`` times the action half-range. The differences from TD3: one
+critic, no target smoothing (hence no minimum over critics). CleanRL's settings, with rapidrl's layer initialisation
+(orthogonal, as every rapidrl network; CleanRL keeps PyTorch's default) and its critic loss 0.5 * MSE (CleanRL: MSE;
+Adam's step does not depend on the loss's scale, up to its eps).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from rapidrl.algos.deterministic_actor_critic import DeterministicActorConfig, DeterministicActorCritic
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
+from rapidrl.algos.td3 import td3_steps
 from rapidrl.train.config import with_defaults
 
 
@@ -51,9 +54,16 @@ class DDPG(DeterministicActorCritic, OffPolicyAlgorithm):
     name = "ddpg"
     config_class = DDPGConfig
 
-    def _n_critics(self) -> int:
-        return 1
+    def _build_networks(self) -> None:
+        self._build_actor_critic(n_critics=1)
 
-    def _target_actions(self, batch) -> torch.Tensor:
-        """a' = mu'(s'): no target policy smoothing."""
-        return self.actor_target(batch.next_obs)
+    def _gradient_backends(self) -> dict:
+        """"compiled" (hand-written gradients, ``compiled_steps``: CPU, float32) first, "torch" always."""
+        return self._compiled_or_torch(float32_only=True)
+
+    def _update_step(self, batch) -> torch.Tensor:
+        """One DDPG update on a sampled minibatch (module docstring): target actions a' = mu'(s') [B, A], then
+        ``td3_steps``. Returns [critic_loss, q_values, actor_loss] (actor_loss: the latest actor step's)."""
+        with torch.no_grad(), self._autocast():
+            next_actions = self.actor_target(batch.next_obs)  # [B, A]
+        return td3_steps(self, batch, next_actions)

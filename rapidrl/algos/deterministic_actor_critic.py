@@ -1,7 +1,12 @@
-"""The deterministic actor-critic family (DDPG, TD3, TD3+BC): config fields, networks, acting and saved state.
+"""The deterministic actor-critic family (DDPG, TD3, TD3+BC): what the three share that is not their update.
 
-A deterministic actor mu(s) = center + scale tanh(MLP(s)) and a critic ensemble, each with a target copy and its own
-Adam. Training actions add Gaussian noise of ``exploration_noise`` times the action half-range.
+Config fields (``DeterministicActorConfig``, ``TargetSmoothingConfig``); the networks (``DeterministicActorCritic``:
+a deterministic actor mu(s) = center + scale tanh(MLP(s)) and a critic ensemble, each with a target copy and its own
+Adam); acting (training actions add Gaussian noise of ``exploration_noise`` times the action half-range); the saved
+state; and the "compiled" gradient backend of TD3 and DDPG (``compiled_steps``: their update with every gradient
+written by hand). Each algorithm's update is written out in its own file: ``rapidrl.algos.td3.TD3._update_step``,
+``rapidrl.algos.ddpg.DDPG._update_step``, ``rapidrl.algos.td3_bc.TD3BC._update_step``. Nothing here is overridden
+to change the maths.
 """
 
 from __future__ import annotations
@@ -13,21 +18,16 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig
-from rapidrl.algos.offpolicy_losses import (
-    critic_loss,
-    polyak_update,
-    smoothed_target_actions,
-    td3_target,
-)
+from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, td3_target
 from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
-from rapidrl.train.compile import maybe_compile
 from rapidrl.train.config import check_positive
 
-__all__ = ["DeterministicActorConfig", "DeterministicActorCritic", "TargetSmoothingConfig"]
+__all__ = ["DeterministicActorConfig", "DeterministicActorCritic", "TargetSmoothingConfig", "compiled_actor_step",
+           "compiled_critic_step", "compiled_steps"]
 
 
 # -- deterministic actor: DDPG, TD3, TD3+BC ----------------------------------------------------------------------------
@@ -60,44 +60,36 @@ class TargetSmoothingConfig(CriticEnsembleConfig):
         check_positive(self, "target_policy_noise", "target_noise_clip", allow_zero=True)
 
 
+
 class DeterministicActorCritic:
-    """DDPG, TD3 and TD3+BC (module docstring). Hooks: ``_n_critics()``, ``_target_actions(batch)``,
-    ``_actor_loss(obs, actions)``.
+    """DDPG, TD3 and TD3+BC (module docstring): networks (``_build_actor_critic``), the compiled backend's set-up
+    (``_bind_backend``), acting, saved state. Each subclass writes its own ``_build_networks``,
+    ``_gradient_backends`` and ``_update_step``.
 
     Gradient backends: "torch" (autograd on the losses of ``rapidrl.algos.offpolicy_losses``: the reference, what
-    torch.compile traces) and, for DDPG and TD3 on the CPU in float32, "compiled": the same two steps with every
-    gradient written by hand, the critics' forward and backward in a few batched PyTorch calls
+    torch.compile traces) and, for DDPG and TD3 on the CPU in float32, "compiled" (``compiled_steps``): the same
+    steps with every gradient written by hand, the critics' forward and backward in a few batched PyTorch calls
     (``rapidrl.nn.mlp_grad``), the actor's in compiled code (``rapidrl.nn.numba_mlp.MLPGrad``), no autograd graph,
-    and acting on a few observations through the compiled forward. TD3+BC's actor loss (its cloning term) trains
-    through autograd only."""
+    and acting on a few observations through the compiled forward."""
 
     stat_names = ("critic_loss", "q_values", "actor_loss")
     saved_state = ("actor", "actor_target", "critic", "critic_target", "actor_optimizer", "critic_optimizer")
     box_actions_only = True
 
-    def _n_critics(self) -> int:
-        return self.config.n_critics
-
-    def _build_networks(self) -> None:
+    def _build_actor_critic(self, n_critics: int) -> None:
+        """The actor, ``n_critics`` critics (one ``CriticEnsemble``), their targets and Adams."""
         space, c = self.action_space, self.config
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = CriticEnsemble(self._n_critics(), self.obs_dim, int(space.shape[0]), c.hidden).to(self.device)
+        self.critic = CriticEnsemble(n_critics, self.obs_dim, int(space.shape[0]), c.hidden).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate)
         self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
         self._online_params = [*self.actor.parameters(), *self.critic.parameters()]
         self._target_params = [*self.actor_target.parameters(), *self.critic_target.parameters()]
-        self._actor_update_fn = maybe_compile(self._actor_update, c.torch_compile)
-        self._last_actor_loss = torch.zeros((), device=self.device)
+        self._last_actor_loss = torch.zeros((), device=self.device)  # the latest actor step's (a statistic)
         self._half_range = ((high - low) / 2).numpy()
-
-    # -- gradient backends -----------------------------------------------------------------------------------------
-    def _gradient_backends(self) -> dict:
-        if type(self)._actor_loss is not DeterministicActorCritic._actor_loss:
-            return {"torch": lambda: None}  # TD3+BC: its actor loss has no hand-written gradient
-        return self._compiled_or_torch(float32_only=True)
 
     def _bind_backend(self) -> None:
         """The compiled backend: the actor's forward and backward for the update (``MLPGrad``), another compiled
@@ -108,81 +100,6 @@ class DeterministicActorCritic:
             self._actor_grad = MLPGrad(self.actor.net, "relu")
             self._acting_forward = MLPForward(self.actor.net, "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
-            self._actor_update_fn = self._compiled_actor_update
-
-    # -- update ----------------------------------------------------------------------------------------------------
-    def _target_actions(self, batch) -> torch.Tensor:
-        """a' = clip(mu'(s') + clip(eps, -c, c)), eps ~ N(0, sigma^2) (TD3's target policy smoothing) [B, A]."""
-        c, actor = self.config, self.actor
-        noise = torch.empty_like(batch.actions).normal_(generator=self.torch_rng)
-        return smoothed_target_actions(self.actor_target(batch.next_obs), noise, actor.scale, actor.center,
-                                       c.target_policy_noise, c.target_noise_clip)
-
-    def _update_step(self, batch) -> torch.Tensor:
-        """Critic step towards r + discount * min_i Q'_i(s', a'); returns [critic loss, mean Q]."""
-        if self.gradient_backend == "compiled":
-            return self._compiled_critic_step(batch)
-        with torch.no_grad(), self._autocast():  # bf16 autocast under precision="bf16" (networks return float32)
-            next_q = self.critic_target(batch.next_obs, self._target_actions(batch))  # [n, B]
-            target = td3_target(batch.rewards, batch.discounts, next_q)
-        with self._autocast():
-            q = self.critic(batch.obs, batch.actions)  # [n, B]
-        loss_q = critic_loss(q, target)
-        self.critic_optimizer.zero_grad(set_to_none=False)
-        loss_q.backward()
-        optimizer_step(self.critic_optimizer)
-        return torch.stack([loss_q.detach(), q.detach().mean()])
-
-    def _actor_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """-mean Q_1(s, mu(s)), through the first critic with its weights held constant: obs [B, O] -> []."""
-        with self._autocast():
-            q_pi = self.critic(obs, self.actor(obs), members=1, detach_params=True)  # [1, B]
-        return -q_pi.mean()
-
-    def _actor_update(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Actor step on ``_actor_loss`` and the Polyak update of every target; returns the actor loss."""
-        loss_pi = self._actor_loss(obs, actions)
-        self.actor_optimizer.zero_grad(set_to_none=False)
-        loss_pi.backward()
-        optimizer_step(self.actor_optimizer)
-        polyak_update(self._target_params, self._online_params, self.config.tau)
-        return loss_pi.detach()
-
-    @torch.no_grad()
-    def _compiled_critic_step(self, batch) -> torch.Tensor:
-        """``_update_step`` on the compiled backend: d critic_loss / d q = (q - target) / B, back through the
-        ensemble by hand into each parameter's ``.grad``."""
-        target_w, target_b = list(self.critic_target.weights), list(self.critic_target.biases)
-        next_x = torch.cat([batch.next_obs, self._target_actions(batch)], 1)  # [B, O + A]
-        target = td3_target(batch.rewards, batch.discounts, ensemble_forward(next_x, target_w, target_b)[0][..., 0])
-        weights, biases = list(self.critic.weights), list(self.critic.biases)
-        q, inputs = ensemble_forward(torch.cat([batch.obs, batch.actions], 1), weights, biases)
-        q = q[..., 0]  # [n, B]
-        ensemble_backward(((q - target) / q.shape[1]).unsqueeze(-1), inputs, weights, biases)
-        optimizer_step(self.critic_optimizer)
-        return torch.stack([critic_loss(q, target), q.mean()])
-
-    @torch.no_grad()
-    def _compiled_actor_update(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``_actor_update`` on the compiled backend: the action gradient of -mean Q_1(s, mu(s)) through the first
-        critic's layers (weights held constant), through tanh into the actor's compiled backward. obs [B, O]."""
-        actor, rows, obs_dim = self.actor, obs.shape[0], obs.shape[1]
-        tanh_raw = torch.from_numpy(self._actor_grad(obs.numpy())).tanh()  # [B, A]
-        mu = actor.center + actor.scale * tanh_raw
-        weights, biases = [w[:1] for w in self.critic.weights], [b[:1] for b in self.critic.biases]
-        q_pi, inputs = ensemble_forward(torch.cat([obs, mu], 1), weights, biases)  # [1, B, 1]
-        d_x = ensemble_backward(torch.full_like(q_pi, -1.0 / rows), inputs, weights, biases, param_rows=0)
-        d_raw = (d_x[0, :, obs_dim:] * actor.scale * (1.0 - tanh_raw.square())).contiguous()  # [B, A]
-        self._actor_grad.backward(d_raw.numpy())
-        optimizer_step(self.actor_optimizer)
-        polyak_update(self._target_params, self._online_params, self.config.tau)
-        return -q_pi.mean()
-
-    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
-        # num_gradient_steps counts the critic steps before this one
-        if (self.num_gradient_steps + 1) % self.config.policy_delay == 0:
-            self._last_actor_loss = self._actor_update_fn(batch.obs, batch.actions)
-        return torch.cat([out, self._last_actor_loss.reshape(1)])  # actor_loss: the latest actor step's
 
     # -- acting ----------------------------------------------------------------------------------------------------
     def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
@@ -208,3 +125,52 @@ class DeterministicActorCritic:
 
     def _actor_module(self) -> torch.nn.Module:
         return frozen_copy(self.actor)
+
+
+# -- the compiled backend: TD3's and DDPG's steps with hand-written gradients --------------------------------------
+@torch.no_grad()
+def compiled_steps(model: DeterministicActorCritic, batch, next_actions: torch.Tensor) -> torch.Tensor:
+    """``rapidrl.algos.td3.td3_steps`` (TD3's and DDPG's update after their target actions a' [B, A]) on the
+    compiled backend: ``compiled_critic_step``, then every ``policy_delay``-th step ``compiled_actor_step`` and the
+    Polyak update of every target. Returns [critic_loss, q_values, actor_loss]."""
+    loss_q, q_mean = compiled_critic_step(model.critic, model.critic_target, model.critic_optimizer, batch,
+                                          next_actions)
+    if (model.num_gradient_steps + 1) % model.config.policy_delay == 0:  # num_gradient_steps: the steps before
+        model._last_actor_loss = compiled_actor_step(model.actor, model._actor_grad, model.critic,
+                                                     model.actor_optimizer, batch.obs)
+        polyak_update(model._target_params, model._online_params, model.config.tau)
+    return torch.stack([loss_q, q_mean, model._last_actor_loss])
+
+
+@torch.no_grad()
+def compiled_critic_step(critic: CriticEnsemble, critic_target: CriticEnsemble, optimizer: torch.optim.Adam, batch,
+                         next_actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rapidrl.algos.td3.critic_step`` by hand: d critic_loss / d q = (q - target) / B, back through the ensemble
+    into each parameter's ``.grad``, then the Adam step. next_actions a' [B, A]; returns (critic loss, mean Q)."""
+    target_w, target_b = list(critic_target.weights), list(critic_target.biases)
+    next_x = torch.cat([batch.next_obs, next_actions], 1)  # [B, O + A]
+    target = td3_target(batch.rewards, batch.discounts, ensemble_forward(next_x, target_w, target_b)[0][..., 0])
+    weights, biases = list(critic.weights), list(critic.biases)
+    q, inputs = ensemble_forward(torch.cat([batch.obs, batch.actions], 1), weights, biases)
+    q = q[..., 0]  # [n, B]
+    ensemble_backward(((q - target) / q.shape[1]).unsqueeze(-1), inputs, weights, biases)
+    optimizer_step(optimizer)
+    return critic_loss(q, target), q.mean()
+
+
+@torch.no_grad()
+def compiled_actor_step(actor: DeterministicActor, actor_grad: MLPGrad, critic: CriticEnsemble,
+                        optimizer: torch.optim.Adam, obs: torch.Tensor) -> torch.Tensor:
+    """The actor's Adam step on -mean Q_1(s, mu(s)) by hand: the action gradient through the first critic's layers
+    (weights held constant), through tanh into the actor's compiled backward (``actor_grad``, the MLP of
+    ``actor.net``). obs [B, O]; returns the actor loss []."""
+    rows, obs_dim = obs.shape[0], obs.shape[1]
+    tanh_raw = torch.from_numpy(actor_grad(obs.numpy())).tanh()  # [B, A]
+    mu = actor.center + actor.scale * tanh_raw
+    weights, biases = [w[:1] for w in critic.weights], [b[:1] for b in critic.biases]
+    q_pi, inputs = ensemble_forward(torch.cat([obs, mu], 1), weights, biases)  # [1, B, 1]
+    d_x = ensemble_backward(torch.full_like(q_pi, -1.0 / rows), inputs, weights, biases, param_rows=0)
+    d_raw = (d_x[0, :, obs_dim:] * actor.scale * (1.0 - tanh_raw.square())).contiguous()  # [B, A]
+    actor_grad.backward(d_raw.numpy())
+    optimizer_step(optimizer)
+    return -q_pi.mean()

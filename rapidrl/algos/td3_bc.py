@@ -1,13 +1,20 @@
 """TD3+BC (Fujimoto and Gu 2021): TD3 whose actor also regresses onto the dataset's actions.
 
-Read top to bottom: the config, the actor loss (a pure function). The networks, the critic update (TD3's, with target
-policy smoothing) and acting are the deterministic actor-critic's (``rapidrl.train.offpolicy_actors``, shared with
-DDPG and TD3); the dataset, the steps and online fine-tuning come from the offline core (``rapidrl.algos.offline``).
+Read top to bottom: the config, the actor loss (a pure function, ``td3_bc_actor_loss``), then one update,
+``TD3BC._update_step`` (the offline core samples the normalised minibatch and calls it):
 
-Every gradient step updates the twin critics (one ``CriticEnsemble``) towards r + discount * min_i Q'_i(s', a'~);
-every ``policy_delay``-th step also updates the actor on -lambda Q_1(s, mu(s)) + mean (mu(s) - a)^2 with
-lambda = alpha / mean |Q_1(s, mu(s))| (the Q term normalised, without gradient through lambda) and moves the
-targets by Polyak averaging.
+1. target actions a' = clip(mu'(s') + clip(eps, -c, c)), eps ~ N(0, sigma^2) (TD3's target policy smoothing);
+2. TD3's critic step (``rapidrl.algos.td3.critic_step``) towards r + discount * min_i Q'_i(s', a') on the twin
+   critics (one ``CriticEnsemble``);
+3. every ``policy_delay``-th step, the actor step on -lambda Q_1(s, mu(s)) + mean (mu(s) - a)^2 with
+   lambda = alpha / mean |Q_1(s, mu(s))| (the Q term normalised, without gradient through lambda) and the Polyak
+   update of every target (``rapidrl.algos.td3.actor_step``).
+
+One update reads four files: this one, rapidrl/algos/td3.py (the critic and actor steps),
+rapidrl/algos/offpolicy_losses.py (target, losses, Polyak update) and rapidrl/nn/optim.py (the Adam step). The "torch"
+gradient backend only: the cloning term has no hand-written gradient. The networks and acting are the family's
+(rapidrl/algos/deterministic_actor_critic.py); the dataset, the steps and online fine-tuning the offline core's
+(rapidrl/algos/offline.py).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from rapidrl.algos.deterministic_actor_critic import (
     TargetSmoothingConfig,
 )
 from rapidrl.algos.offline import OfflineAlgorithm, OfflineConfig
+from rapidrl.algos.offpolicy_losses import smoothed_target_actions
 from rapidrl.algos.registry import register
+from rapidrl.algos.td3 import actor_step, critic_step
 from rapidrl.train.config import check_positive
 
 
@@ -61,9 +70,27 @@ class TD3BC(DeterministicActorCritic, OfflineAlgorithm):
     name = "td3_bc"
     config_class = TD3BCConfig
 
-    def _actor_loss(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """``td3_bc_actor_loss`` of the actor's actions mu(s) and the dataset's actions [B, A]."""
-        with self._autocast():
-            predicted = self.actor(obs)  # [B, A]
-            q_pi = self.critic(obs, predicted, members=1, detach_params=True)[0]  # [B]
-        return td3_bc_actor_loss(q_pi, predicted, actions, self.config.alpha)
+    def _build_networks(self) -> None:
+        self._build_actor_critic(n_critics=self.config.n_critics)
+
+    def _gradient_backends(self) -> dict:
+        """"torch" only: the behaviour-cloning term of the actor loss has no hand-written gradient."""
+        return {"torch": lambda: None}
+
+    def _update_step(self, batch) -> torch.Tensor:
+        """One TD3+BC update on a sampled, normalised minibatch (module docstring). Returns [critic_loss, q_values,
+        actor_loss] (actor_loss: the latest actor step's)."""
+        c, actor = self.config, self.actor
+        with torch.no_grad(), self._autocast():  # bf16 autocast under precision="bf16" (networks return float32)
+            noise = torch.empty_like(batch.actions).normal_(generator=self.torch_rng)  # eps / sigma ~ N(0, 1) [B, A]
+            next_actions = smoothed_target_actions(self.actor_target(batch.next_obs), noise, actor.scale,
+                                                   actor.center, c.target_policy_noise, c.target_noise_clip)
+        loss_q, q = critic_step(self.critic, self.critic_target, self.critic_optimizer, batch, next_actions,
+                                self._autocast)
+        if (self.num_gradient_steps + 1) % c.policy_delay == 0:  # num_gradient_steps: the steps before this one
+            with self._autocast():
+                predicted = actor(batch.obs)  # mu(s) [B, A]
+                q_pi = self.critic(batch.obs, predicted, members=1, detach_params=True)[0]  # Q_1(s, mu(s)) [B]
+            loss_pi = td3_bc_actor_loss(q_pi, predicted, batch.actions, c.alpha)
+            self._last_actor_loss = actor_step(self, loss_pi)
+        return torch.stack([loss_q, q.mean(), self._last_actor_loss])

@@ -1,5 +1,6 @@
 """The updates of DDPG, TD3 and TD3+BC as written out (``rapidrl.algos.td3``, ``ddpg``, ``td3_bc``): the critics step
-every gradient step, the actor and every target only every ``policy_delay``-th, on both gradient backends."""
+every gradient step, the actor and every target only every ``policy_delay``-th, on both gradient backends; TD3+BC's
+Q weight under its own name (issue 56: not SAC's temperature alpha), the old name upgraded with a warning."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import pytest
 import torch
 
 from rapidrl.algos.ddpg import DDPG
+from rapidrl.algos.registry import get_algorithm
 from rapidrl.algos.td3 import TD3, critic_step
-from rapidrl.algos.td3_bc import TD3BC
+from rapidrl.algos.td3_bc import TD3BC, TD3BCConfig
 from rapidrl.buffers.dataset import collect_episodes, load_dataset, write_dataset
 from rapidrl.envs import make_vec
 from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble
-from rapidrl.train.config import ConfigError
+from rapidrl.train.config import ConfigError, config_from_dict
 
 SMALL = dict(hidden=(8, 8), batch_size=16, learning_starts=10_000, buffer_size=500, seed=1)
 
@@ -94,3 +96,20 @@ def test_critic_step_hand_computed():
 def test_td3_bc_has_the_torch_backend_only(pendulum_data):
     with pytest.raises(ConfigError, match="no compiled backend"):
         TD3BC(dataset=pendulum_data, gradient_backend="compiled", hidden=(8,))
+
+
+def test_td3_bc_alpha_is_upgraded_to_q_weight(pendulum_data, tmp_path):
+    """Issue 56's one meaning per name: TD3+BC's Q weight (the paper's and CORL's alpha) is not SAC's temperature.
+    The old name still works, with a DeprecationWarning: as a keyword, from a dict (a checkpoint) and in a config
+    file."""
+    from rapidrl.runs.config import resolve
+
+    assert TD3BCConfig().q_weight == 2.5 and not hasattr(TD3BCConfig(), "alpha")
+    with pytest.warns(DeprecationWarning, match="alpha replaced by q_weight=2.0"):
+        model = TD3BC(dataset=pendulum_data, hidden=(8,), alpha=2.0)
+    assert model.config.q_weight == 2.0
+    with pytest.warns(DeprecationWarning, match="alpha replaced by q_weight=3.0"):
+        assert config_from_dict(get_algorithm("td3_bc").config_class, {"alpha": 3.0}).q_weight == 3.0
+    with pytest.warns(DeprecationWarning, match="alpha replaced by q_weight=1.5"):
+        run = resolve([("test.toml", {"run": {"algo": "td3_bc", "env": "Pendulum-v1"}, "algo": {"alpha": 1.5}})])
+    assert run.algo_config.q_weight == 1.5

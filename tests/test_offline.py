@@ -52,7 +52,7 @@ def test_bc_losses():
 def test_td3_bc_actor_loss():
     q = torch.tensor([2.0, -4.0], requires_grad=True)  # mean |Q| = 3 -> lambda = 2.5 / 3; mean Q = -1
     predicted = torch.tensor([[0.5], [0.0]], requires_grad=True)
-    loss = td3_bc_actor_loss(q, predicted, torch.tensor([[0.0], [1.0]]), alpha=2.5)
+    loss = td3_bc_actor_loss(q, predicted, torch.tensor([[0.0], [1.0]]), q_weight=2.5)
     assert loss.item() == pytest.approx(2.5 / 3 + (0.25 + 1.0) / 2)
     loss.backward()  # lambda is held constant: dL/dQ = -lambda / B
     torch.testing.assert_close(q.grad, torch.full((2,), -2.5 / 3 / 2))

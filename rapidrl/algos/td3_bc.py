@@ -7,7 +7,7 @@ Read top to bottom: the config, the actor loss (a pure function, ``td3_bc_actor_
 2. TD3's critic step (``rapidrl.algos.td3.critic_step``) towards r + discount * min_i Q'_i(s', a') on the twin
    critics (one ``CriticEnsemble``);
 3. every ``policy_delay``-th step, the actor step on -lambda Q_1(s, mu(s)) + mean (mu(s) - a)^2 with
-   lambda = alpha / mean |Q_1(s, mu(s))| (the Q term normalised, without gradient through lambda) and the Polyak
+   lambda = q_weight / mean |Q_1(s, mu(s))| (the Q term normalised, without gradient through lambda) and the Polyak
    update of every target (``rapidrl.algos.td3.actor_step``).
 
 One update reads four files: this one, rapidrl/algos/td3.py (the critic and actor steps),
@@ -20,6 +20,7 @@ gradient backend only: the cloning term has no hand-written gradient. The networ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -37,27 +38,36 @@ from rapidrl.train.config import check_positive
 
 @dataclass
 class TD3BCConfig(OfflineConfig, DeterministicActorConfig, TargetSmoothingConfig):
-    """CORL's ``td3_bc.py`` (``configs/offline/td3_bc/*``): alpha 2.5, policy noise 0.2 clipped at 0.5, actor every
-    2nd step, tau 0.005, Adam 3e-4, batch 256, 256x256 networks, states normalised; online exploration noise 0.1
-    (CORL's expl_noise)."""
+    """CORL's ``td3_bc.py`` (``configs/offline/td3_bc/*``): alpha (here ``q_weight``) 2.5, policy noise 0.2 clipped
+    at 0.5, actor every 2nd step, tau 0.005, Adam 3e-4, batch 256, 256x256 networks, states normalised; online
+    exploration noise 0.1 (CORL's expl_noise)."""
 
-    alpha: float = 2.5
-    """Weight of the Q term against the behaviour-cloning term (after dividing it by its mean |Q|)."""
+    q_weight: float = 2.5
+    """Weight of the Q term against the behaviour-cloning term (after dividing it by its mean |Q|): the paper's and
+    CORL's alpha (not SAC's temperature)."""
 
     def validate(self) -> None:
         super().validate()
         self.validate_deterministic_actor()
         self.validate_target_smoothing()
-        check_positive(self, "alpha", allow_zero=True)
+        check_positive(self, "q_weight", allow_zero=True)
+
+    @classmethod
+    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Settings of older rapidrl versions: ``alpha`` (the paper's name: ``q_weight``)."""
+        values = super().upgrade_legacy(values)
+        if "alpha" in values:
+            values.setdefault("q_weight", values.pop("alpha"))
+        return values
 
 
-def td3_bc_actor_loss(q_pi: torch.Tensor, predicted: torch.Tensor, actions: torch.Tensor, alpha: float
+def td3_bc_actor_loss(q_pi: torch.Tensor, predicted: torch.Tensor, actions: torch.Tensor, q_weight: float
                       ) -> torch.Tensor:
-    """-lambda mean Q(s, mu(s)) + mean (mu(s) - a)^2, lambda = alpha / mean |Q(s, mu(s))| held constant.
+    """-lambda mean Q(s, mu(s)) + mean (mu(s) - a)^2, lambda = q_weight / mean |Q(s, mu(s))| held constant.
 
     q_pi [B] (the first critic's values of the actor's actions), predicted and actions [B, A] -> [].
     """
-    lam = alpha / q_pi.abs().mean().detach()
+    lam = q_weight / q_pi.abs().mean().detach()
     return -lam * q_pi.mean() + (predicted - actions).square().mean()
 
 
@@ -91,6 +101,6 @@ class TD3BC(DeterministicActorCritic, OfflineAlgorithm):
             with self._autocast():
                 predicted = actor(batch.obs)  # mu(s) [B, A]
                 q_pi = self.critic(batch.obs, predicted, members=1, detach_params=True)[0]  # Q_1(s, mu(s)) [B]
-            loss_pi = td3_bc_actor_loss(q_pi, predicted, batch.actions, c.alpha)
+            loss_pi = td3_bc_actor_loss(q_pi, predicted, batch.actions, c.q_weight)
             self._last_actor_loss = actor_step(self, loss_pi)
         return torch.stack([loss_q, q.mean(), self._last_actor_loss])

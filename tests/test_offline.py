@@ -84,7 +84,7 @@ def test_cql_losses():
     assert hot == pytest.approx(2 * math.log(math.exp(0.5) + math.exp((2 - math.log(2)) / 2)) - 0.5)
     # two critics: TD errors (1, 0) and (0, 2): MSE 0.5 + 2, plus 10 * (0.1 + 0.2)
     loss = cql_critic_loss(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0.0, 0.0]),
-                           torch.tensor([0.1, 0.2]), cql_alpha=10.0)
+                           torch.tensor([0.1, 0.2]), conservative_weight=10.0)
     assert loss.item() == pytest.approx(2.5 + 3.0)
     # alpha log pi - min_i Q_i: (0.5 * -1 - 1, 0.5 * 2 - (-3)) -> mean (-1.5 + 4) / 2
     assert soft_actor_loss(torch.tensor([[1.0, 5.0], [2.0, -3.0]]), torch.tensor([-1.0, 2.0]),
@@ -93,6 +93,44 @@ def test_cql_losses():
     q_all = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]])
     assert discrete_conservative_penalty(q_all, torch.tensor([0, 1])).item() == pytest.approx(
         (math.log(4.0) + math.log(4.0) - math.log(3.0)) / 2)
+
+
+@pytest.mark.parametrize("algo, env, old, new, said", [
+    ("cql", "Pendulum-v1", {"cql_alpha": 3.0}, {"conservative_weight": 3.0},
+     "cql_alpha replaced by conservative_weight=3.0"),
+    ("discrete_cql", "Acrobot-v1", {"cql_alpha": 2.0}, {"conservative_weight": 2.0},
+     "cql_alpha replaced by conservative_weight=2.0"),
+    ("discrete_cql", "Acrobot-v1", {"target_update_interval": 7}, {"target_update_gradient_steps": 7},
+     "target_update_interval replaced by target_update_gradient_steps=7"),
+    ("discrete_cql", "Acrobot-v1", {"exploration_eps": 0.2}, {"exploration_final_eps": 0.2},
+     "exploration_eps replaced by exploration_final_eps=0.2"),
+])
+def test_cql_renamed_settings_warn_and_land_in_the_new_fields(algo, env, old, new, said):
+    """Issue 56's one meaning per name: the conservative weight is not SAC's temperature alpha, DiscreteCQL's target
+    interval counts gradient steps (DQN's: env steps), its constant epsilon is DQN's final one. The old names still
+    work, with a DeprecationWarning, from a dict (a checkpoint) and a config file (rapidrl train --config)."""
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.runs.config import resolve
+    from rapidrl.train.config import config_from_dict
+
+    cls = get_algorithm(algo)
+    with pytest.warns(DeprecationWarning, match=said):
+        config = config_from_dict(cls.config_class, dict(old))
+    assert {k: getattr(config, k) for k in new} == new
+    assert not any(hasattr(config, k) for k in old)
+    with pytest.warns(DeprecationWarning, match=said):
+        run = resolve([("test.toml", {"run": {"algo": algo, "env": env}, "algo": dict(old)})])
+    assert {k: getattr(run.algo_config, k) for k in new} == new
+
+
+def test_cql_renamed_settings_upgrade_as_constructor_keywords(datasets):
+    with pytest.warns(DeprecationWarning, match="cql_alpha replaced by conservative_weight=4.0"):
+        model = CQL(dataset="test/pendulum/noisy-v0", hidden=(8,), cql_alpha=4.0)
+    assert model.config.conservative_weight == 4.0
+    with pytest.warns(DeprecationWarning, match="target_update_gradient_steps=9"):
+        model = DiscreteCQL(dataset="test/cartpole/noisy-v0", hidden=(8,), target_update_interval=9,
+                            exploration_eps=0.3)
+    assert (model.config.target_update_gradient_steps, model.config.exploration_final_eps) == (9, 0.3)
 
 
 # -- datasets made here -----------------------------------------------------------------------------------------------
@@ -149,7 +187,7 @@ def test_bc_clones_the_controller(datasets, precision):
     (lambda p: TD3BC(dataset="test/pendulum/noisy-v0", precision=p, **SMALL), 2000, -400),
     (lambda p: IQL(dataset="test/pendulum/noisy-v0", precision=p, **SMALL), 1000, -400),
     (lambda p: CQL(dataset="test/pendulum/noisy-v0", precision=p, **{**SMALL, "hidden": (32, 32)}, cql_n_actions=4,
-                   cql_alpha=5.0, actor_learning_rate=3e-3), 900, -600),
+                   conservative_weight=5.0, actor_learning_rate=3e-3), 900, -600),
 ], ids=["td3_bc", "iql", "cql"])
 def test_offline_rl_learns_from_noisy_data(datasets, make, steps, threshold, precision):
     model = make(precision)
@@ -164,7 +202,7 @@ def test_offline_rl_learns_from_noisy_data(datasets, make, steps, threshold, pre
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_discrete_cql_learns_cartpole_from_epsilon_greedy_data(datasets, precision):
     model = DiscreteCQL(dataset="test/cartpole/noisy-v0", hidden=(64, 64), seed=0, learning_rate=1e-3,
-                        batch_size=64, target_update_interval=100, precision=precision)
+                        batch_size=64, target_update_gradient_steps=100, precision=precision)
     model.learn(3000, progress_bar=False)
     mean, _ = model.evaluate(10)
     assert mean > 300, mean  # the controller: 500; random: about 20

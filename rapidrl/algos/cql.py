@@ -1,27 +1,34 @@
 """CQL, Conservative Q-Learning (Kumar et al. 2020): SAC whose critics are pushed down on out-of-dataset actions;
 and its discrete form on a DQN Q network.
 
-Read top to bottom: the configs, the losses (pure functions), the updates, acting. The dataset, the steps and online
-fine-tuning come from the offline core (``rapidrl.algos.offline``).
+Read top to bottom: the configs, the losses (pure functions), the updates, acting. The maths of one CQL update
+(``CQL._update_step``, written out) reads three files: this one; ``rapidrl.algos.offpolicy_losses`` (``td3_target`` or
+``soft_target``, ``soft_actor_loss``, ``temperature_loss``, ``polyak_update``); ``rapidrl.nn.qnets``
+(``squashed_gaussian``, the actor's sampling). The networks' and temperature's construction and acting are the squashed
+Gaussian actor-critic's (``rapidrl.algos.soft_actor_critic``). One discrete CQL update (``DiscreteCQL._update_step``,
+then ``DiscreteCQL._after_update``'s target update) reads this file and ``rapidrl.algos.offpolicy_losses``
+(``dqn_loss``, ``polyak_update``). The dataset, the steps and online fine-tuning come from the offline core
+(``rapidrl.algos.offline``).
 
-Continuous CQL (CORL's ``cql.py``, CQL(H) with importance sampling, fixed ``cql_alpha``): the SAC actor and
-temperature losses, and per critic the TD loss towards r + discount min_i Q'_i(s', a' ~ pi(s')) plus
-cql_alpha * (logsumexp over M = 3 ``cql_n_actions`` actions of Q(s, a_m) - log density(a_m)) - Q(s, a_data)), the
-actions uniform in the bounds, from pi(s) and from pi(s'), each less its log-density (importance sampling). One
-update is one backward pass and two Adam steps (actor and temperature at ``actor_learning_rate``, critics at
-``learning_rate``) on the sum of the three losses, which touch disjoint parameters, then a Polyak update: equal to
-CORL's sequential steps, since each loss reads the others' parameters as of before the step. The policy's proposals
-are ``cql_n_actions`` samples of the distribution the actor computes once per state (as d3rlpy; CORL runs the actor
-on each state repeated ``cql_n_actions`` times: the same distribution, ten times the actor's forward passes).
+Continuous CQL (CORL's ``cql.py``, CQL(H) with importance sampling, a fixed ``conservative_weight``): the SAC actor and
+temperature losses, and per critic the TD loss towards r + discount min_i Q'_i(s', a' ~ pi(s')) plus conservative_weight
+times (logsumexp over M = 3 ``cql_n_actions`` actions of Q(s, a_m) - log density(a_m)) - Q(s, a_data)), the actions
+uniform in the bounds, from pi(s) and from pi(s'), each less its log-density (importance sampling). One update is one
+backward pass and two Adam steps (actor and temperature at ``actor_learning_rate``, critics at ``learning_rate``) on the
+sum of the three losses, which touch disjoint parameters, then a Polyak update: equal to CORL's sequential steps, since
+each loss reads the others' parameters as of before the step. The policy's proposals are ``cql_n_actions`` samples of
+the distribution the actor computes once per state (as d3rlpy; CORL runs the actor on each state repeated
+``cql_n_actions`` times: the same distribution, ten times the actor's forward passes).
 
-Discrete CQL (as d3rlpy's DiscreteCQL): Double DQN's Huber TD loss plus cql_alpha * (logsumexp_a Q(s, a) -
-Q(s, a_data)), a hard target update every ``target_update_interval`` gradient steps.
+Discrete CQL (as d3rlpy's DiscreteCQL): Double DQN's Huber TD loss plus conservative_weight * (logsumexp_a Q(s, a)
+- Q(s, a_data)), a hard target update every ``target_update_gradient_steps`` gradient steps.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,15 +57,16 @@ from rapidrl.train.spaces import check_discrete_actions
 @with_defaults(hidden=(256, 256, 256))  # CORL: q_n_hidden_layers 3, the actor three layers too
 class CQLConfig(OfflineConfig, EntropyConfig, CriticEnsembleConfig):
     """CORL's ``cql.py`` (``configs/offline/cql/*`` for the D4RL locomotion tasks): critics lr 3e-4, actor and
-    temperature 3e-5, cql_alpha 10, 10 sampled actions, importance sampling, no Lagrange tuning, no entropy in the
-    target, tau 0.005, batch 256, three hidden layers of 256, states normalised."""
+    temperature 3e-5, conservative weight 10, 10 sampled actions, importance sampling, no Lagrange tuning, no
+    entropy in the target, tau 0.005, batch 256, three hidden layers of 256, states normalised."""
 
     learning_rate: float = 3e-4
     """Adam learning rate of the critics (CORL's qf_lr)."""
     actor_learning_rate: float = 3e-5
     """Adam learning rate of the actor and the temperature (CORL's policy_lr)."""
-    cql_alpha: float = 10.0
-    """Weight of the conservative penalty."""
+    conservative_weight: float = 10.0
+    """Weight of the conservative penalty (the paper's alpha, CORL's cql_alpha; not the entropy temperature
+    ``ent_coef``)."""
     cql_n_actions: int = 10
     """Actions sampled per state from each of the three proposals (uniform, pi(s), pi(s'))."""
     cql_temperature: float = 1.0
@@ -71,7 +79,15 @@ class CQLConfig(OfflineConfig, EntropyConfig, CriticEnsembleConfig):
         self.validate_entropy()
         self.validate_critics()
         check_positive(self, "cql_n_actions", "cql_temperature", "actor_learning_rate")
-        check_positive(self, "cql_alpha", allow_zero=True)
+        check_positive(self, "conservative_weight", allow_zero=True)
+
+    @classmethod
+    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Settings of older rapidrl versions: ``cql_alpha`` (``conservative_weight``)."""
+        values = super().upgrade_legacy(values)
+        if "cql_alpha" in values:
+            values.setdefault("conservative_weight", values.pop("cql_alpha"))
+        return values
 
 
 def conservative_penalty(q_proposals: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor,
@@ -85,11 +101,11 @@ def conservative_penalty(q_proposals: torch.Tensor, log_density: torch.Tensor, q
     return (ood - q_data).mean(-1)
 
 
-def cql_critic_loss(q_data: torch.Tensor, target: torch.Tensor, penalty: torch.Tensor, cql_alpha: float
+def cql_critic_loss(q_data: torch.Tensor, target: torch.Tensor, penalty: torch.Tensor, conservative_weight: float
                     ) -> torch.Tensor:
-    """sum over critics of the mean squared TD error plus cql_alpha times the penalty (CORL's qf_loss): q_data [n, B],
-    target [B], penalty [n] -> []."""
-    return (q_data - target).square().mean(-1).sum() + cql_alpha * penalty.sum()
+    """sum over critics of the mean squared TD error plus conservative_weight times the penalty (CORL's qf_loss):
+    q_data [n, B], target [B], penalty [n] -> []."""
+    return (q_data - target).square().mean(-1).sum() + conservative_weight * penalty.sum()
 
 
 @register
@@ -149,7 +165,7 @@ class CQL(SquashedGaussianActorCritic, OfflineAlgorithm):
         log_density = torch.cat([torch.full((b, m), self._uniform_log_density, device=self.device),
                                  sampled_log_prob[b:].reshape(2, b, m).permute(1, 0, 2).reshape(b, 2 * m)], 1)
         penalty = conservative_penalty(q_prop, log_density, q_data, c.cql_temperature)  # [n]
-        loss_q = cql_critic_loss(q_data, target, penalty, c.cql_alpha)
+        loss_q = cql_critic_loss(q_data, target, penalty, c.conservative_weight)
         loss_pi = soft_actor_loss(q_pi, log_prob, alpha)
         loss = loss_q + loss_pi
         if self.tune_alpha:
@@ -171,20 +187,34 @@ class DiscreteCQLConfig(OfflineConfig, GradientClipConfig):
     """d3rlpy's DiscreteCQLConfig (Double DQN, Huber TD loss, alpha 1, hard target updates, no gradient clip; its
     Atari settings: lr 6.25e-5, batch 32, target update every 8,000 steps); the presets set their task's values."""
 
-    target_update_interval: int = 8000
-    """Gradient steps between two target-network updates (each moves the target by ``tau``: 1, a copy)."""
-    cql_alpha: float = 1.0
-    """Weight of the conservative penalty."""
+    target_update_gradient_steps: int = 8000
+    """Gradient steps between two target-network updates (each moves the target by ``tau``: 1, a copy; DQN's
+    ``target_update_interval`` counts env steps)."""
+    conservative_weight: float = 1.0
+    """Weight of the conservative penalty (the paper's alpha, d3rlpy's alpha)."""
     double_q: bool = True
     """Double DQN targets: the online network picks the next action, the target network values it."""
-    exploration_eps: float = 0.01
-    """Online phase: epsilon of epsilon-greedy acting."""
+    exploration_final_eps: float = 0.01
+    """Online phase: epsilon of epsilon-greedy acting, constant (DQN's and PQN's epsilon after their decay: the
+    offline-trained network starts where their schedule ends)."""
 
     def validate(self) -> None:
         super().validate()
-        check_positive(self, "target_update_interval")
-        check_positive(self, "cql_alpha", "max_grad_norm", allow_zero=True)
-        check_unit_interval(self, "exploration_eps")
+        check_positive(self, "target_update_gradient_steps")
+        check_positive(self, "conservative_weight", "max_grad_norm", allow_zero=True)
+        check_unit_interval(self, "exploration_final_eps")
+
+    @classmethod
+    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Settings of older rapidrl versions: ``target_update_interval`` (``target_update_gradient_steps``: gradient
+        steps, where DQN's counts env steps), ``cql_alpha`` (``conservative_weight``), ``exploration_eps``
+        (``exploration_final_eps``)."""
+        values = super().upgrade_legacy(values)
+        for old, new in (("target_update_interval", "target_update_gradient_steps"),
+                         ("cql_alpha", "conservative_weight"), ("exploration_eps", "exploration_final_eps")):
+            if old in values:
+                values.setdefault(new, values.pop(old))
+        return values
 
 
 def discrete_conservative_penalty(q_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -231,7 +261,7 @@ class DiscreteCQL(OfflineAlgorithm):
         q = q_all.gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)  # [B]
         td_loss, _ = dqn_loss(q, next_q, batch.rewards, batch.discounts)
         penalty = discrete_conservative_penalty(q_all, batch.actions)
-        loss = td_loss + c.cql_alpha * penalty
+        loss = td_loss + c.conservative_weight * penalty
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer_step(self.optimizer, c.max_grad_norm)
@@ -239,7 +269,7 @@ class DiscreteCQL(OfflineAlgorithm):
 
     def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
         # num_gradient_steps counts the steps before this one
-        if (self.num_gradient_steps + 1) % self.config.target_update_interval == 0:
+        if (self.num_gradient_steps + 1) % self.config.target_update_gradient_steps == 0:
             polyak_update(self._target_params, self._params, self.config.tau)
         return out
 
@@ -247,7 +277,7 @@ class DiscreteCQL(OfflineAlgorithm):
     def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
         actions = self.q_net(x).argmax(1).cpu().numpy()
         if not deterministic:
-            explore = self.np_rng.random(len(actions)) < self.config.exploration_eps
+            explore = self.np_rng.random(len(actions)) < self.config.exploration_final_eps
             actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
         return actions
 

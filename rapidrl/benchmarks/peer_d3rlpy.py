@@ -46,7 +46,7 @@ def _config(d3rlpy, algo: str, settings: dict):
         return d3rlpy.algos.CQLConfig(
             actor_learning_rate=settings["actor_learning_rate"], critic_learning_rate=settings["learning_rate"],
             temp_learning_rate=settings["actor_learning_rate"], alpha_learning_rate=0.0, initial_alpha=1.0,
-            conservative_weight=settings["cql_alpha"], n_action_samples=settings["cql_n_actions"],
+            conservative_weight=settings["conservative_weight"], n_action_samples=settings["cql_n_actions"],
             actor_encoder_factory=enc, critic_encoder_factory=enc, gamma=settings["gamma"], tau=settings["tau"],
             **common)
     raise ValueError(f"no d3rlpy counterpart for {algo!r}")

@@ -125,7 +125,7 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "cql": ("CQL", "Pendulum-v1", dict(dataset="golden/pendulum/random-v0", batch_size=32, hidden=(32, 32),
                                        cql_n_actions=3), 64),
     "discrete_cql": ("DiscreteCQL", "CartPole-v1", dict(dataset="golden/cartpole/random-v0", batch_size=32,
-                                                        hidden=(32, 32), target_update_interval=16), 64),
+                                                        hidden=(32, 32), target_update_gradient_steps=16), 64),
 }
 
 

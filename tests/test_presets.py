@@ -180,3 +180,14 @@ def test_preset_killed_with_sigkill_resumes_to_completion(name, tmp_path, capsys
     model = get_algorithm(summary["algo"]).load(run / "model.pt")
     assert model.num_timesteps == total
     model.env.close()
+
+
+def test_an_old_setting_name_overrides_the_presets_new_one():
+    """A user's setting under a name of an older rapidrl wins over the preset's value under today's name (each layer
+    is upgraded before the layers merge), with a DeprecationWarning that names both."""
+    from rapidrl.runs.config import resolve
+
+    with pytest.warns(DeprecationWarning, match="target_update_interval replaced by target_update_gradient_steps=7"):
+        config = resolve([("--config", {"run": {"algo": "discrete_cql", "env": "CartPole-v1"},
+                                        "algo": {"target_update_interval": 7}})])
+    assert config.algo_config.target_update_gradient_steps == 7

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -81,13 +81,8 @@ class CQLConfig(OfflineConfig, EntropyConfig, CriticEnsembleConfig):
         check_positive(self, "cql_n_actions", "cql_temperature", "actor_learning_rate")
         check_positive(self, "conservative_weight", allow_zero=True)
 
-    @classmethod
-    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """Settings of older rapidrl versions: ``cql_alpha`` (``conservative_weight``)."""
-        values = super().upgrade_legacy(values)
-        if "cql_alpha" in values:
-            values.setdefault("conservative_weight", values.pop("cql_alpha"))
-        return values
+    # the name of older rapidrl versions (CORL's)
+    renamed_settings: ClassVar[dict[str, str]] = {"cql_alpha": "conservative_weight"}
 
 
 def conservative_penalty(q_proposals: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor,
@@ -204,17 +199,10 @@ class DiscreteCQLConfig(OfflineConfig, GradientClipConfig):
         check_positive(self, "conservative_weight", "max_grad_norm", allow_zero=True)
         check_unit_interval(self, "exploration_final_eps")
 
-    @classmethod
-    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """Settings of older rapidrl versions: ``target_update_interval`` (``target_update_gradient_steps``: gradient
-        steps, where DQN's counts env steps), ``cql_alpha`` (``conservative_weight``), ``exploration_eps``
-        (``exploration_final_eps``)."""
-        values = super().upgrade_legacy(values)
-        for old, new in (("target_update_interval", "target_update_gradient_steps"),
-                         ("cql_alpha", "conservative_weight"), ("exploration_eps", "exploration_final_eps")):
-            if old in values:
-                values.setdefault(new, values.pop(old))
-        return values
+    # names of older rapidrl versions (target_update_interval counted gradient steps here, env steps in DQN)
+    renamed_settings: ClassVar[dict[str, str]] = {"target_update_interval": "target_update_gradient_steps",
+                                                  "cql_alpha": "conservative_weight",
+                                                  "exploration_eps": "exploration_final_eps"}
 
 
 def discrete_conservative_penalty(q_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ Adam's step does not depend on the loss's scale, up to its eps).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import torch
 
@@ -38,13 +38,8 @@ class DDPGConfig(OffPolicyConfig, DeterministicActorConfig):
         super().validate()
         self.validate_deterministic_actor()
 
-    @classmethod
-    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """Settings of older rapidrl versions: ``policy_frequency`` (CleanRL's name: ``policy_delay``)."""
-        values = super().upgrade_legacy(values)
-        if "policy_frequency" in values:
-            values.setdefault("policy_delay", values.pop("policy_frequency"))
-        return values
+    # CleanRL's name, used by older rapidrl versions
+    renamed_settings: ClassVar[dict[str, str]] = {"policy_frequency": "policy_delay"}
 
 
 @register

@@ -20,7 +20,7 @@ gradient backend only: the cloning term has no hand-written gradient. The networ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import torch
 
@@ -52,13 +52,8 @@ class TD3BCConfig(OfflineConfig, DeterministicActorConfig, TargetSmoothingConfig
         self.validate_target_smoothing()
         check_positive(self, "q_weight", allow_zero=True)
 
-    @classmethod
-    def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """Settings of older rapidrl versions: ``alpha`` (the paper's name: ``q_weight``)."""
-        values = super().upgrade_legacy(values)
-        if "alpha" in values:
-            values.setdefault("q_weight", values.pop("alpha"))
-        return values
+    # the name of older rapidrl versions (the paper's and CORL's)
+    renamed_settings: ClassVar[dict[str, str]] = {"alpha": "q_weight"}
 
 
 def td3_bc_actor_loss(q_pi: torch.Tensor, predicted: torch.Tensor, actions: torch.Tensor, q_weight: float

@@ -30,7 +30,7 @@ def _config(d3rlpy, algo: str, settings: dict):
         return d3rlpy.algos.TD3PlusBCConfig(
             actor_learning_rate=settings["learning_rate"], critic_learning_rate=settings["learning_rate"],
             actor_encoder_factory=enc, critic_encoder_factory=enc, gamma=settings["gamma"], tau=settings["tau"],
-            alpha=settings["alpha"], target_smoothing_sigma=0.2, target_smoothing_clip=0.5, update_actor_interval=2,
+            alpha=settings["q_weight"], target_smoothing_sigma=0.2, target_smoothing_clip=0.5, update_actor_interval=2,
             **common)
     if algo == "iql":
         schedule = {}

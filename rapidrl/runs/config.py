@@ -244,8 +244,14 @@ def resolve(layers: list[tuple[str, dict]]) -> RunConfig:
         raise ConfigError("no environment given: pass ALGO ENV, or set [run] env in --config")
     check_env_id(env_id)
     preset = preset_path(algo, env_id)
-    if preset.is_file():
-        merged = merge(merge({}, read_toml(preset)), merged)
+    # each layer's settings renamed since an older rapidrl are upgraded before merging, so that a user's old name
+    # overrides the preset's new one as it would have before the rename
+    upgraded = [read_toml(preset)] if preset.is_file() else []
+    upgraded += [{**layer, "algo": upgrade_legacy(cls.config_class, layer["algo"])} if layer.get("algo") else layer
+                 for _, layer in layers]
+    merged = {s: {} for s in SECTIONS}
+    for layer in upgraded:
+        merged = merge(merged, layer)
     run = RunSettings(**coerce_section("run", RunSettings, merged["run"]))
     for name in ("timesteps",):
         if getattr(run, name) <= 0:

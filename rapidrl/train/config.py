@@ -184,10 +184,19 @@ class RuntimeConfig:
     temporaries are fresh pages that fault in again: SAC's update (batch 256, 256x256) measured ~2-3 ms
     faster. The process keeps its peak heap during ``learn``. False leaves the allocator alone."""
 
+    renamed_settings: typing.ClassVar[dict[str, str]] = {}
+    """Settings renamed since an older rapidrl, old name -> today's, of this config class (its bases' are applied too):
+    ``upgrade_legacy`` moves them (``TD3BCConfig``: ``{"alpha": "q_weight"}``)."""
+
     @classmethod
     def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """Rename the settings of older rapidrl versions in ``values`` (a fresh dict) to today's; subclasses with
-        renamed settings extend it (``config_from_dict`` calls it)."""
+        """Rename the settings of older rapidrl versions in ``values`` (a fresh dict) to today's: the
+        ``renamed_settings`` of the class and its bases (a value under today's name wins); subclasses whose upgrade is
+        more than a rename extend it (``config_from_dict`` calls it)."""
+        for klass in cls.__mro__:
+            for old, new in vars(klass).get("renamed_settings", {}).items():
+                if old in values:
+                    values.setdefault(new, values.pop(old))
         return values
 
     def validate(self) -> None:

@@ -23,4 +23,4 @@ def test_deterministic_actor_jobs_run_in_a_fresh_process_and_report_their_backen
                        torch_threads=1)
     assert out["torch_threads"] == 1 and out["sps"] > 0 and out["wall_s"] > 0 and out["warmup_s"] > 0
     assert out["sps"] == pytest.approx(30 / out["wall_s"])
-    assert out["ran"] == f"precision fp32, gradient backend {'compiled' if backend == 'auto' else 'torch'}"
+    assert out["ran"] == f"precision fp32, gradient backend {'handwritten' if backend == 'auto' else 'torch'}"

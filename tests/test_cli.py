@@ -58,7 +58,7 @@ def test_train_writes_a_complete_run_directory(trained, capsys):
         "step_000000001024.pt", "step_000000002048.pt"]
     # which implementation ran, and why (rapidrl.train.paths), in config.toml and summary.json alike
     assert config["paths"]["gradient_backend"] == summary["paths"]["gradient_backend"] == {
-        "value": "compiled", "reason": "auto: the first that applies"}
+        "value": "handwritten", "reason": "auto: the first that applies"}
     assert config["paths"]["collection"]["value"] == summary["paths"]["collection"]["value"] == "fused"
     assert rundir.load_run_config(run).algo_config.gradient_backend == "auto"  # a record, not a setting
 
@@ -69,7 +69,7 @@ def test_train_prints_run_dir_eval_and_model_path(tmp_path, capsys):
     assert code == 0
     assert f"run directory: {run}" in out and "eval return:" in out and " ± " in out
     assert f"model saved to {run / 'model.pt'}" in out
-    assert "paths: collection=fused (auto: the first that applies); gradient_backend=compiled (" in out
+    assert "paths: collection=fused (auto: the first that applies); gradient_backend=handwritten (" in out
 
 
 def test_paths_are_set_in_algo_and_refused_in_a_hand_written_paths_section(tmp_path, capsys):
@@ -85,9 +85,9 @@ def test_paths_are_set_in_algo_and_refused_in_a_hand_written_paths_section(tmp_p
     assert summary["paths"]["collection"]["value"] == "step"
     again, rerun = train(tmp_path, "--config", str(run / "config.toml"), "--headless", name="from-a-run")
     assert again == 0 and layout.read_summary(rerun)["paths"]["gradient_backend"]["value"] == "torch"
-    assert cli.main(["train", "ppo", "CartPole-v1", "--set", "algo.gradient_backend=compiled",
+    assert cli.main(["train", "ppo", "CartPole-v1", "--set", "algo.gradient_backend=handwritten",
                      "--set", "algo.shared=true"]) == 2
-    assert "gradient_backend='compiled' cannot run here: needs separate actor and critic MLPs" in \
+    assert "gradient_backend='handwritten' cannot run here: needs separate actor and critic MLPs" in \
         capsys.readouterr().err
 
 

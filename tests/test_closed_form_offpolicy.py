@@ -48,7 +48,7 @@ SAC_CASES = [("Pendulum-v1", dict()), ("Pendulum-v1", dict(ent_coef=0.2, n_criti
 ])
 def test_compiled_update_equals_autograd(cls, env_id, kw):
     compiled, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, **kw)
-    assert compiled.gradient_backend == "compiled"  # on CPU the compiled backend is the default
+    assert compiled.gradient_backend == "handwritten"  # on CPU the handwritten backend is the default
     assert compiled._update_fn == compiled._update_step  # eager: the compiled step is what training runs
     stats = []
     for step in range(4):
@@ -82,7 +82,7 @@ def test_deterministic_actor_critic_compiled_steps_equal_autograd(cls, env_id, k
     against ``td3_steps``): parameters, targets, Adam moments and statistics as through autograd (TD3's smoothing
     noise drawn alike)."""
     compiled, ref = _filled(cls, env_id, **kw), _filled(cls, env_id, gradient_backend="torch", **kw)
-    assert (compiled.gradient_backend, ref.gradient_backend) == ("compiled", "torch")
+    assert (compiled.gradient_backend, ref.gradient_backend) == ("handwritten", "torch")
     assert compiled._update_fn == compiled._update_step  # eager: the update is what training runs
     for step in range(5):
         batch = ref.buffer.sample(32, as_torch=True)

@@ -94,8 +94,8 @@ def test_critic_step_hand_computed():
 
 
 def test_td3_bc_has_the_torch_backend_only(pendulum_data):
-    with pytest.raises(ConfigError, match="no compiled backend"):
-        TD3BC(dataset=pendulum_data, gradient_backend="compiled", hidden=(8,))
+    with pytest.raises(ConfigError, match="no handwritten backend"):
+        TD3BC(dataset=pendulum_data, gradient_backend="handwritten", hidden=(8,))
 
 
 def test_td3_bc_alpha_is_upgraded_to_q_weight(pendulum_data, tmp_path):

@@ -167,11 +167,11 @@ def test_dqn_cnn_on_minatar(tmp_path, dueling):
 def test_mlp_paths_are_unchanged():
     ppo = rr.PPO("CartPole-v1", num_envs=4, num_steps=8, minibatch_size=32, seed=0)
     assert ppo.policy.encoder_kind == "mlp" and ppo.paths["collection"].value == "fused"
-    assert ppo.gradient_backend == "compiled"
+    assert ppo.gradient_backend == "handwritten"
     assert ppo.buffer.obs.dtype == np.float32
     dqn = rr.DQN("CartPole-v1", seed=0)
     assert not dqn.q_net.has_encoder and dqn._q_grad is not None and dqn.buffer.arrays()["obs"].dtype == np.float32
-    assert dqn.gradient_backend == "compiled"
+    assert dqn.gradient_backend == "handwritten"
     with pytest.raises(ValueError, match="encoder must be one of"):
         rr.PPO("CartPole-v1", encoder="resnet")
     with pytest.raises(ValueError, match="normalize_obs"):

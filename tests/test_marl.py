@@ -247,11 +247,11 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("algo", [rr.MAPPO, rr.IPPO])
 def test_the_compiled_backend_reads_the_policys_column_slices(algo):
-    """Multi-agent PPO trains on PPO's compiled backend, which gathers each network's columns of the rows
+    """Multi-agent PPO trains on PPO's handwritten backend, which gathers each network's columns of the rows
     (``input_columns``); tests/test_ppo_compiled_update.py compares it with the torch backend."""
     model = algo("MPE/simple_spread-v3", num_envs=12, num_steps=10, minibatch_size=60, seed=0)
     env, p = model.env, model.policy
-    assert model.gradient_backend == "compiled" and model._compiled is not None
+    assert model.gradient_backend == "handwritten" and model._compiled is not None
     actor, critic = p.input_columns()
     assert actor == (0, env.local_obs_dim + env.num_agents)
     width = env.single_observation_space.shape[0]

@@ -40,20 +40,20 @@ def _offline_data(env_id: str):
 
 def test_choose_resolves_and_explains():
     ok, no = (lambda: None), (lambda: "needs device='cpu'")
-    c = choose("gradient_backend", "auto", {"compiled": no, "torch": ok})
-    assert (c.value, c.reason) == ("torch", "auto: not compiled (needs device='cpu')")
-    assert choose("gradient_backend", "auto", {"compiled": ok, "torch": ok}).reason == "auto: the first that applies"
-    assert choose("gradient_backend", "torch", {"compiled": ok, "torch": ok}).reason == "gradient_backend='torch'"
+    c = choose("gradient_backend", "auto", {"handwritten": no, "torch": ok})
+    assert (c.value, c.reason) == ("torch", "auto: not handwritten (needs device='cpu')")
+    assert choose("gradient_backend", "auto", {"handwritten": ok, "torch": ok}).reason == "auto: the first that applies"
+    assert choose("gradient_backend", "torch", {"handwritten": ok, "torch": ok}).reason == "gradient_backend='torch'"
     assert choose("gradient_backend", "auto", {"torch": ok}).reason == "the only one"
-    with pytest.raises(ConfigError, match=r"gradient_backend='compiled' cannot run here: needs device='cpu'"):
-        choose("gradient_backend", "compiled", {"compiled": no, "torch": ok})
-    with pytest.raises(ConfigError, match=r"must be one of 'auto', 'compiled', 'torch', got 'numba'"):
-        choose("gradient_backend", "numba", {"compiled": ok, "torch": ok})
+    with pytest.raises(ConfigError, match=r"gradient_backend='handwritten' cannot run here: needs device='cpu'"):
+        choose("gradient_backend", "handwritten", {"handwritten": no, "torch": ok})
+    with pytest.raises(ConfigError, match=r"must be one of 'auto', 'handwritten', 'torch', got 'numba'"):
+        choose("gradient_backend", "numba", {"handwritten": ok, "torch": ok})
     with pytest.raises(ConfigError, match="no collection can run here"):
         choose("collection", "auto", {"fused": no})
     paths = {"collection": choose("collection", "auto", {"fused": no, "step": ok}), "gradient_backend": c}
     assert describe(paths) == ("collection=step (auto: not fused (needs device='cpu')); "
-                               "gradient_backend=torch (auto: not compiled (needs device='cpu'))")
+                               "gradient_backend=torch (auto: not handwritten (needs device='cpu'))")
 
 
 def _env(kind: str):
@@ -67,18 +67,18 @@ def _env(kind: str):
 # (env kind, collection, gradient_backend) -> the paths that run, or the error's text. Every value each setting
 # accepts appears, on each kind of env PPO collects from.
 PPO_CASES = {
-    ("builtin", "auto", "auto"): ("fused", "compiled"),
-    ("builtin", "fused", "compiled"): ("fused", "compiled"),
+    ("builtin", "auto", "auto"): ("fused", "handwritten"),
+    ("builtin", "fused", "handwritten"): ("fused", "handwritten"),
     ("builtin", "fused", "torch"): ("fused", "torch"),
-    ("builtin", "step", "compiled"): ("step", "compiled"),
+    ("builtin", "step", "handwritten"): ("step", "handwritten"),
     ("builtin", "step", "torch"): ("step", "torch"),
     ("builtin", "device", "auto"): "collection='device' cannot run here: needs a TorchVecEnv",
     ("torch", "auto", "auto"): ("device", "torch"),
     ("torch", "device", "torch"): ("device", "torch"),
-    ("torch", "device", "compiled"): "gradient_backend='compiled' cannot run here: the device path",
+    ("torch", "device", "handwritten"): "gradient_backend='handwritten' cannot run here: the device path",
     ("torch", "fused", "auto"): "collection='fused' cannot run here: needs an env written as Numba functions",
     ("torch", "step", "auto"): "collection='step' cannot run here: a TorchVecEnv returns device tensors",
-    ("sync", "auto", "auto"): ("step", "compiled"),
+    ("sync", "auto", "auto"): ("step", "handwritten"),
     ("sync", "fused", "auto"): "collection='fused' cannot run here: needs an env written as Numba functions",
     ("sync", "step", "torch"): ("step", "torch"),
 }
@@ -100,10 +100,10 @@ def test_every_ppo_path_combination_runs_or_is_refused(case):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(shared=True, gradient_backend="compiled"), r"shared=False"),
-    (dict(precision="bf16", gradient_backend="compiled"), r"precision='bf16' needs gradient_backend='torch'"),
-    (dict(recurrent="gru", gradient_backend="compiled"), r"recurrent='none'"),
-    (dict(device="meta", gradient_backend="compiled"), r"device='cpu'"),
+    (dict(shared=True, gradient_backend="handwritten"), r"shared=False"),
+    (dict(precision="bf16", gradient_backend="handwritten"), r"precision='bf16' needs gradient_backend='torch'"),
+    (dict(recurrent="gru", gradient_backend="handwritten"), r"recurrent='none'"),
+    (dict(device="meta", gradient_backend="handwritten"), r"device='cpu'"),
 ])
 def test_what_the_compiled_ppo_backend_does_not_cover_is_an_error(kwargs, match):
     env = "CartPoleNoVel-v1" if "recurrent" in kwargs else "CartPole-v1"
@@ -112,9 +112,9 @@ def test_what_the_compiled_ppo_backend_does_not_cover_is_an_error(kwargs, match)
 
 
 @pytest.mark.parametrize("kwargs, backend, reason", [
-    (dict(shared=True), "torch", "not compiled (needs separate actor and critic MLPs (shared=False))"),
-    (dict(precision="bf16"), "torch", "not compiled (runs in float32"),
-    (dict(), "compiled", "auto: the first that applies"),
+    (dict(shared=True), "torch", "not handwritten (needs separate actor and critic MLPs (shared=False))"),
+    (dict(precision="bf16"), "torch", "not handwritten (runs in float32"),
+    (dict(), "handwritten", "auto: the first that applies"),
 ])
 def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, reason):
     model = rr.PPO("CartPole-v1", **{**SMALL_ON, **kwargs})
@@ -127,19 +127,19 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.A2C("CartPole-v1", gradient_backend=b, num_envs=2, seed=0), {"torch"}),
     (lambda b: rr.IMPALA("CartPole-v1", gradient_backend=b, num_envs=2, num_steps=8, seed=0), {"torch"}),
     (lambda b: rr.MAPPO("MPE/simple_spread-v3", gradient_backend=b, num_envs=6, num_steps=8, minibatch_size=24,
-                        seed=0), {"compiled", "torch"}),
-    (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
+                        seed=0), {"handwritten", "torch"}),
+    (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, **LOGGED_OFF), {"handwritten", "torch"}),
     (lambda b: rr.DQN("CartPole-v1", gradient_backend=b, dueling=True, **LOGGED_OFF), {"torch"}),
-    (lambda b: rr.SAC("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
-    (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
+    (lambda b: rr.SAC("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"handwritten", "torch"}),
+    (lambda b: rr.TD3("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"handwritten", "torch"}),
     (lambda b: rr.PQN("CartPole-v1", gradient_backend=b, num_envs=4, num_steps=16, minibatch_size=32, seed=0),
      {"torch"}),
-    (lambda b: rr.DDPG("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"compiled", "torch"}),
+    (lambda b: rr.DDPG("Pendulum-v1", gradient_backend=b, **LOGGED_OFF), {"handwritten", "torch"}),
     (lambda b: rr.TQC("Pendulum-v1", gradient_backend=b, n_critics=2, n_quantiles=5, **LOGGED_OFF),
-     {"compiled", "torch"}),
+     {"handwritten", "torch"}),
     (lambda b: rr.CrossQ("Pendulum-v1", gradient_backend=b, critic_hidden=(16, 16), **LOGGED_OFF),
-     {"compiled", "torch"}),
-    (lambda b: rr.SAC("PointReach-v0", gradient_backend=b, her=True, **LOGGED_OFF), {"compiled", "torch"}),
+     {"handwritten", "torch"}),
+    (lambda b: rr.SAC("PointReach-v0", gradient_backend=b, her=True, **LOGGED_OFF), {"handwritten", "torch"}),
     (lambda b: rr.BC(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), **LOGGED_OFFLINE), {"torch"}),
     (lambda b: rr.BC(gradient_backend=b, dataset=_offline_data("CartPole-v1"), **LOGGED_OFFLINE), {"torch"}),
     (lambda b: rr.TD3BC(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), **LOGGED_OFFLINE), {"torch"}),
@@ -153,7 +153,7 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
 def test_every_algorithms_backends_run_or_are_refused(make, backends):
     """Each backend an algorithm offers trains (its losses are logged: 64 steps give every algorithm at least one
     logged update); the others are refused by name."""
-    for backend in ("auto", "compiled", "torch"):
+    for backend in ("auto", "handwritten", "torch"):
         if backend != "auto" and backend not in backends:
             with pytest.raises(ConfigError, match=f"gradient_backend='{backend}'"):
                 make(backend)
@@ -162,7 +162,7 @@ def test_every_algorithms_backends_run_or_are_refused(make, backends):
         assert model.gradient_backend in backends and set(model.paths) >= {"gradient_backend", "collection",
                                                                             "precision"}
         if backend == "auto":
-            assert model.gradient_backend == ("compiled" if "compiled" in backends else "torch")
+            assert model.gradient_backend == ("handwritten" if "handwritten" in backends else "torch")
         model.learn(64, progress_bar=False)
         losses = [k for k in model.metrics if k.startswith("losses/")]
         assert losses, f"{type(model).__name__} on {backend!r} logged no losses in 64 steps"
@@ -213,7 +213,7 @@ def test_paths_record_what_else_switches_the_code():
         return {k: p.value for k, p in model.paths.items()}
 
     assert values(rr.PPO("CartPole-v1", **SMALL_ON)) == {
-        "collection": "fused", "gradient_backend": "compiled", "precision": "fp32", "async_collect": "off",
+        "collection": "fused", "gradient_backend": "handwritten", "precision": "fp32", "async_collect": "off",
         "recurrent": "none", "advantages": "gae"}
     ppo = rr.PPO("CartPole-v1", async_collect=True, vtrace_advantages=True, **SMALL_ON)
     assert (values(ppo)["async_collect"], values(ppo)["advantages"]) == ("thread", "vtrace")
@@ -235,7 +235,7 @@ def test_paths_record_what_else_switches_the_code():
 
 def test_torch_compile_needs_the_torch_backend():
     with pytest.raises(ConfigError, match="torch_compile=True traces the autograd update"):
-        rr.SAC("Pendulum-v1", torch_compile=True, gradient_backend="compiled", **SMALL_OFF)
+        rr.SAC("Pendulum-v1", torch_compile=True, gradient_backend="handwritten", **SMALL_OFF)
     assert rr.SAC("Pendulum-v1", torch_compile=True, **SMALL_OFF).gradient_backend == "torch"
 
 
@@ -257,7 +257,7 @@ def test_legacy_settings_are_upgraded_with_a_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         old = rr.PPO.load(tmp_path / "old.pt")
-    assert old.gradient_backend == "compiled" and old.paths["collection"].value == "fused"
+    assert old.gradient_backend == "handwritten" and old.paths["collection"].value == "fused"
     assert old.config.normalize_advantage == "batch" and old.config.log_every_steps == 2 * 16 * 4
 
 
@@ -299,3 +299,34 @@ def test_minibatches_take_none_with_a_warning():
     with pytest.warns(DeprecationWarning, match='normalize_advantages="none"'):
         (mb,) = list(buffer.minibatches(4, normalize_advantages=None))
     torch.testing.assert_close(mb.advantages.sort().values, buffer.tensors.advantages.reshape(-1).sort().values)
+
+
+def test_the_docs_table_of_handwritten_backends_is_the_algorithms_declarations():
+    """docs/precision.md's table lists, per algorithm, what its "handwritten" backend writes by hand: it is generated
+    from each class's ``HandwrittenBackend`` and must stay equal to it; every algorithm with such a backend offers it
+    (and only those do)."""
+    import re
+    from pathlib import Path
+
+    from rapidrl.algos.registry import algorithms
+    from rapidrl.train.path_settings import backend_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "precision.md").read_text()
+    shown = re.search(r"<!-- handwritten backends -->\n(.*?)<!-- /handwritten backends -->", doc, re.S).group(1)
+    assert shown == backend_table(algorithms())
+    listed = set(re.findall(r"^\| `(\w+)` \|", shown, re.M))
+    assert listed == {name for name, cls in algorithms().items() if cls.handwritten is not None}
+    assert {"ppo", "dqn", "sac", "td3", "ddpg", "tqc", "crossq"} <= listed
+
+
+def test_the_old_backend_name_compiled_is_upgraded_with_a_warning():
+    renamed = "gradient_backend='compiled' replaced by gradient_backend='handwritten'"
+    with pytest.warns(DeprecationWarning, match=renamed):
+        model = rr.TD3("Pendulum-v1", gradient_backend="compiled", **SMALL_OFF)
+    assert model.gradient_backend == "handwritten"
+    from rapidrl.algos.ppo import PPOConfig
+
+    with pytest.warns(DeprecationWarning, match="now called 'handwritten'"):
+        config = PPOConfig(gradient_backend="compiled")
+        config.validate()
+    assert config.gradient_backend == "handwritten"

@@ -1,4 +1,4 @@
-"""The compiled PPO epoch (``rapidrl.kernels.ppo_update``, gradient_backend="compiled") against the PyTorch
+"""The compiled PPO epoch (``rapidrl.kernels.ppo_update``, gradient_backend="handwritten") against the PyTorch
 backend it replaces (gradient_backend="torch": autograd on ``ppo_loss``, ``optimizer_step``).
 
 Two models with the same seed collect the same first rollout; one updates through the compiled epoch, the other
@@ -43,7 +43,7 @@ def _one_update(compiled: bool, env: str, algo: str = "PPO", **over):
         from rapidrl.envs.adapters.pettingzoo import PettingZooVecEnv
 
         env = PettingZooVecEnv(Leaving, kw["num_envs"] // 3)
-    model = getattr(rr, algo)(env, gradient_backend="compiled" if compiled else "torch", **kw)
+    model = getattr(rr, algo)(env, gradient_backend="handwritten" if compiled else "torch", **kw)
     model.learn(kw["num_envs"] * kw["num_steps"] * 2, progress_bar=False)  # two updates: Adam state carries over
     if env == "leaving" or not isinstance(env, str):
         assert model.buffer.masked

@@ -68,7 +68,7 @@ def test_compiled_gradients_equal_autograd(discrete, activation, clip_vloss, ent
 @pytest.mark.parametrize("squash", ["clip", "tanh"])
 def test_compiled_update_equals_autograd_update_in_ppo(squash):
     """Through PPO itself: with the tanh squash the stored log-probs carry the Jacobian term of the squash, and
-    the compiled backend must account for it exactly as ``ActorCritic.evaluate`` does."""
+    the handwritten backend must account for it exactly as ``ActorCritic.evaluate`` does."""
     import rapidrl as rr
 
     def one_update(backend):
@@ -78,7 +78,7 @@ def test_compiled_update_equals_autograd_update_in_ppo(squash):
         assert model.gradient_backend == backend
         return model
 
-    a, b = one_update("compiled"), one_update("torch")
+    a, b = one_update("handwritten"), one_update("torch")
     for (name, p), (_, q) in zip(a.policy.named_parameters(), b.policy.named_parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
     assert a.metrics["losses/approx_kl"] == pytest.approx(b.metrics["losses/approx_kl"], rel=1e-3, abs=1e-7)

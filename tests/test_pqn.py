@@ -236,7 +236,7 @@ def test_cnn_networks_have_layer_norm_and_train():
     (dict(q_lambda=1.5), "q_lambda"),
     (dict(exploration_fraction=0.0), "exploration_fraction must be > 0"),
     (dict(collection="device"), "collection must be one of 'auto', 'fused', 'step'"),
-    (dict(gradient_backend="compiled"), "gradient_backend='compiled' cannot run here"),
+    (dict(gradient_backend="handwritten"), "gradient_backend='handwritten' cannot run here"),
     (dict(learning_rte=1e-3), "learning_rate"),
 ])
 def test_bad_settings_fail_at_construction(kwargs, match):

@@ -41,9 +41,9 @@ def test_default_is_fp32_and_reported():
 
 
 @pytest.mark.parametrize("make", [
-    lambda: rr.PPO("CartPole-v1", precision="bf16", gradient_backend="compiled", **SMALL_ON),
-    lambda: rr.DQN("CartPole-v1", precision="bf16", gradient_backend="compiled", **SMALL_OFF),
-    lambda: rr.SAC("Pendulum-v1", precision="bf16", gradient_backend="compiled", **SMALL_OFF),
+    lambda: rr.PPO("CartPole-v1", precision="bf16", gradient_backend="handwritten", **SMALL_ON),
+    lambda: rr.DQN("CartPole-v1", precision="bf16", gradient_backend="handwritten", **SMALL_OFF),
+    lambda: rr.SAC("Pendulum-v1", precision="bf16", gradient_backend="handwritten", **SMALL_OFF),
 ])
 def test_bf16_with_the_compiled_backend_is_an_error_naming_the_torch_backend(make):
     with pytest.raises(ConfigError, match=r"precision='bf16' needs gradient_backend='torch'"):
@@ -60,26 +60,26 @@ def test_explicit_bf16_moves_auto_backend_to_torch_and_auto_keeps_the_compiled_f
     bf16 = make(precision="bf16")
     assert bf16.gradient_backend == "torch" and bf16.precision == "bf16"
     assert "precision='bf16' needs gradient_backend='torch'" in bf16.paths["gradient_backend"].reason
-    auto = make(precision="auto")  # the compiled float32 backend applies: it stays, and so does fp32
-    assert auto.gradient_backend == "compiled" and auto.precision == "fp32"
-    assert "compiled gradient backend runs in float32" in auto.paths["precision"].reason
+    auto = make(precision="auto")  # the handwritten float32 backend applies: it stays, and so does fp32
+    assert auto.gradient_backend == "handwritten" and auto.precision == "fp32"
+    assert "handwritten gradient backend runs in float32" in auto.paths["precision"].reason
 
 
-def test_sac_auto_takes_torch_and_bf16_over_the_compiled_backend_where_measured_faster(native):
-    """SAC's 256x256 update measured faster in bf16 on the torch backend than on the compiled float32 one
+def test_sac_auto_takes_torch_and_bf16_over_the_handwritten_backend_where_measured_faster(native):
+    """SAC's 256x256 update measured faster in bf16 on the torch backend than on the handwritten float32 one
     (rapidrl bench precision), so "auto" for both settings gives torch + bf16 there, and only there."""
     native(True)
     big = {**SMALL_OFF, "batch_size": 256}
     sac = rr.SAC("Pendulum-v1", precision="auto", **big)  # hidden (256, 256), the default
     assert (sac.gradient_backend, sac.precision) == ("torch", "bf16")
-    assert "measured faster than the compiled float32" in sac.paths["gradient_backend"].reason
-    fixed = rr.SAC("Pendulum-v1", precision="auto", gradient_backend="compiled", **big)
-    assert (fixed.gradient_backend, fixed.precision) == ("compiled", "fp32")  # an explicit backend is kept
-    assert rr.SAC("Pendulum-v1", **big).gradient_backend == "compiled"  # precision "fp32", the default
-    assert rr.SAC("Pendulum-v1", precision="auto", **SMALL_OFF).gradient_backend == "compiled"  # batch 16
+    assert "measured faster than the handwritten float32" in sac.paths["gradient_backend"].reason
+    fixed = rr.SAC("Pendulum-v1", precision="auto", gradient_backend="handwritten", **big)
+    assert (fixed.gradient_backend, fixed.precision) == ("handwritten", "fp32")  # an explicit backend is kept
+    assert rr.SAC("Pendulum-v1", **big).gradient_backend == "handwritten"  # precision "fp32", the default
+    assert rr.SAC("Pendulum-v1", precision="auto", **SMALL_OFF).gradient_backend == "handwritten"  # batch 16
     native(False)
     sac = rr.SAC("Pendulum-v1", precision="auto", **big)
-    assert (sac.gradient_backend, sac.precision) == ("compiled", "fp32")
+    assert (sac.gradient_backend, sac.precision) == ("handwritten", "fp32")
 
 
 def test_auto_takes_bf16_only_where_every_condition_holds(native):
@@ -246,4 +246,4 @@ def test_docs_example_runs():
     ns: dict = {}
     exec(compile(block, "docs/precision.md", "exec"), ns)
     assert ns["model"].precision == "bf16" and ns["auto"].precision == "fp32"
-    assert ns["auto"].gradient_backend == "compiled"
+    assert ns["auto"].gradient_backend == "handwritten"

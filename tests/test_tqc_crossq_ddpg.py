@@ -44,7 +44,7 @@ def test_quantile_huber_loss_on_hand_computed_cases():
 
 @pytest.mark.parametrize("compiled", [True, False])
 def test_compiled_quantile_huber_loss_and_gradient_equal_autograd_through_the_reference(compiled, monkeypatch):
-    """The compiled backend's loss (rapidrl.kernels.quantile, compiled and as plain Python) against autograd through
+    """The handwritten backend's loss (rapidrl.kernels.quantile, compiled and as plain Python) against autograd through
     ``quantile_huber_loss``: targets on both sides of every quantile, in both Huber regions, exactly at |delta| = 1
     and at delta = 0."""
     from rapidrl.algos.tqc import CompiledQuantileHuberLoss
@@ -109,18 +109,18 @@ def test_crossq_normalises_both_halves_with_the_statistics_of_their_mixture():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_crossq_compiled_backend_fuses_relu_and_renorm_and_equals_the_torch_backend(dtype):
-    """The "compiled" backend's critics (ReLU + Batch Renormalization as compiled kernels) against the "torch"
+def test_crossq_handwritten_backend_fuses_relu_and_renorm_and_equals_the_torch_backend(dtype):
+    """The "handwritten" backend's critics (ReLU + Batch Renormalization as compiled kernels) against the "torch"
     backend's on the same weights and batch: joint forward, running statistics and every gradient, float32 and under
     bfloat16 autocast."""
     from rapidrl.nn.batch_renorm import BatchRenorm
 
     models = {b: CrossQ("Pendulum-v1", seed=0, gradient_backend=b, **TINY, **SMALL[CrossQ])
-              for b in ("compiled", "torch")}
+              for b in ("handwritten", "torch")}
     for backend, model in models.items():
         flags = [m.compiled for m in model.critic.modules() if isinstance(m, BatchRenorm)]
-        assert len(flags) == 3 and all(f == (backend == "compiled") for f in flags)
-    models["torch"].critic.load_state_dict(models["compiled"].critic.state_dict())
+        assert len(flags) == 3 and all(f == (backend == "handwritten") for f in flags)
+    models["torch"].critic.load_state_dict(models["handwritten"].critic.state_dict())
     g = torch.Generator().manual_seed(0)
     s, a, s2, a2 = (torch.randn(32, d, generator=g) for d in (3, 1, 3, 1))
     out = {}
@@ -130,7 +130,7 @@ def test_crossq_compiled_backend_fuses_relu_and_renorm_and_equals_the_torch_back
         (q.square().mean() + q.mean()).backward()
         out[backend] = (q, next_q, [p.grad for p in model.critic.parameters()], model.critic.state_dict())
     tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=0.05, atol=0.05)
-    (q, next_q, grads, state), (q_t, next_q_t, grads_t, state_t) = out["compiled"], out["torch"]
+    (q, next_q, grads, state), (q_t, next_q_t, grads_t, state_t) = out["handwritten"], out["torch"]
     torch.testing.assert_close(q, q_t, **tol)
     torch.testing.assert_close(next_q, next_q_t, **tol)
     for grad, grad_t in zip(grads, grads_t, strict=True):
@@ -224,11 +224,11 @@ def test_same_seed_same_losses(cls):
 
 @pytest.mark.parametrize("cls", [CrossQ, TQC])
 def test_bf16_runs_and_keeps_float32_state(cls):
-    """precision="bf16" trains on the compiled backends (TQC's loss takes the networks' float32 outputs; CrossQ's
+    """precision="bf16" trains on the handwritten backends (TQC's loss takes the networks' float32 outputs; CrossQ's
     ReLU + Batch Renormalization kernels take bfloat16 activations)."""
     model = cls("Pendulum-v1", precision="bf16", **TINY, **SMALL[cls])
     assert model.precision == "bf16"
-    assert model.gradient_backend == "compiled"
+    assert model.gradient_backend == "handwritten"
     model.learn(150, progress_bar=False)
     assert all(p.dtype == torch.float32 for p in model.critic.parameters())
     assert all(math.isfinite(h[k]) for h in model.history for k in h if k.startswith("losses/"))

@@ -24,7 +24,7 @@ def test_glibc_keeps_heap_memory():
 
 
 def test_the_blas_numba_calls_is_found_and_set_to_one_thread():
-    """The compiled backends' matmuls run on SciPy's OpenBLAS: it must be found by its file path, else a SciPy
+    """The handwritten backends' matmuls run on SciPy's OpenBLAS: it must be found by its file path, else a SciPy
     upgrade that renamed it would leave it spinning one thread per core (3-10x slower updates); it stays at one
     thread at any torch thread count (2 threads fought torch's: 2-6x slower compiled updates)."""
     found = blas.numba_blas_controllers()

@@ -8,11 +8,11 @@ updates on a busy machine). At more than one torch thread, an OpenBLAS of as man
 OpenMP workers as well, whenever compiled matmuls and PyTorch calls alternate: measured at 2 torch threads on the
 2-core development machine, alone (2026-11-28, one run each), one thread here against two: SAC HalfCheetah-v5 162.7
 against 30.8 SPS, DDPG 203.2 against 32.7, DQN CartPole-v1 479.3 against 73.6, PPO CartPole-v1 149,101 against
-71,852, PPO HalfCheetah-v5 3,595 against 3,623. So every compiled backend keeps it at one thread
+71,852, PPO HalfCheetah-v5 3,595 against 3,623. So every handwritten backend keeps it at one thread
 (``single_thread_numba_blas``).
 
 Ownership, lifetime, aliasing: no memory is touched; the setting is process-wide and lasts until changed. rapidrl
-changes it only for the duration of a compiled backend's ``learn`` (and ``evaluate``) and sets the count it found
+changes it only for the duration of a handwritten backend's ``learn`` (and ``evaluate``) and sets the count it found
 back afterwards (``rapidrl.train.runtime.process_settings``). It affects only that one library (not NumPy's or
 torch's BLAS).
 

@@ -11,7 +11,7 @@ from the shared off-policy core (``rapidrl.algos.offpolicy``).
 The critics see (s, a) and (s', a'), a' ~ pi(s'), in one joint forward pass of 2B rows in training mode, so their
 Batch Renormalization layers normalise both with the statistics of the mixture (``joint_critic_forward``). Its
 first B rows are Q(s, a), its last B the bootstrap values Q(s', a'), taken as constants: no target network. On the
-"compiled" gradient backend (the CPU default) each ReLU + Batch Renormalization of that training pass is one compiled
+"handwritten" gradient backend (the CPU default) each ReLU + Batch Renormalization of that training pass is one compiled
 kernel forward and one backward (``rapidrl.kernels.batch_renorm``); "torch" is the PyTorch operators. The
 actor and the temperature are updated every ``policy_delay`` critic updates, the actor on the critics in evaluation
 mode (running statistics). Batch Renormalization behaves as batch normalisation for its first
@@ -34,6 +34,7 @@ from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.train.compile import maybe_compile
 from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -87,17 +88,17 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     stat_names = ("critic_loss", "q_values", "actor_loss", "ent_coef_loss", "ent_coef", "entropy")
     saved_state = ("actor", "critic", "log_alpha", "actor_optimizer", "critic_optimizer", "alpha_optimizer")
     bf16_learning_tested = True  # tests/test_learning_bf16.py: Pendulum at the float32 test's settings and threshold
-    compiled_backend_autocasts = True  # only ReLU + Batch Renormalization is compiled: the matmuls autocast either way
-
-    def _gradient_backends(self) -> dict:
-        return self._compiled_or_torch()
+    handwritten = HandwrittenBackend(
+        by_hand="the critics' ReLU + Batch Renormalization layers of the training pass, forward and backward, in Numba "
+                "(`rapidrl.kernels.batch_renorm`)",
+        autograd="the linear layers, the actor, the losses", autocasts=True)
 
     def _bind_backend(self) -> None:
-        """The compiled backend: the critics' ReLU + Batch Renormalization layers of the training pass as compiled
+        """The handwritten backend: the critics' ReLU + Batch Renormalization layers of the training pass as compiled
         kernels (``BatchRenorm.compiled``)."""
         for layer in self.critic.modules():
             if isinstance(layer, BatchRenorm):
-                layer.compiled = self.gradient_backend == "compiled"
+                layer.compiled = self.gradient_backend == "handwritten"
 
     def _build_networks(self) -> None:
         c = self.config

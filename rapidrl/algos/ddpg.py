@@ -5,7 +5,7 @@ Read top to bottom: the config, then one update, ``DDPG._update_step`` (the driv
 (``rapidrl.algos.td3.td3_steps``) with the one critic: the critic step towards r + discount * Q'(s', a') and, every
 ``policy_delay``-th step, the actor step on -mean Q(s, mu(s)) and the Polyak update of both targets. One update reads
 four files: this one, rapidrl/algos/td3.py (the steps), rapidrl/algos/offpolicy_losses.py (target, losses, Polyak
-update) and rapidrl/nn/optim.py (the Adam step). The networks, acting and the "compiled" backend are the family's
+update) and rapidrl/nn/optim.py (the Adam step). The networks, acting and the "handwritten" backend are the family's
 (rapidrl/algos/deterministic_actor_critic.py); collection, replay and the driver the off-policy core's.
 
 Exploration adds Gaussian noise of ``exploration_noise`` times the action half-range. The differences from TD3: one
@@ -26,6 +26,7 @@ from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.registry import register
 from rapidrl.algos.td3 import td3_steps
 from rapidrl.train.config import with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -52,9 +53,10 @@ class DDPG(DeterministicActorCritic, OffPolicyAlgorithm):
     def _build_networks(self) -> None:
         self._build_actor_critic(n_critics=1)
 
-    def _gradient_backends(self) -> dict:
-        """"compiled" (hand-written gradients, ``compiled_steps``: CPU, float32) first, "torch" always."""
-        return self._compiled_or_torch(float32_only=True)
+    handwritten = HandwrittenBackend(
+        by_hand="the critic ensemble's forward and backward in batched PyTorch (`rapidrl.nn.mlp_grad`); the actor "
+                "MLP's backward in Numba (`rapidrl.nn.numba_mlp.MLPGrad`); the loss gradients in PyTorch "
+                "(`rapidrl.algos.deterministic_actor_critic.compiled_steps`)")
 
     def _update_step(self, batch) -> torch.Tensor:
         """One DDPG update on a sampled minibatch (module docstring): target actions a' = mu'(s') [B, A], then

@@ -3,7 +3,7 @@
 Config fields (``DeterministicActorConfig``, ``TargetSmoothingConfig``); the networks (``DeterministicActorCritic``:
 a deterministic actor mu(s) = center + scale tanh(MLP(s)) and a critic ensemble, each with a target copy and its own
 Adam); acting (training actions add Gaussian noise of ``exploration_noise`` times the action half-range); the saved
-state; and the "compiled" gradient backend of TD3 and DDPG (``compiled_steps``: their update with every gradient
+state; and the "handwritten" gradient backend of TD3 and DDPG (``compiled_steps``: their update with every gradient
 written by hand). Each algorithm's update is written out in its own file: ``rapidrl.algos.td3.TD3._update_step``,
 ``rapidrl.algos.ddpg.DDPG._update_step``, ``rapidrl.algos.td3_bc.TD3BC._update_step``. Nothing here is overridden
 to change the maths.
@@ -62,12 +62,12 @@ class TargetSmoothingConfig(CriticEnsembleConfig):
 
 
 class DeterministicActorCritic:
-    """DDPG, TD3 and TD3+BC (module docstring): networks (``_build_actor_critic``), the compiled backend's set-up
+    """DDPG, TD3 and TD3+BC (module docstring): networks (``_build_actor_critic``), the handwritten backend's set-up
     (``_bind_backend``), acting, saved state. Each subclass writes its own ``_build_networks``,
     ``_gradient_backends`` and ``_update_step``.
 
     Gradient backends: "torch" (autograd on the losses of ``rapidrl.algos.offpolicy_losses``: the reference, what
-    torch.compile traces) and, for DDPG and TD3 on the CPU in float32, "compiled" (``compiled_steps``): the same
+    torch.compile traces) and, for DDPG and TD3 on the CPU in float32, "handwritten" (``compiled_steps``): the same
     steps with every gradient written by hand, the critics' forward and backward in a few batched PyTorch calls
     (``rapidrl.nn.mlp_grad``), the actor's in compiled code (``rapidrl.nn.numba_mlp.MLPGrad``), no autograd graph,
     and acting on a few observations through the compiled forward."""
@@ -92,11 +92,11 @@ class DeterministicActorCritic:
         self._half_range = ((high - low) / 2).numpy()
 
     def _bind_backend(self) -> None:
-        """The compiled backend: the actor's forward and backward for the update (``MLPGrad``), another compiled
+        """The handwritten backend: the actor's forward and backward for the update (``MLPGrad``), another compiled
         forward for acting (its own buffers: acting must not overwrite the update's saved activations), NumPy views
         of the action bounds."""
         self._acting_forward = None
-        if self.gradient_backend == "compiled":
+        if self.gradient_backend == "handwritten":
             self._actor_grad = MLPGrad(self.actor.net, "relu")
             self._acting_forward = MLPForward(self.actor.net, "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
@@ -127,11 +127,11 @@ class DeterministicActorCritic:
         return frozen_copy(self.actor)
 
 
-# -- the compiled backend: TD3's and DDPG's steps with hand-written gradients --------------------------------------
+# -- the handwritten backend: TD3's and DDPG's steps with hand-written gradients --------------------------------------
 @torch.no_grad()
 def compiled_steps(model: DeterministicActorCritic, batch, next_actions: torch.Tensor) -> torch.Tensor:
     """``rapidrl.algos.td3.td3_steps`` (TD3's and DDPG's update after their target actions a' [B, A]) on the
-    compiled backend: ``compiled_critic_step``, then every ``policy_delay``-th step ``compiled_actor_step`` and the
+    handwritten backend: ``compiled_critic_step``, then every ``policy_delay``-th step ``compiled_actor_step`` and the
     Polyak update of every target. Returns [critic_loss, q_values, actor_loss]."""
     loss_q, q_mean = compiled_critic_step(model.critic, model.critic_target, model.critic_optimizer, batch,
                                           next_actions)

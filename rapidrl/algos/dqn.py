@@ -28,6 +28,7 @@ from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import GradientClipConfig, check_positive, check_unit_interval, require, with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 from rapidrl.train.schedules import linear_decay
 from rapidrl.train.spaces import check_discrete_actions
 
@@ -85,6 +86,9 @@ class DQN(OffPolicyAlgorithm):
     supports_action_masks = True
     multi_input = True
     stat_names = ("loss", "q_values", "td_abs")
+    handwritten = HandwrittenBackend(
+        by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (targets, Huber "
+                "loss, its gradient) in one Numba call (`rapidrl.kernels.td`); plain MLP Q networks only")
     bf16_learning_tested = True
 
     def _check_spaces(self) -> None:
@@ -110,13 +114,13 @@ class DQN(OffPolicyAlgorithm):
         def plain() -> str | None:
             return "needs a plain MLP Q network (dueling=False)" if self.config.dueling else None
 
-        return self._compiled_or_torch(mlp, plain, float32_only=True)
+        return self._handwritten_or_torch(mlp, plain)
 
     def _bind_backend(self) -> None:
-        """The compiled backend: the compiled MLP forward and backward of the update (``rapidrl.kernels.mlp`` on
+        """The handwritten backend: the compiled MLP forward and backward of the update (``rapidrl.kernels.mlp`` on
         zero-copy views of the Q networks), and a forward of its own for acting on a few observations."""
         self._q_grad = self._target_forward = self._acting_forward = None
-        if self.gradient_backend == "compiled":
+        if self.gradient_backend == "handwritten":
             self._q_grad = MLPGrad(self.q_net.net, "relu")
             self._target_forward = MLPForward(self.q_target.net, "relu")
             self._acting_forward = MLPForward(self.q_net.net, "relu")
@@ -143,11 +147,11 @@ class DQN(OffPolicyAlgorithm):
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
         """One gradient step; returns [loss, mean Q, mean |TD|, |TD| per sample...] (priorities after 3)."""
-        return self._compiled_step(batch) if self.gradient_backend == "compiled" else self._autograd_step(batch)
+        return self._compiled_step(batch) if self.gradient_backend == "handwritten" else self._autograd_step(batch)
 
     @torch.no_grad()
     def _compiled_step(self, batch) -> torch.Tensor:
-        """The "compiled" backend: ``_autograd_step`` with the loss head in one compiled call
+        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call
         (``rapidrl.kernels.td.dqn_td_grads``: targets, Huber loss, its gradient with respect to Q) and the MLP's
         forward and backward compiled (``rapidrl.kernels.mlp``): the same update, a fraction of the PyTorch calls
         (``tests/test_closed_form_offpolicy.py`` compares the two)."""

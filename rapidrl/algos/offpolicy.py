@@ -17,7 +17,7 @@ buffer's preallocated, reused tensors, so shapes are static and the update could
 
 Precision (``rapidrl.train.precision``): under precision="bf16" the "torch" backend's forward passes and the
 acting run under bfloat16 autocast (the networks return float32; losses, parameters, Adam and replay stay
-float32); the compiled backends run in float32.
+float32); the handwritten backends run in float32.
 
 Truncation: at an episode end the buffer receives the true final observation as ``next_obs`` (the vector
 env's ``info["final_obs"]``), and only ``terminated`` stops bootstrapping.

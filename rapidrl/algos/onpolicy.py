@@ -12,7 +12,7 @@ One iteration (``_rollout``): collect T steps of N envs into ``buffer`` (``_coll
 - ``recurrent``: a recurrent policy collects with a collector that carries its state and updates on whole env
   columns (``rapidrl.train.recurrent``; PPO and A2C);
 - ``advantages``: GAE after each rollout, or V-trace in the update (IMPALA; PPO's ``vtrace_advantages``);
-- ``gradient_backend`` (the algorithm's: PPO has "compiled" and "torch", A2C and IMPALA "torch" only) and
+- ``gradient_backend`` (the algorithm's: PPO has "handwritten" and "torch", A2C and IMPALA "torch" only) and
   ``precision`` (``rapidrl.train.precision``), resolved after it: "bf16" runs the update's forward pass and loss,
   and the step and device collection's acting, under bfloat16 autocast (the fused collector's compiled forward and
   ``async_collect``'s collector thread act in float32).

@@ -8,7 +8,7 @@ Two gradient backends compute the same update, chosen once at construction by ``
 
 - ``"torch"``: autograd on ``ppo_loss`` through the policy, then ``optimizer_step``; every policy (recurrent,
   CNN, shared trunk, MultiDiscrete), every device, ``precision="bf16"`` (autocast), several learners;
-- ``"compiled"``: each epoch's minibatch updates in one Numba call on the CPU for separate MLP actor and critic
+- ``"handwritten"``: each epoch's minibatch updates in one Numba call on the CPU for separate MLP actor and critic
   (``rapidrl.algos.ppo_compiled`` binds ``rapidrl.kernels.ppo_update`` to the policy and optimizer); tested
   equal to the torch backend. ``"auto"`` takes it wherever it applies.
 """
@@ -26,6 +26,7 @@ from rapidrl.algos.registry import register
 from rapidrl.buffers import vtrace_targets
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.path_settings import HandwrittenBackend
 from rapidrl.train.paths import PathChoice
 
 
@@ -116,18 +117,21 @@ class PPO(OnPolicyAlgorithm):
     supports_recurrent = True
     supports_async_collect = True
     bf16_learning_tested = True
+    handwritten = HandwrittenBackend(
+        by_hand="every epoch's minibatch updates in one Numba call: both MLPs' forward and backward, the loss's "
+                "gradients, clipping, Adam (`rapidrl.kernels.ppo_update`, bound by `rapidrl.algos.ppo_compiled`); "
+                "separate MLP actor and critic only")
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         self._clip_coef = self.config.clip_coef  # annealed per update by _schedule_update (anneal_clip)
         return adam(self.policy.parameters(), self.config.learning_rate, eps=1e-5)
 
     def _gradient_backends(self) -> dict:
-        return self._compiled_or_torch(lambda: unavailable(
-            self.policy, distributed=self.dist is not None, on_device_collection=self.device_collector is not None),
-            float32_only=True)
+        return self._handwritten_or_torch(lambda: unavailable(
+            self.policy, distributed=self.dist is not None, on_device_collection=self.device_collector is not None))
 
     def _bind_backend(self) -> None:
-        self._compiled = CompiledPPOUpdate(self.policy, self.optimizer) if self.gradient_backend == "compiled" \
+        self._compiled = CompiledPPOUpdate(self.policy, self.optimizer) if self.gradient_backend == "handwritten" \
             else None
 
     def _update_batch(self) -> int:

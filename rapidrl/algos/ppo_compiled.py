@@ -1,4 +1,4 @@
-"""PPO's "compiled" gradient backend: the binding of the compiled epoch (``rapidrl.kernels.ppo_update``) to a
+"""PPO's "handwritten" gradient backend: the binding of the compiled epoch (``rapidrl.kernels.ppo_update``) to a
 model's policy, optimizer and rollout.
 
 The kernel runs every minibatch update of one epoch (forward, loss gradients, backward, clipping, Adam) in one
@@ -25,7 +25,7 @@ __all__ = ["CompiledPPOUpdate", "unavailable"]
 
 def unavailable(policy, *, distributed: bool, on_device_collection: bool) -> str | None:
     """None when the compiled epoch can train ``policy`` in this setting, else what to change. The conditions every
-    compiled backend shares (the CPU, float32 arithmetic) are ``PathSettings._compiled_or_torch``'s."""
+    handwritten backend shares (the CPU, float32 arithmetic) are ``PathSettings._handwritten_or_torch``'s."""
     if on_device_collection:
         return "the device path (collection='device') keeps the update on the env's device"
     if distributed:

@@ -4,7 +4,7 @@ Read top to bottom: the config, one update on its two gradient backends, acting.
 (``SAC._autograd_step``) reads three files: this one; ``rapidrl.algos.offpolicy_losses`` (``soft_target``,
 ``critic_loss``, ``soft_actor_loss``, ``temperature_loss``, ``polyak_update``); ``rapidrl.algos.soft_actor_critic``
 (``soft_passes``, ``joint_step``, ``soft_stats``, and the networks' and temperature's construction). The
-"compiled" backend (``SAC._compiled_step``, the CPU default) is the same update with its gradients written by hand
+"handwritten" backend (``SAC._compiled_step``, the CPU default) is the same update with its gradients written by hand
 (``rapidrl.kernels.sac``, ``rapidrl.nn.mlp_grad``). Collection, replay and the update driver come from the shared
 off-policy core (``rapidrl.algos.offpolicy``).
 
@@ -42,6 +42,7 @@ from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.train.config import with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -60,7 +61,10 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     name = "sac"
     config_class = SACConfig
     bf16_learning_tested = True
-    bf16_beats_compiled = True  # update batch 256, 256x256, 1 thread: 8.4 ms bf16 vs 11.1 ms compiled fp32
+    handwritten = HandwrittenBackend(  # gives way: update batch 256, 256x256, 1 thread: 8.4 ms bf16 vs 11.1 ms fp32
+        by_hand="the actor MLP's forward and backward in Numba (`rapidrl.kernels.mlp`); sampling, the losses and "
+                "their gradients in three Numba calls (`rapidrl.kernels.sac`); the critic ensemble's forward and "
+                "backward in batched PyTorch (`rapidrl.nn.mlp_grad`)", gives_way_to_bf16=True)
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
 
@@ -69,28 +73,24 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         self._build_joint_optimizer()
 
     # -- gradient backends -----------------------------------------------------------------------
-    def _gradient_backends(self) -> dict:
-        # 256x256 on native bf16: torch + bf16 measured faster (the compiled backend steps aside under "auto")
-        return self._compiled_or_torch(self._auto_bf16_over_compiled, float32_only=True)
-
     def _bind_backend(self) -> None:
-        """The compiled backend: the actor's layers for the hand-written backward, NumPy views of its bounds for
+        """The handwritten backend: the actor's layers for the hand-written backward, NumPy views of its bounds for
         the kernels, and the compiled MLP forward for acting on a few observations. precision="bf16" on the CPU
         acts through that compiled float32 forward too (its update is the torch one): acting on one observation
         is per-call overhead, which bf16 autocast adds to (SAC HalfCheetah acted through the PyTorch actor lost
         most of bf16's gain end to end)."""
         self._acting_forward = None
         bf16_on_cpu = self.precision == "bf16" and self.device.type == "cpu"
-        if self.gradient_backend == "compiled" or bf16_on_cpu:
+        if self.gradient_backend == "handwritten" or bf16_on_cpu:
             self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
-        if self.gradient_backend == "compiled":
+        if self.gradient_backend == "handwritten":
             self._actor_grad = MLPGrad([*self.actor.trunk, self.actor.head], "relu")
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
         """One update; returns the statistics named by ``stat_names``."""
-        return self._compiled_step(batch) if self.gradient_backend == "compiled" else self._autograd_step(batch)
+        return self._compiled_step(batch) if self.gradient_backend == "handwritten" else self._autograd_step(batch)
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """The "torch" backend: the update through autograd (the reference of ``_compiled_step``; what torch.compile
@@ -110,7 +110,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
 
     @torch.no_grad()
     def _compiled_step(self, batch) -> torch.Tensor:
-        """The "compiled" backend: ``_autograd_step`` with every gradient written by hand, the elementwise parts
+        """The "handwritten" backend: ``_autograd_step`` with every gradient written by hand, the elementwise parts
         (sampling, losses, their gradients) in three compiled calls (``rapidrl.kernels.sac``), the actor's forward
         and backward compiled (``rapidrl.kernels.mlp``), the critic ensemble's in PyTorch (``rapidrl.nn.mlp_grad``):
         the same update in a fraction of the PyTorch calls, and the actor's backward over the B rows of s only.

@@ -12,7 +12,7 @@ Read top to bottom: the config, then one update, ``TD3._update_step`` (the drive
 One update reads three files: this one, rapidrl/algos/offpolicy_losses.py (the target, the losses, the Polyak update)
 and rapidrl/nn/optim.py (the Adam step). ``td3_steps``, ``critic_step`` and ``actor_step`` are DDPG's too (its a' =
 mu'(s'), one critic); TD3+BC's update calls ``critic_step`` and ``actor_step``. The networks, acting and the
-"compiled" backend (the same steps with hand-written gradients, ``compiled_steps``) are the family's
+"handwritten" backend (the same steps with hand-written gradients, ``compiled_steps``) are the family's
 (rapidrl/algos/deterministic_actor_critic.py); collection, replay and the update driver are the off-policy core's.
 """
 
@@ -35,6 +35,7 @@ from rapidrl.algos.registry import register
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.train.config import with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -56,9 +57,10 @@ class TD3(DeterministicActorCritic, OffPolicyAlgorithm):
     def _build_networks(self) -> None:
         self._build_actor_critic(n_critics=self.config.n_critics)
 
-    def _gradient_backends(self) -> dict:
-        """"compiled" (hand-written gradients, ``compiled_steps``: CPU, float32) first, "torch" always."""
-        return self._compiled_or_torch(float32_only=True)
+    handwritten = HandwrittenBackend(
+        by_hand="the critic ensemble's forward and backward in batched PyTorch (`rapidrl.nn.mlp_grad`); the actor "
+                "MLP's backward in Numba (`rapidrl.nn.numba_mlp.MLPGrad`); the loss gradients in PyTorch "
+                "(`rapidrl.algos.deterministic_actor_critic.compiled_steps`)")
 
     def _update_step(self, batch) -> torch.Tensor:
         """One TD3 update on a sampled minibatch (module docstring): smoothed target actions, then ``td3_steps``.
@@ -74,7 +76,7 @@ class TD3(DeterministicActorCritic, OffPolicyAlgorithm):
 def td3_steps(model: DeterministicActorCritic, batch, next_actions: torch.Tensor) -> torch.Tensor:
     """TD3's update after its target actions a' [B, A] (DDPG's too): the critic step, then every ``policy_delay``-th
     step the actor step on -mean Q_1(s, mu(s)) with the Polyak update. Returns [critic_loss, q_values, actor_loss]."""
-    if model.gradient_backend == "compiled":  # the same steps, every gradient written by hand
+    if model.gradient_backend == "handwritten":  # the same steps, every gradient written by hand
         return compiled_steps(model, batch, next_actions)
     loss_q, q = critic_step(model.critic, model.critic_target, model.critic_optimizer, batch, next_actions,
                             model._autocast)

@@ -78,10 +78,6 @@ class TD3BC(DeterministicActorCritic, OfflineAlgorithm):
     def _build_networks(self) -> None:
         self._build_actor_critic(n_critics=self.config.n_critics)
 
-    def _gradient_backends(self) -> dict:
-        """"torch" only: the behaviour-cloning term of the actor loss has no hand-written gradient."""
-        return {"torch": lambda: None}
-
     def _update_step(self, batch) -> torch.Tensor:
         """One TD3+BC update on a sampled, normalised minibatch (module docstring). Returns [critic_loss, q_values,
         actor_loss] (actor_loss: the latest actor step's)."""

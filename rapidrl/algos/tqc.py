@@ -17,7 +17,7 @@ parameters; the actor's loss goes through the critics of before this step, with 
 a Polyak target update, as ``rapidrl.algos.sac``. sb3-contrib's TQC takes three optimizer steps in turn, its actor
 seeing the critics after theirs; the settings and the losses are sb3-contrib's.
 
-Gradient backends: "compiled" (the CPU default) computes the quantile Huber loss and its gradient in one Numba pass
+Gradient backends: "handwritten" (the CPU default) computes the quantile Huber loss and its gradient in one Numba pass
 (``rapidrl.kernels.quantile``, ``CompiledQuantileHuberLoss``) instead of ~15 PyTorch operators on the pairwise
 [n, B, Q, M] tensor, the networks through autograd (under bf16 autocast too: the loss takes their float32
 outputs); "torch" is autograd throughout (``quantile_huber_loss``: the reference, any device).
@@ -41,6 +41,7 @@ from rapidrl.algos.soft_actor_critic import (
 )
 from rapidrl.kernels.quantile import quantile_huber
 from rapidrl.train.config import check_positive, require
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -120,18 +121,17 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
     bf16_learning_tested = True  # tests/test_learning_bf16.py: Pendulum at the float32 test's settings and threshold
-    compiled_backend_autocasts = True  # only the loss is compiled: the networks run under bf16 autocast either way
+    handwritten = HandwrittenBackend(
+        by_hand="the quantile Huber loss and its gradient in one Numba pass (`rapidrl.kernels.quantile`)",
+        autograd="the networks, the other losses", autocasts=True)
 
     def _build_networks(self) -> None:
         self._build_actor_and_critics(out_dim=self.config.n_quantiles)
         self._build_joint_optimizer()
 
-    def _gradient_backends(self) -> dict:
-        return self._compiled_or_torch()
-
     # -- update ----------------------------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
-        """One update: autograd on the losses above (on the "compiled" backend the quantile loss and its gradient in
+        """One update: autograd on the losses above (on the "handwritten" backend the quantile loss and its gradient in
         one compiled pass); returns ``stat_names``' statistics."""
         alpha = self.log_alpha.detach().exp()  # [1]
         with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
@@ -140,7 +140,7 @@ class TQC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         with torch.no_grad():
             target = truncated_target(batch.rewards, batch.discounts, next_quantiles, next_log_prob, alpha,
                                       self.config.top_quantiles_to_drop_per_net)  # [B, M]
-        if self.gradient_backend == "compiled":
+        if self.gradient_backend == "handwritten":
             loss_q = CompiledQuantileHuberLoss.apply(quantiles, target)
         else:
             loss_q = quantile_huber_loss(quantiles, target)

@@ -8,7 +8,7 @@ arrays below), the loss head as loops on the distribution formulas of ``rapidrl.
 global-norm clipping and PyTorch's Adam update on zero-copy NumPy views of the parameters, gradients and
 ``torch.optim.Adam`` state (so checkpoints, the optimizer's state dict and the PyTorch path see every step).
 
-This is PPO's "compiled" gradient backend. The reference is the "torch" backend of ``rapidrl.algos.ppo``: autograd
+This is PPO's "handwritten" gradient backend. The reference is the "torch" backend of ``rapidrl.algos.ppo``: autograd
 on ``ppo_loss`` (the one definition of the loss) and ``rapidrl.nn.optim.optimizer_step``; tests
 (``tests/test_ppo_compiled_update.py``) compare parameters, Adam moments and statistics after whole updates. The
 gradient of the loss with respect to the network outputs is derived by hand below (``_ppo_epoch``'s loss head:

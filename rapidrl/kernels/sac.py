@@ -2,7 +2,7 @@
 loss head (soft targets, the three losses, the gradients with respect to the critics' outputs).
 
 Around the matmuls of an update these are ~60 small PyTorch operator calls on [B, A] and [n, B] tensors,
-~2 ms per update on this CPU; here they are three calls (SAC's "compiled" gradient backend). The PyTorch
+~2 ms per update on this CPU; here they are three calls (SAC's "handwritten" gradient backend). The PyTorch
 definitions stay the reference and the "torch" backend: ``rapidrl.nn.qnets.squashed_gaussian`` and the losses
 of ``rapidrl.algos.sac``; tests compare each kernel with them and with autograd through them. Arguments are
 float32 and C-contiguous, checked by the wrappers.

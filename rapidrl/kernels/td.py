@@ -2,7 +2,7 @@
 network's output, and the statistics (CPU).
 
 ``rapidrl.algos.dqn.dqn_loss`` is the definition (the "torch" gradient backend differentiates it with autograd);
-this kernel, part of DQN's "compiled" backend, computes the same loss and its gradient with respect to the Q
+this kernel, part of DQN's "handwritten" backend, computes the same loss and its gradient with respect to the Q
 network's output in one call instead of ~25 small operator calls (~0.45 ms per update on this CPU, about a
 quarter of a DQN update on CartPole). Tests compare it with autograd through ``dqn_loss``.
 

@@ -23,7 +23,7 @@ backward: ``torch.var_mean`` over the row axis of CrossQ's [2, 512, 1024] activa
 (8.1 ms vs 0.8 ms forward at 1 thread).
 
 A layer that follows a ReLU takes the pre-activations (``forward(z, relu=True)`` normalises relu(z)). With
-``compiled`` set (CrossQ's "compiled" gradient backend), its training pass on a CPU tensor is one compiled kernel
+``compiled`` set (CrossQ's "handwritten" gradient backend), its training pass on a CPU tensor is one compiled kernel
 forward and one backward (``rapidrl.kernels.batch_renorm``, float32 or bfloat16 data): ~1.2 ms for CrossQ's
 [2, 512, 1024] activations against ~5-7 ms for the PyTorch operators with their autocast casts (1 thread). The
 PyTorch path stays the reference; tests compare both, values, statistics and gradients.

@@ -4,7 +4,7 @@ For the small networks of off-policy RL an autograd update costs ~2 ms on this C
 overhead. Writing the backward of the stacked weights ``[n, in, out]`` of ``rapidrl.nn.qnets.CriticEnsemble``
 explicitly (one batched matmul per layer for all members, ReLU between layers) takes about a quarter of the calls
 and writes gradients straight into each parameter's ``.grad`` (``out=``), so the optimizer and gradient clipping
-are PyTorch's own (SAC's compiled backend). Tests compare every gradient with autograd. (A plain MLP's forward and
+are PyTorch's own (SAC's handwritten backend). Tests compare every gradient with autograd. (A plain MLP's forward and
 backward in compiled code: ``rapidrl.kernels.mlp``.)
 """
 

@@ -167,7 +167,7 @@ class Algorithm(PathSettings, Evaluation):
         config's threads, denormal flushing and heap retention, Numba's BLAS at one thread for a compiled gradient
         backend; set back when the call returns."""
         backend = self.paths.get("gradient_backend")
-        return process_settings(self.config, numba_blas=backend is not None and backend.value == "compiled")
+        return process_settings(self.config, numba_blas=backend is not None and backend.value == "handwritten")
 
     # -- to be supplied by subclasses -----------------------------------------------------------
     def _build(self) -> None:

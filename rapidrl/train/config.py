@@ -13,7 +13,7 @@ import typing
 import warnings
 from typing import Any
 
-GRADIENT_BACKENDS = ("auto", "compiled", "torch")
+GRADIENT_BACKENDS = ("auto", "handwritten", "torch")
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
@@ -158,10 +158,11 @@ class RuntimeConfig:
     the denormal range, where CPU arithmetic is ~10x slower: without this an Adam step of a 256x256 DQN grew from
     0.1 ms to 0.8 ms during training. False leaves the process setting alone."""
     gradient_backend: str = "auto"
-    """How updates compute their gradients (``rapidrl.train.paths``): "compiled" (the CPU backend written in Numba,
-    its backward by hand, where the algorithm has one and the networks fit it; not ``torch.compile``, which is the
-    off-policy ``torch_compile`` setting on the "torch" backend), "torch" (PyTorch autograd: every network, device
-    and precision) or "auto" (compiled wherever it applies). ``model.paths`` says which ran and why."""
+    """How updates compute their gradients (``rapidrl.train.paths``): "handwritten" (the algorithm's CPU backend with
+    some or all of its gradients written by hand, where it has one and the networks fit it: docs/precision.md's table
+    says, per algorithm, which parts, in what; "compiled" before rapidrl 0.1, upgraded with a DeprecationWarning),
+    "torch" (PyTorch autograd: every network, device and precision; ``torch_compile`` traces this one) or "auto"
+    (handwritten wherever it applies). ``model.paths`` says which ran and why."""
     precision: str = "fp32"
     """Arithmetic of the networks in updates and training rollouts (``rapidrl.train.precision``): "fp32", "bf16"
     (matmuls and convolutions under bfloat16 autocast; parameters, optimizer state and storage stay float32; needs
@@ -197,9 +198,15 @@ class RuntimeConfig:
             for old, new in vars(klass).get("renamed_settings", {}).items():
                 if old in values:
                     values.setdefault(new, values.pop(old))
+        if values.get("gradient_backend") == "compiled":  # the name of the handwritten backend before rapidrl 0.1
+            values["gradient_backend"] = "handwritten"
         return values
 
     def validate(self) -> None:
+        if self.gradient_backend == "compiled":  # a config built directly, not through config_from_dict
+            warnings.warn("gradient_backend='compiled' is now called 'handwritten' (a setting of an older rapidrl)",
+                          DeprecationWarning, stacklevel=2)
+            self.gradient_backend = "handwritten"
         require(self.gradient_backend in GRADIENT_BACKENDS,
                 f"gradient_backend must be one of {GRADIENT_BACKENDS}, got {self.gradient_backend!r}")
         require(self.precision in PRECISIONS, f"precision must be one of {PRECISIONS}, got {self.precision!r}")

@@ -2,9 +2,10 @@
 
 An algorithm has a few *path settings*, each a string: ``"auto"`` or the name of one implementation.
 
-- ``gradient_backend``: how the update computes its gradients. ``"compiled"`` is the CPU backend written in
-  Numba for the cases it covers (tested equal to the PyTorch definition of the loss); ``"torch"`` is PyTorch
-  autograd on that definition, for every network, device and precision. An algorithm has at most these two.
+- ``gradient_backend``: how the update computes its gradients. ``"handwritten"`` is an algorithm's CPU backend with
+  some or all of its gradients written by hand (tested equal to autograd on the PyTorch definition of the loss; what
+  each writes by hand, and in what: ``rapidrl.train.path_settings.backend_table``); ``"torch"`` is PyTorch autograd on
+  that definition, for every network, device and precision. An algorithm has at most these two.
 - ``collection`` (on-policy): ``"fused"`` (one compiled call per rollout on a built-in env), ``"step"`` (the
   PyTorch policy and any vector env, step by step) or ``"device"`` (env, policy and storage on the env's
   device); ``rapidrl.train.collect`` holds each collector and the choice.
@@ -85,5 +86,5 @@ def fixed(setting: str, value: str, reason: str) -> PathChoice:
 
 def describe(paths: dict[str, PathChoice]) -> str:
     """The paths on one line, as the log and ``rapidrl train`` show them:
-    ``collection=fused (auto: the first that applies); gradient_backend=compiled (...)``."""
+    ``collection=fused (auto: the first that applies); gradient_backend=handwritten (...)``."""
     return "; ".join(f"{p.setting}={p.value} ({p.reason})" for p in paths.values())

@@ -16,12 +16,12 @@ devices that support it.
 ``"auto"`` takes bf16 only where all of these hold, else fp32 (``PathChoice.reason`` says which failed):
 the device is a CPU with native bfloat16 (AVX512-BF16 or AMX, ``cpu_native_bf16``; on a CUDA device "auto" keeps
 fp32, measured faster there end to end: ``CUDA_AUTO_FP32``); the update runs on the "torch" backend (where the
-compiled float32 backend applies it is the faster path, and stays); the algorithm has bf16 learning tests that
+handwritten float32 backend applies it is the faster path, and stays); the algorithm has bf16 learning tests that
 match its float32 thresholds (``Algorithm.bf16_learning_tested``); and the networks are large enough for bf16 to
 be faster (``heavy_networks``: any CNN; an MLP with a layer of 256+ units at update batches of 128+ rows; measured with
 ``rapidrl/benchmarks/bench_precision.py``). SAC's 256x256 update measured faster in bf16 on the torch backend than
 on its compiled float32 one, so there "auto" for both settings gives torch + bf16
-(``Algorithm.bf16_beats_compiled``).
+(``HandwrittenBackend.gives_way_to_bf16``).
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def resolve_precision(requested: str, *, device: torch.device, backend_autocasts
                       heavy: str | None, unsupported: str | None = None) -> PathChoice:
     """``paths["precision"]`` from the config's ``precision`` (``rapidrl.train.paths.choose``).
 
-    backend_autocasts: the resolved gradient backend runs the networks under autocast (torch, and a compiled backend
-    that compiles only a loss on the networks' float32 outputs, as TQC's; other compiled backends run float32 only).
+    backend_autocasts: the resolved gradient backend runs the networks under autocast (torch, and a handwritten backend
+    that compiles only a loss on the networks' float32 outputs, as TQC's; other handwritten backends run float32 only).
     tested: the algorithm's bf16 learning tests match its float32 thresholds. heavy: None when the networks are large
     enough for bf16 to pay, else why not. unsupported: why bf16 cannot run with these settings at all (a recurrent
     policy), else None.
@@ -99,7 +99,7 @@ def resolve_precision(requested: str, *, device: torch.device, backend_autocasts
         if unsupported is not None:
             return unsupported
         if not backend_autocasts:
-            return "the compiled gradient backend runs in float32 (precision='bf16' needs gradient_backend='torch')"
+            return "the handwritten gradient backend runs in float32 (precision='bf16' needs gradient_backend='torch')"
         if device.type == "cuda":
             if auto:
                 return CUDA_AUTO_FP32

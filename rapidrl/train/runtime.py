@@ -1,7 +1,7 @@
 """What a model changes in the process, and for how long: nothing outside its own calls.
 
 - ``process_settings(model)``: the settings of ``RuntimeConfig`` (torch's intra-op thread count, denormal flushing,
-  glibc's heap thresholds) and, for a compiled gradient backend, SciPy's OpenBLAS at one thread (the BLAS Numba's
+  glibc's heap thresholds) and, for a handwritten gradient backend, SciPy's OpenBLAS at one thread (the BLAS Numba's
   ``np.dot`` calls: ``rapidrl._unsafe.blas``) apply inside ``learn``, ``evaluate`` and the model's construction, and
   what was there before is set back when they return (or raise). A user's thread count, a second model's settings,
   or code run between two ``learn`` calls see the process as it was.
@@ -48,7 +48,7 @@ _heap_holders = 0
 @contextlib.contextmanager
 def process_settings(config, numba_blas: bool = False):
     """Within: ``config``'s torch threads (None: unchanged; 0: every usable core), denormal flushing
-    (``flush_denormal``) and heap retention (``keep_heap``) and, when ``numba_blas`` (a compiled gradient backend),
+    (``flush_denormal``) and heap retention (``keep_heap``) and, when ``numba_blas`` (a handwritten gradient backend),
     Numba's BLAS at one thread; afterwards each is set back to what it was (the heap thresholds to glibc's defaults:
     glibc cannot read them; ``rapidrl._unsafe.malloc``). Nested (``evaluate`` inside ``learn``), the inner scope sets
     back the outer one's settings."""

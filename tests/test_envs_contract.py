@@ -213,3 +213,26 @@ def test_make_vec_takes_a_numba_env_and_register_makes_its_id_known():
     with pytest.raises(TypeError, match="NumbaEnv"):
         rr.envs.register("MyCartPole-v0")
 
+
+
+def test_every_builtin_numba_env_keeps_its_function_contracts():
+    """rapidrl's own ``NumbaEnv`` definitions skip ``check_functions`` at definition (typing them would compile, and
+    write Numba's cache, when rapidrl is imported): every one of them is held to it here instead."""
+    import importlib
+    import pkgutil
+
+    import rapidrl.envs
+    from rapidrl.envs.core.contract import check_functions
+
+    found = {}
+    for info in pkgutil.walk_packages(rapidrl.envs.__path__, "rapidrl.envs."):
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional engine (MuJoCo, ALE) that is not installed: none of them is a NumbaEnv
+            continue
+        for value in vars(module).values():
+            if isinstance(value, NumbaEnv) and value.step.py_func.__module__.startswith("rapidrl.envs."):
+                found[value.id] = value
+    assert {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1"} <= set(found)
+    for env in found.values():
+        check_functions(env)

@@ -1,8 +1,7 @@
-"""Importing rapidrl and rapidrl.kernels writes nothing: no Numba cache file, no stamp (issue 56). A wheel's shipped
-kernels are installed when the first model is built (``Algorithm``), not at import. (Importing the modules of the
-fused collectors, the replay sampler, the env core and the compiled SAC/MLP/PPO kernels still writes a dependency stamp
-through ``rapidrl.kernels.cache.invalidate_stale_cache``, and registering the built-in envs compiles their contract
-checks: not covered here yet.)"""
+"""Importing rapidrl writes nothing: no Numba cache file, no stamp (issue 56), whichever of its modules are imported.
+A wheel's shipped kernels are installed when the first model is built (``Algorithm``); a module's stale-cache check
+(``rapidrl.kernels.cache.invalidate_stale_cache``) runs just before its kernels are first compiled; the built-in envs'
+function contracts are checked by tests/test_envs_contract.py, not at import (typing compiles their helpers)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,12 @@ PACKAGE = Path(rapidrl.__file__).resolve().parent
 def test_importing_rapidrl_and_its_kernels_creates_no_file(tmp_path):
     cache = tmp_path / "numba_cache"
     cache.mkdir()
-    code = "import rapidrl, rapidrl.kernels, rapidrl.kernels.cache\nprint(rapidrl.kernels.gae.__name__)\n"
+    code = ("import rapidrl, rapidrl.kernels, rapidrl.kernels.cache\nprint(rapidrl.kernels.gae.__name__)\n"
+            # every module with kernels that inline other modules' (a stale-cache check each), the built-in envs,
+            # every algorithm
+            "import rapidrl.kernels.sac, rapidrl.kernels.mlp, rapidrl.kernels.ppo_update, rapidrl.envs.core.kernels\n"
+            "import rapidrl.train.collect.fused, rapidrl.train.collect.fused_q, rapidrl.buffers.sampler\n"
+            "from rapidrl.algos.registry import algorithms\nalgorithms()\nrapidrl.envs.list_builtin_envs()\n")
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
     run = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=300)

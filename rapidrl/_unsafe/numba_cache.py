@@ -32,8 +32,8 @@ import io
 import pickle
 from pathlib import Path
 
-__all__ = ["X86_64_LEVELS", "cache_dir", "cache_subdir_name", "host_magic_tuple", "level_supported", "retarget_index",
-           "source_cache_dir"]
+__all__ = ["X86_64_LEVELS", "before_first_cache_load", "cache_dir", "cache_subdir_name", "host_magic_tuple",
+           "is_cached", "level_supported", "retarget_index", "source_cache_dir"]
 
 X86_64_LEVELS = {  # the x86-64 psABI micro-architecture levels (LLVM CPU names) -> the features each adds
     "x86-64": (),
@@ -53,6 +53,46 @@ def cache_dir(dispatcher) -> Path:
 
         raise RuntimeError(f"numba {numba.__version__} has no Dispatcher._cache._cache_path any more ({e}): "
                            "rapidrl._unsafe.numba_cache must learn where this version keeps its cache") from e
+
+
+def is_cached(dispatcher) -> bool:
+    """Whether ``dispatcher`` keeps an on-disk cache (``@njit(cache=True)``: Numba gives it a ``FunctionCache``; others
+    have a ``NullCache``)."""
+    from numba.core.caching import NullCache
+
+    return not isinstance(getattr(dispatcher, "_cache", None), (NullCache, type(None)))
+
+
+def before_first_cache_load(dispatchers, hook) -> None:
+    """Run ``hook()`` once, just before Numba first reads the on-disk cache of any of ``dispatchers`` (``@njit(cache=
+    True)`` functions): the first compilation of one of them in this process (called directly or typed from another
+    kernel; ``Dispatcher.compile`` asks ``_cache.load_overload`` first). Relies on ``Dispatcher._cache.load_overload``
+    (Numba 0.49 to the version pinned today); raises RuntimeError naming the Numba version when it is gone."""
+    pending = [True]
+    caches = []
+    for dispatcher in dispatchers:
+        try:
+            dispatcher.enable_caching()
+            caches.append((dispatcher._cache, dispatcher._cache.load_overload))
+        except AttributeError as e:
+            import numba
+
+            raise RuntimeError(f"numba {numba.__version__} has no Dispatcher._cache.load_overload any more ({e}): "
+                               "rapidrl._unsafe.numba_cache must learn when this version reads its cache") from e
+
+    def hooked(original):
+        def load_overload(*args, **kwargs):
+            if pending[0]:
+                pending[0] = False
+                for cache, _ in caches:
+                    cache.__dict__.pop("load_overload", None)  # the class's method again
+                hook()
+            return original(*args, **kwargs)
+
+        return load_overload
+
+    for cache, original in caches:
+        cache.load_overload = hooked(original)
 
 
 def source_cache_dir(py_file: Path) -> Path | None:

@@ -3,8 +3,9 @@
 Numba keys a cached function by its own source file only. A cached kernel that calls jitted functions of
 other modules (the fused rollout collector calls every env's step kernel) would keep stale machine code
 when only those modules change, in a development checkout. ``invalidate_stale_cache`` is called at import
-by such a module: it hashes the sources the module's kernels depend on and drops the module's cache files
-when the hash differs from the one recorded beside them. Installed packages replace every file at once,
+by such a module; just before the first time Numba reads that kernel's cache (its first compilation in the process,
+not at import: importing writes nothing) it hashes the sources the module's kernels depend on and drops the module's
+cache files when the hash differs from the one recorded beside them. Installed packages replace every file at once,
 so this matters for editable installs; it is cheap (one hash of a few source files) either way.
 
 A wheel built with ``make wheel`` carries the main job's kernels compiled for portable x86-64 levels
@@ -27,6 +28,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from numba.core.dispatcher import Dispatcher
+
 from rapidrl._unsafe import numba_cache
 from rapidrl._unsafe.numba_cache import cache_dir as numba_cache_dir
 
@@ -36,12 +39,43 @@ SHIPPED = PACKAGE / "_kernel_cache"
 ``manifest.json`` (``rapidrl.precompile.build_portable_cache`` writes it)."""
 
 
-def invalidate_stale_cache(dispatcher, dependencies: Iterable[str]) -> bool:
-    """Delete the cache files of ``dispatcher``'s module if ``dependencies`` (source paths) changed.
+def invalidate_stale_cache(dispatcher, dependencies: Iterable[str]) -> None:
+    """Delete the cache files of ``dispatcher``'s module if ``dependencies`` (source paths) changed: checked once, just
+    before Numba first reads ``dispatcher``'s cache in this process (``before_first_cache_load``), so that importing
+    the module writes nothing.
 
-    dispatcher: any ``@njit(cache=True)`` function of the calling module (locates the cache directory).
-    Returns True when stale files were removed. Never raises for an unwritable cache directory; raises
-    RuntimeError when Numba no longer exposes where its cache is (``rapidrl._unsafe.numba_cache``).
+    dispatcher: an ``@njit(cache=True)`` function of the calling module (every cached kernel of the module defined so
+    far gets the check, whichever compiles first). Raises RuntimeError when Numba no longer exposes its cache
+    (``rapidrl._unsafe.numba_cache``).
+    """
+    paths = [str(p) for p in dependencies]
+    module = sys.modules.get(dispatcher.py_func.__module__)
+    same_file = dispatcher.py_func.__code__.co_filename
+    kernels = {id(f): f for f in (vars(module).values() if module is not None else ())
+               if isinstance(f, Dispatcher) and numba_cache.is_cached(f)
+               and f.py_func.__code__.co_filename == same_file}
+    kernels[id(dispatcher)] = dispatcher
+    _PENDING[same_file] = lambda: drop_stale_cache(dispatcher, paths)
+    numba_cache.before_first_cache_load(list(kernels.values()), lambda: check_stale_cache(dispatcher))
+
+
+_PENDING: dict[str, object] = {}
+"""Source file -> its stale-cache check not yet run (``invalidate_stale_cache``)."""
+
+
+def check_stale_cache(dispatcher) -> None:
+    """Run now, if it has not run yet, the stale-cache check that ``invalidate_stale_cache`` registered for
+    ``dispatcher``'s source file: for kernels made later than the module's import (closures per env key, whose own
+    cache files the check drops too), before they are first compiled."""
+    check = _PENDING.pop(dispatcher.py_func.__code__.co_filename, None)
+    if check is not None:
+        check()
+
+
+def drop_stale_cache(dispatcher, dependencies: Iterable[str]) -> bool:
+    """Delete the cache files of ``dispatcher``'s module now if ``dependencies`` changed since the hash recorded beside
+    them (and record the new one). Returns True when stale files were removed. Never raises for an unwritable cache
+    directory; raises RuntimeError when Numba no longer exposes where its cache is (``rapidrl._unsafe.numba_cache``).
     """
     digest = hashlib.sha256()
     for path in sorted(str(p) for p in dependencies):

@@ -67,7 +67,7 @@ from rapidrl.envs.core.arena import (
 )
 from rapidrl.envs.core.bookkeeping import count_step, cut_row, finish_row, restart_env, skip_row
 from rapidrl.kernels import rng
-from rapidrl.kernels.cache import invalidate_stale_cache
+from rapidrl.kernels.cache import check_stale_cache, invalidate_stale_cache
 
 
 class EnvFunctions(NamedTuple):
@@ -526,6 +526,7 @@ class EnvKernels(NamedTuple):
 
 def compile_kernels(key: str, cache: bool = True) -> EnvKernels:
     """The entry points of the env registered under ``key`` (compiled on first call; cached on disk if ``cache``)."""
+    check_stale_cache(step_envs)  # before these closures' own cache files are first read
 
     @numba.njit(cache=cache, _nrt=False)
     def step(arena, actions):

@@ -30,7 +30,7 @@ from rapidrl.envs.core import kernels as env_kernels
 from rapidrl.envs.core.base import explain_empty_mask
 from rapidrl.envs.core.kernels import step_envs, unpack
 from rapidrl.kernels import distributions, mlp
-from rapidrl.kernels.cache import invalidate_stale_cache
+from rapidrl.kernels.cache import check_stale_cache, invalidate_stale_cache
 from rapidrl.kernels.distributions import (
     apply_action_mask,
     categorical_sample,
@@ -211,6 +211,7 @@ invalidate_stale_cache(collect_discrete, [m.__file__ for m in (env_kernels, env_
 def _collectors(key: str) -> tuple:
     """(collect_discrete, collect_continuous) bound to env kernel ``key``: one compiled collector per env. (The
     arguments are spelled out: Numba passes the key on as a compile-time constant only through explicit arguments.)"""
+    check_stale_cache(collect_discrete)  # before these closures' own cache files are first read
 
     @numba.njit(cache=True, nogil=True)
     def discrete(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs, b_actions,

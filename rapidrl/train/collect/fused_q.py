@@ -23,7 +23,7 @@ from torch import nn
 from rapidrl.envs.core import kernels as env_kernels
 from rapidrl.envs.core.kernels import unpack
 from rapidrl.kernels import distributions, exploration, mlp
-from rapidrl.kernels.cache import invalidate_stale_cache
+from rapidrl.kernels.cache import check_stale_cache, invalidate_stale_cache
 from rapidrl.kernels.distributions import masked_max
 from rapidrl.kernels.exploration import epsilon_greedy_row, masked_epsilon_greedy_row
 from rapidrl.kernels.mlp import ACTIVATION_CODES, forward, forward_norm
@@ -107,6 +107,7 @@ invalidate_stale_cache(collect_epsilon_greedy, [m.__file__ for m in (env_kernels
 def _collector(key: str):
     """``collect_epsilon_greedy`` bound to env kernel ``key`` (arguments spelled out, as
     ``rapidrl.train.collect.fused``)."""
+    check_stale_cache(collect_epsilon_greedy)  # before these closures' own cache files are first read
 
     @numba.njit(cache=True, nogil=True)
     def collect(arena, ws, bs, gammas, betas, ln_eps, norm, act, epsilon, keys, counters, b_obs, b_actions, b_values,

@@ -271,7 +271,9 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         if online < B - k or k >= B:
             return self._dataset_sampler(as_torch=True)
         if self._mix_sampler is None or self._mix_sampler.batch_size != k:
-            draws = self._restore_mix.get("mix", 0) if self._restore_mix.get("mix_batch") == k else 0
+            # one stream of the dataset across the batch sizes: the new sampler goes on where the last one stopped
+            # (it used to restart at draw 0 at each new k, replaying the same first minibatches all the online phase)
+            draws = self._mix_sampler.draws if self._mix_sampler is not None else self._restore_mix.get("mix", 0)
             self._mix_sampler = self.dataset.buffer.sampler(k, seed=self.seed + 1) if k else None
             if self._mix_sampler is not None:
                 self._mix_sampler.draws = draws

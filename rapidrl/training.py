@@ -166,6 +166,13 @@ def _run_training(run_dir: Path, progress: bool, prebuilt, main: bool, resume: b
         print(f"{run_dir} already trained {model.num_timesteps:,} of {run.timesteps:,} steps: nothing to do")
         return 0
     start_step = model.num_timesteps if resumed else None
+    steps, continue_call = run.timesteps, resumed
+    schedule = model.learn_schedule if resumed else None
+    if schedule is not None and sum(schedule) != run.timesteps:  # config.toml's run.timesteps edited since
+        steps, continue_call = run.timesteps - model.num_timesteps, False
+        print(f"warning: run.timesteps is {run.timesteps:,} in config.toml, the checkpoint's run was started for "
+              f"{sum(schedule):,}: training goes on for the {steps:,} steps left as a new learn call (its schedules, "
+              "such as the learning rate's, start again over them)", file=sys.stderr)
     publisher, loggers = None, []
     if main:
         publisher = MonitorPublisher(model, run_dir / MONITOR_FILE, run_name=run_dir.name, total_steps=run.timesteps)
@@ -191,7 +198,7 @@ def _run_training(run_dir: Path, progress: bool, prebuilt, main: bool, resume: b
     status, code = "finished", 0
     try:
         with stop.installed() if stop is not None else sigterm_as_ctrl_c():
-            model.learn(run.timesteps, callback=callbacks or None, progress_bar=progress, resume=resumed)
+            model.learn(steps, callback=callbacks or None, progress_bar=progress, resume=continue_call)
         if stop is not None and stop.requested and model.num_timesteps < run.timesteps:
             status, code = "stopped", 130
             print(f"stopped at step {model.num_timesteps:,} ({stop.requested}); checkpoint: "
@@ -234,9 +241,12 @@ def _run_training(run_dir: Path, progress: bool, prebuilt, main: bool, resume: b
                 summary["eval_score"] = float(dataset.normalized_score(mean))
                 print(f"normalised score: {summary['eval_score']:.1f} (0: {dataset.ref_min_score:.1f}, random; "
                       f"100: {dataset.ref_max_score:.1f}, expert; {dataset.dataset_id})")
-        if resumed:  # this process trained only the part after the checkpoint; the clock of the whole is saved too
+        if resumed and continue_call:  # this process trained the part after the checkpoint; the whole's clock too
             print(f"trained steps {start_step:,} to {model.num_timesteps:,} in {wall:.1f} s ({summary['sps']:,.0f} "
                   f"SPS); all {model.num_timesteps:,} steps in {train_time:.1f} s of training")
+        elif resumed:  # a new learn call after the checkpoint (run.timesteps edited): its own clock only
+            print(f"trained steps {start_step:,} to {model.num_timesteps:,} in {wall:.1f} s ({summary['sps']:,.0f} "
+                  "SPS)")
         else:
             print(f"trained {model.num_timesteps:,} steps in {wall:.1f} s ({summary['sps']:,.0f} SPS)")
         print(f"model saved to {model_path}")

@@ -362,6 +362,22 @@ def test_resume_skips_a_corrupt_newest_checkpoint_saying_so(tmp_path, capsys):
     assert read_summary(run)["timesteps"] == 1024 and (run / "model.pt").is_file()
 
 
+def test_resume_after_raising_run_timesteps_trains_the_steps_left_saying_how(tmp_path, capsys):
+    """Editing config.toml's run.timesteps upwards and resuming was a traceback (the checkpoint's learn call had
+    another total): it trains the steps left as a new learn call, with a warning that says its schedules restart."""
+    run = tmp_path / "run"
+    train_small(run)  # 1024 steps, finished
+    config = (run / "config.toml").read_text()
+    assert "timesteps = 1024" in config
+    (run / "config.toml").write_text(config.replace("timesteps = 1024", "timesteps = 1536"))
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(run), "--headless"]) == 0
+    out = capsys.readouterr()
+    assert ("run.timesteps is 1,536 in config.toml, the checkpoint's run was started for 1,024: training goes on "
+            "for the 512 steps left as a new learn call") in out.err
+    assert "trained steps 1,024 to 1,536" in out.out and read_summary(run)["timesteps"] == 1536
+
+
 def test_eval_falls_back_to_the_newest_model_file_that_loads(tmp_path, capsys):
     run = tmp_path / "run"
     train_small(run)

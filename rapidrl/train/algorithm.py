@@ -323,6 +323,12 @@ class Algorithm(PathSettings, Evaluation):
             return self.num_timesteps
         return (self.num_timesteps // every + 1) * every
 
+    @property
+    def learn_schedule(self) -> tuple[int, int] | None:
+        """(first step, total_timesteps) of the current or last ``learn`` call (a loaded checkpoint's: what
+        ``learn(..., resume=True)`` continues), or None before any."""
+        return self._schedule
+
     def progress_remaining(self) -> float:
         """1 at the start of the current ``learn`` call, falling linearly to 0 at its end (for schedules)."""
         if self._schedule is None:

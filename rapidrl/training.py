@@ -95,15 +95,24 @@ def build_model(config, run_dir: Path, resume: bool = False):
             env = make_vec(run.env, config.algo_config.num_envs, seed=run.seed, **config.env_kwargs)
         for _, ckpt in candidates:
             extra = {"include_buffer": True} if with_buffer and buffer_dir(ckpt).is_dir() else {}
+            settings = config_to_dict(config.algo_config)  # config.toml is authoritative (edit it before resuming)
             try:
-                # config.toml is authoritative (edit it to change hyperparameters before resuming)
-                model = cls.load(ckpt, env=env, **extra, **config_to_dict(config.algo_config))
+                model = cls.load(ckpt, env=env, **extra, **settings)
             except ModelFileError as e:
                 skipped.append(str(e))
                 print(f"warning: skipped {ckpt.name}: {e}", file=sys.stderr)
                 continue
-            if with_buffer and not extra:
-                print(f"warning: {ckpt} has no saved replay buffer; resuming with an empty one", file=sys.stderr)
+            except (ValueError, OSError, KeyError, EOFError) as e:
+                if not extra:
+                    raise
+                # the model loads (else ModelFileError); its replay buffer's files do not (a disk error, a partial copy)
+                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                print(f"warning: the replay buffer saved with {ckpt.name} does not load ({reason}); resuming with an "
+                      "empty one", file=sys.stderr)
+                model = cls.load(ckpt, env=env, **settings)
+            else:
+                if with_buffer and not extra:
+                    print(f"warning: {ckpt} has no saved replay buffer; resuming with an empty one", file=sys.stderr)
             model.env_kwargs = dict(config.env_kwargs)
             print(f"resuming from {ckpt} (step {model.num_timesteps:,})"
                   + (f", the newest that loads ({len(skipped)} newer skipped)" if skipped else ""))

@@ -378,6 +378,23 @@ def test_resume_after_raising_run_timesteps_trains_the_steps_left_saying_how(tmp
     assert "trained steps 1,024 to 1,536" in out.out and read_summary(run)["timesteps"] == 1536
 
 
+def test_resume_with_a_replay_buffer_that_does_not_load_goes_on_with_an_empty_one_saying_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli.main(["train", "dqn", "CartPole-v1", "--timesteps", "600", "--run-dir", str(run), "--headless",
+                     "--eval-episodes", "0", "--set", "run.checkpoint_every=256", "--set", "algo.learning_starts=64",
+                     "--set", "algo.buffer_size=1000", "--set", "algo.hidden=[16, 16]"]) == 0
+    newest = latest_checkpoint(run / "checkpoints")
+    newest.unlink()  # killed before its last checkpoint: the resume has steps left
+    older = latest_checkpoint(run / "checkpoints")
+    (older.with_name(older.name + ".buffer") / "obs.npy").write_bytes(b"garbage")  # a disk error's leftovers
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", str(run), "--headless"]) == 0
+    out = capsys.readouterr()
+    assert f"warning: the replay buffer saved with {older.name} does not load (" in out.err
+    assert "resuming with an empty one" in out.err and f"resuming from {older}" in out.out
+    assert read_summary(run)["timesteps"] >= 600
+
+
 def test_eval_falls_back_to_the_newest_model_file_that_loads(tmp_path, capsys):
     run = tmp_path / "run"
     train_small(run)

@@ -49,6 +49,13 @@ _defer_dataset = contextvars.ContextVar("rapidrl_defer_dataset", default=False)
 
 @dataclass
 class OfflineConfig(OffPolicyConfig):
+    """An offline algorithm's settings. Its steps (``learn(total_timesteps)``, ``log_every_steps``, a run's
+    ``run.timesteps`` and ``checkpoint_every``) are gradient steps on the dataset, then, after ``offline_steps``, env
+    steps of the online phase (module docstring)."""
+
+    log_every_steps: int = 100
+    """Steps between two reports: gradient steps offline, env steps after the switch online (the mean statistics of
+    the gradient steps since the last report)."""
     learning_starts: int = 0
     """Online phase (``offline_steps`` set): env steps of uniform-random actions after the switch (0: the trained
     policy acts from the first one)."""

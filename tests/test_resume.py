@@ -137,7 +137,9 @@ def test_a_distributed_rank_stops_at_once_on_sigterm_and_the_handler_is_restored
     import time
 
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt), cli._sigterm_as_ctrl_c():
+    from rapidrl.training import sigterm_as_ctrl_c
+
+    with pytest.raises(KeyboardInterrupt), sigterm_as_ctrl_c():
         assert signal.getsignal(signal.SIGTERM) != before
         os.kill(os.getpid(), signal.SIGTERM)  # Python runs the handler as os.kill returns
         time.sleep(1)

@@ -156,7 +156,7 @@ class NumbaEnv:
         unknown = set(self.reset_params) - set(names)
         if unknown:
             raise ValueError(f"{self.id}: reset_params {sorted(unknown)} are not among params {names}")
-        if not self.step.py_func.__module__.startswith("rapidrl.envs."):
+        if not (getattr(getattr(self.step, "py_func", None), "__module__", None) or "").startswith("rapidrl.envs."):
             check_functions(self)  # rapidrl's own envs: tests/test_envs_contract.py (typing them compiles their
             # helpers, which would write Numba's cache when rapidrl is imported)
 

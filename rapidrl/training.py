@@ -93,9 +93,9 @@ def build_model(config, run_dir: Path, resume: bool = False):
             from rapidrl.envs import make_vec
 
             env = make_vec(run.env, config.algo_config.num_envs, seed=run.seed, **config.env_kwargs)
+        settings = config_to_dict(config.algo_config)  # config.toml is authoritative (edit it before resuming)
         for _, ckpt in candidates:
             extra = {"include_buffer": True} if with_buffer and buffer_dir(ckpt).is_dir() else {}
-            settings = config_to_dict(config.algo_config)  # config.toml is authoritative (edit it before resuming)
             try:
                 model = cls.load(ckpt, env=env, **extra, **settings)
             except ModelFileError as e:

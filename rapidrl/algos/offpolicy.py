@@ -32,7 +32,7 @@ import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -118,14 +118,14 @@ class OffPolicyConfig(RuntimeConfig):
         require(not self.her or self.buffer_size % self.num_envs == 0,
                 f"her=True needs buffer_size={self.buffer_size} to be a multiple of num_envs={self.num_envs}")
 
+    renamed_settings: ClassVar[dict[str, str]] = {"compile": "torch_compile"}  # the name of older rapidrl versions
+
     @classmethod
     def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """Settings of older rapidrl versions: ``compile`` (``torch_compile``); ``log_interval`` (gradient steps
+        """Settings of older rapidrl versions: ``compile`` (``renamed_settings``); ``log_interval`` (gradient steps
         between reads of the statistics: ``log_every_steps``, the env steps they take at ``train_freq * num_envs``
         env steps per ``gradient_steps``)."""
         values = super().upgrade_legacy(values)
-        if "compile" in values:
-            values.setdefault("torch_compile", values.pop("compile"))
         if "log_interval" in values:
             updates = values.pop("log_interval")
             per_update = (values.get("train_freq", cls.train_freq) * values.get("num_envs", cls.num_envs)

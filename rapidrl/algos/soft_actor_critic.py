@@ -92,9 +92,9 @@ def soft_stats(loss_q: torch.Tensor, loss_pi: torch.Tensor, loss_alpha: torch.Te
                q: torch.Tensor, log_prob: torch.Tensor) -> torch.Tensor:
     """[critic loss, actor loss, temperature loss (0 when fixed), alpha, mean of q, entropy estimate -mean log pi]
     (SAC's and TQC's ``stat_names``); alpha [1], q any shape, log_prob [B]."""
-    zero = torch.zeros((), device=alpha.device)
-    return torch.stack([loss_q.detach(), loss_pi.detach(), zero if loss_alpha is None else loss_alpha.detach(),
-                        alpha[0], q.detach().mean(), -log_prob.detach().mean()])
+    temperature = torch.zeros((), device=alpha.device) if loss_alpha is None else loss_alpha.detach()
+    return torch.stack([loss_q.detach(), loss_pi.detach(), temperature, alpha[0], q.detach().mean(),
+                        -log_prob.detach().mean()])
 
 
 # -- squashed Gaussian actor: SAC, TQC, CrossQ, CQL --------------------------------------------------------------------

@@ -17,6 +17,7 @@ from torch import nn
 from rapidrl.nn.batch_renorm import BatchRenorm
 from rapidrl.nn.distributions import squashed_gaussian_log_prob
 from rapidrl.nn.dtypes import full_precision
+from rapidrl.nn.noisy import NoisyLinear, noisy_mlp, remove_noise, sample_noise
 from rapidrl.nn.policies import mlp, orthogonal_init
 
 
@@ -29,36 +30,70 @@ class QNetwork(nn.Module):
     features (plain: one [F, A] layer as in Mnih et al. 2015; dueling: a [F, 1] value and a [F, A] advantage
     layer) and ``obs_dim``/``hidden`` are not used.
     layer_norm: a LayerNorm before each hidden ReLU of the MLP (PQN; a CNN encoder gets its own ``layer_norm``).
+    outputs_per_action: N > 1 gives N raw outputs per action, [B, A, N] (C51's logits over atoms, QR-DQN's
+    quantiles); dueling then combines them per output, V [B, 1, N] + A [B, A, N] - mean_a A.
+    noisy: every linear layer after the encoder (all of an MLP's) is a factorised-Gaussian ``NoisyLinear``
+    (Rainbow's exploration; ``sample_noise`` / ``remove_noise``); the encoder's own layers stay as they are.
     """
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, dueling: bool = False,
-                 encoder: nn.Module | None = None, layer_norm: bool = False):
+                 encoder: nn.Module | None = None, layer_norm: bool = False, outputs_per_action: int = 1,
+                 noisy: bool = False):
         super().__init__()
+        if outputs_per_action < 1:
+            raise ValueError(f"outputs_per_action must be >= 1, got {outputs_per_action}")
         self.dueling = dueling
         self.has_encoder = encoder is not None
+        self.num_actions, self.outputs_per_action, self.noisy = int(num_actions), int(outputs_per_action), noisy
+        n = self.outputs_per_action
         if encoder is not None:
             if dueling:
                 self.trunk = encoder
-                self.value = orthogonal_init(nn.Linear(encoder.out_dim, 1), 1.0)
-                self.advantage = orthogonal_init(nn.Linear(encoder.out_dim, num_actions), 1.0)
+                self.value = _head(encoder.out_dim, n, noisy)
+                self.advantage = _head(encoder.out_dim, num_actions * n, noisy)
             else:
-                self.net = nn.Sequential(encoder, orthogonal_init(nn.Linear(encoder.out_dim, num_actions), 1.0))
+                self.net = nn.Sequential(encoder, _head(encoder.out_dim, num_actions * n, noisy))
         elif dueling:
-            self.trunk = mlp(obs_dim, hidden[:-1], None, "relu", layer_norm=layer_norm)
+            self.trunk = _body(obs_dim, hidden[:-1], None, layer_norm, noisy)
             width = hidden[-2] if len(hidden) > 1 else obs_dim
-            self.value = mlp(width, hidden[-1:], 1, "relu", layer_norm=layer_norm)
-            self.advantage = mlp(width, hidden[-1:], num_actions, "relu", layer_norm=layer_norm)
+            self.value = _body(width, hidden[-1:], n, layer_norm, noisy)
+            self.advantage = _body(width, hidden[-1:], num_actions * n, layer_norm, noisy)
         else:
-            self.net = mlp(obs_dim, hidden, num_actions, "relu", layer_norm=layer_norm)
+            self.net = _body(obs_dim, hidden, num_actions * n, layer_norm, noisy)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q values [B, A], float32 (under bfloat16 autocast the layers compute in bf16; ``full_precision``: a no-op
-        otherwise)."""
+        """Q values [B, A] (``outputs_per_action`` N > 1: [B, A, N]), float32 (under bfloat16 autocast the layers
+        compute in bf16; ``full_precision``: a no-op otherwise)."""
+        n = self.outputs_per_action
         if not self.dueling:
-            return full_precision(self.net(obs))
+            out = full_precision(self.net(obs))
+            return out if n == 1 else out.view(out.shape[0], self.num_actions, n)
         h = self.trunk(obs)  # [B, H]
-        adv = full_precision(self.advantage(h))  # [B, A]
-        return full_precision(self.value(h)) + adv - adv.mean(-1, keepdim=True)
+        adv = full_precision(self.advantage(h))  # [B, A] or [B, A * N]
+        if n == 1:
+            return full_precision(self.value(h)) + adv - adv.mean(-1, keepdim=True)
+        adv = adv.view(adv.shape[0], self.num_actions, n)
+        return full_precision(self.value(h)).unsqueeze(1) + adv - adv.mean(1, keepdim=True)  # [B, A, N]
+
+    def sample_noise(self, generator: torch.Generator | None = None) -> None:
+        """New noise in the ``NoisyLinear`` layers (``noisy=True``; nothing otherwise)."""
+        sample_noise(self, generator)
+
+    def remove_noise(self) -> None:
+        """Zero noise: the mean network (``noisy=True``; nothing otherwise)."""
+        remove_noise(self)
+
+
+def _head(d_in: int, d_out: int, noisy: bool) -> nn.Module:
+    """A Q head's linear layer on encoder features: orthogonal with gain 1, or noisy."""
+    return NoisyLinear(d_in, d_out) if noisy else orthogonal_init(nn.Linear(d_in, d_out), 1.0)
+
+
+def _body(d_in: int, hidden: Sequence[int], d_out: int | None, layer_norm: bool, noisy: bool) -> nn.Sequential:
+    """A ReLU MLP of ``QNetwork``: ``rapidrl.nn.policies.mlp``, or its noisy twin."""
+    if noisy:
+        return noisy_mlp(d_in, hidden, d_out, layer_norm=layer_norm)
+    return mlp(d_in, hidden, d_out, "relu", layer_norm=layer_norm)
 
 
 class CriticEnsemble(nn.Module):

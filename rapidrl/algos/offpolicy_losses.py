@@ -2,8 +2,9 @@
 
 Shared by DQN and discrete CQL (``dqn_loss``); DDPG, TD3 and TD3+BC (``td3_target``, ``smoothed_target_actions``);
 SAC, CrossQ and CQL (``soft_target``, ``soft_actor_loss``); and every critic ensemble (``critic_loss``) and target
-network (``polyak_update``). An algorithm's own loss (TQC's quantile loss, CQL's penalty, IQL's expectile) stays in
-its module.
+network (``polyak_update``); TQC, QR-DQN and IQN (the quantile Huber loss: ``quantile_huber_terms``, TQC's mean
+``quantile_huber_loss``, QR-DQN's and IQN's ``quantile_regression_loss``, their greedy target
+``quantile_greedy_next``). An algorithm's own loss (CQL's penalty, IQL's expectile) stays in its module.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import torch
 
 from rapidrl._unsafe.torch_private import polyak
+from rapidrl.nn.distributions import apply_action_mask
 
-__all__ = ["critic_loss", "dqn_loss", "polyak_update", "smoothed_target_actions", "soft_actor_loss", "soft_target",
-           "td3_target", "temperature_loss"]
+__all__ = ["critic_loss", "dqn_loss", "polyak_update", "quantile_greedy_next", "quantile_huber_loss",
+           "quantile_huber_terms", "quantile_regression_loss", "smoothed_target_actions", "soft_actor_loss",
+           "soft_target", "td3_target", "temperature_loss"]
 
 
 def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
@@ -69,3 +72,62 @@ def soft_actor_loss(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Ten
 def temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
     """-log alpha * E[log pi + target entropy]: raises alpha while the entropy is below target."""
     return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+
+
+def quantile_huber_terms(quantiles: torch.Tensor, target: torch.Tensor, tau: torch.Tensor | None = None
+                         ) -> torch.Tensor:
+    """The quantile Huber terms rho_tau(delta) = |tau_j - 1{delta < 0}| * huber(delta) of every pair of a current
+    quantile and a target, delta = target[b, k] - quantiles[..., b, j], huber(x) = x^2 / 2 for |x| <= 1, else
+    |x| - 1/2 (kappa = 1; Dabney et al. 2018a, eq. 10).
+
+    quantiles [..., B, N] (TQC: [n, B, Q], one row per critic; QR-DQN, IQN: [B, N] of the taken action); target
+    [B, M] (constants: no gradient flows into them through the weight); tau: the fractions of the current quantiles,
+    [N] or broadcastable to ``quantiles`` (IQN's sampled [B, N]), None: the midpoints (j + 0.5) / N (TQC, QR-DQN).
+    Returns [..., B, N, M].
+    """
+    if tau is None:
+        n = quantiles.shape[-1]
+        tau = (torch.arange(n, device=quantiles.device, dtype=quantiles.dtype) + 0.5) / n  # [N]
+    delta = target.unsqueeze(-2) - quantiles.unsqueeze(-1)  # [..., B, N, M]
+    abs_delta = delta.abs()
+    huber = torch.where(abs_delta > 1.0, abs_delta - 0.5, 0.5 * delta.square())
+    weight = (tau[..., None] - (delta.detach() < 0).to(delta.dtype)).abs()  # [..., B, N, M]
+    return weight * huber
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor, tau: torch.Tensor | None = None
+                        ) -> torch.Tensor:
+    """The mean of ``quantile_huber_terms`` over every (..., b, j, k): TQC's critic loss (quantiles [n, B, Q], its
+    pooled truncated targets [B, M]; sb3-contrib's ``quantile_huber_loss(sum_over_quantiles=False)``) -> []."""
+    return quantile_huber_terms(quantiles, target, tau).mean()
+
+
+def quantile_regression_loss(quantiles: torch.Tensor, target: torch.Tensor, tau: torch.Tensor | None = None,
+                             weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """QR-DQN's and IQN's loss: ``quantile_huber_terms`` summed over the N current quantiles and averaged over the M
+    target quantiles, per sample, then averaged over the batch with weights w (1 without prioritized replay):
+
+        loss = 1/B sum_b w_b l_b,    l_b = sum_j 1/M sum_k rho_{tau_bj}(target_bk - quantiles_bj)
+
+    (sb3-contrib's ``quantile_huber_loss(sum_over_quantiles=True)``, Dopamine's IQN: the same reduction).
+    quantiles [B, N] (of the taken actions), target [B, M], tau as ``quantile_huber_terms``, weights [B].
+    Returns (loss [], l [B] detached: the priorities of prioritized replay).
+    """
+    per_sample = quantile_huber_terms(quantiles, target, tau).sum(-2).mean(-1)  # [B]
+    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+    return loss, per_sample.detach()
+
+
+def quantile_greedy_next(next_quantiles: torch.Tensor, select_quantiles: torch.Tensor,
+                         next_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The quantiles of s' at the greedy action: next_quantiles[b, a*_b] with a*_b = argmax over the valid actions of
+    the mean over quantiles of ``select_quantiles`` (the target network's own, or the online network's with double Q).
+
+    next_quantiles [B, A, N'], select_quantiles [B, A, K] (any K), next_mask [B, A] bool or None (every action valid).
+    A state without valid actions is worth 0 (``masked_max``'s convention). Returns [B, N'].
+    """
+    best = apply_action_mask(select_quantiles.mean(-1), next_mask).argmax(1)  # [B]
+    chosen = next_quantiles[torch.arange(best.shape[0], device=best.device), best]  # [B, N']
+    if next_mask is not None:
+        chosen = torch.where(next_mask.any(1, keepdim=True), chosen, torch.zeros_like(chosen))
+    return chosen

@@ -3,8 +3,8 @@
 Read top to bottom: the config, the losses (pure functions), the update (``TQC._update_step``), written out. One
 update reads three files: this one; ``rapidrl.algos.soft_actor_critic`` (``soft_passes``, ``joint_step``,
 ``soft_stats``, and the networks' and temperature's construction); ``rapidrl.algos.offpolicy_losses``
-(``temperature_loss``, ``polyak_update``). Collection, replay and the update driver come from the shared off-policy
-core (``rapidrl.algos.offpolicy``).
+(``quantile_huber_loss``, ``temperature_loss``, ``polyak_update``). Collection, replay and the update driver come
+from the shared off-policy core (``rapidrl.algos.offpolicy``).
 
 Each of ``n_critics`` critics predicts ``n_quantiles`` quantiles Z_i(s, a) at fractions tau_j = (j + 0.5) / Q (one
 ``CriticEnsemble`` with Q outputs per member). The target pools the n * Q target quantiles of (s', a'), a' ~ pi(s'),
@@ -20,7 +20,8 @@ seeing the critics after theirs; the settings and the losses are sb3-contrib's.
 Gradient backends: "handwritten" (the CPU default) computes the quantile Huber loss and its gradient in one Numba pass
 (``rapidrl.kernels.quantile``, ``CompiledQuantileHuberLoss``) instead of ~15 PyTorch operators on the pairwise
 [n, B, Q, M] tensor, the networks through autograd (under bf16 autocast too: the loss takes their float32
-outputs); "torch" is autograd throughout (``quantile_huber_loss``: the reference, any device).
+outputs); "torch" is autograd throughout (``quantile_huber_loss``, shared with QR-DQN and IQN in
+``rapidrl.algos.offpolicy_losses``: the reference, any device).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
-from rapidrl.algos.offpolicy_losses import temperature_loss
+from rapidrl.algos.offpolicy_losses import quantile_huber_loss, temperature_loss
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import (
     EntropyConfig,
@@ -74,19 +75,6 @@ def truncated_target(rewards: torch.Tensor, discounts: torch.Tensor, next_quanti
     pooled = next_quantiles.permute(1, 0, 2).reshape(b, n * q).sort(dim=1).values  # [B, nQ]
     kept = pooled[:, : n * (q - drop_per_net)]  # [B, M]
     return rewards[:, None] + discounts[:, None] * (kept - alpha * next_log_prob[:, None])
-
-
-def quantile_huber_loss(quantiles: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """mean over (i, b, j, k) of |tau_j - 1{delta < 0}| * huber(delta), delta = target[b, k] - quantiles[i, b, j],
-    tau_j = (j + 0.5) / Q, huber(x) = x^2 / 2 for |x| <= 1, else |x| - 1/2 (kappa = 1; sb3-contrib's
-    ``quantile_huber_loss(sum_over_quantiles=False)``). quantiles [n, B, Q], target [B, M] (constants)."""
-    q = quantiles.shape[-1]
-    tau = (torch.arange(q, device=quantiles.device, dtype=quantiles.dtype) + 0.5) / q  # [Q]
-    delta = target[None, :, None, :] - quantiles[..., None]  # [n, B, Q, M]
-    abs_delta = delta.abs()
-    huber = torch.where(abs_delta > 1.0, abs_delta - 0.5, 0.5 * delta.square())
-    weight = (tau[:, None] - (delta.detach() < 0).to(delta.dtype)).abs()  # [n, B, Q, M]
-    return (weight * huber).mean()
 
 
 class CompiledQuantileHuberLoss(torch.autograd.Function):

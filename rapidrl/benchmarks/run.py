@@ -45,6 +45,7 @@ SUITES = {
     "continuous": "rapidrl.benchmarks.bench_continuous",
     "her": "rapidrl.benchmarks.bench_her",
     "pqn": "rapidrl.benchmarks.bench_pqn",
+    "value_dist": "rapidrl.benchmarks.bench_value_dist",
     "masks": "rapidrl.benchmarks.bench_masks",
     "threads": "rapidrl.benchmarks.bench_threads",
 }

@@ -4,7 +4,8 @@ Shared by DQN and discrete CQL (``dqn_loss``); DDPG, TD3 and TD3+BC (``td3_targe
 SAC, CrossQ and CQL (``soft_target``, ``soft_actor_loss``); and every critic ensemble (``critic_loss``) and target
 network (``polyak_update``); TQC, QR-DQN and IQN (the quantile Huber loss: ``quantile_huber_terms``, TQC's mean
 ``quantile_huber_loss``, QR-DQN's and IQN's ``quantile_regression_loss``, their greedy target
-``quantile_greedy_next``). An algorithm's own loss (CQL's penalty, IQL's expectile) stays in its module.
+``quantile_greedy_next``); C51 and Rainbow (the categorical target ``categorical_projection`` and the cross-entropy
+``c51_loss``). An algorithm's own loss (CQL's penalty, IQL's expectile) stays in its module.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import torch
 from rapidrl._unsafe.torch_private import polyak
 from rapidrl.nn.distributions import apply_action_mask
 
-__all__ = ["critic_loss", "dqn_loss", "polyak_update", "quantile_greedy_next", "quantile_huber_loss",
+__all__ = ["c51_loss", "categorical_projection",
+           "critic_loss", "dqn_loss", "polyak_update", "quantile_greedy_next", "quantile_huber_loss",
            "quantile_huber_terms", "quantile_regression_loss", "smoothed_target_actions", "soft_actor_loss",
            "soft_target", "td3_target", "temperature_loss"]
 
@@ -131,3 +133,36 @@ def quantile_greedy_next(next_quantiles: torch.Tensor, select_quantiles: torch.T
     if next_mask is not None:
         chosen = torch.where(next_mask.any(1, keepdim=True), chosen, torch.zeros_like(chosen))
     return chosen
+
+
+def categorical_projection(rewards: torch.Tensor, discounts: torch.Tensor, next_probs: torch.Tensor,
+                           support: torch.Tensor) -> torch.Tensor:
+    """The distribution of r + discount * Z' projected onto the fixed atoms (C51's target; Bellemare et al. 2017,
+    Algorithm 1). rewards, discounts [B] (discount = gamma^n, 0 after termination); next_probs [B, N] the
+    probabilities of Z' on the atoms (rows summing to 1); support [N] the atoms z_0 < ... < z_{N-1}, evenly spaced by
+    dz = (z_{N-1} - z_0) / (N - 1), N >= 2.
+
+    Atom j moves to Tz_j = clip(r + discount z_j, z_0, z_{N-1}) and gives its probability to the two atoms around it
+    in proportion to their closeness: m_i = sum_j p_j max(0, 1 - |Tz_j - z_i| / dz). This is the paper's floor/ceil
+    form (an atom landing exactly on z_i gives it all its mass) written densely: [B, N, N] products, no scatter, so
+    the result is deterministic on every device. Returns m [B, N], rows summing to 1.
+    """
+    n = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    dz = (v_max - v_min) / (n - 1)
+    tz = (rewards.unsqueeze(1) + discounts.unsqueeze(1) * support).clamp(v_min, v_max)  # [B, N] (index j)
+    closeness = (1 - (tz.unsqueeze(1) - support.view(1, n, 1)).abs() / dz).clamp(min=0)  # [B, N (i), N (j)]
+    return (closeness * next_probs.unsqueeze(1)).sum(-1)  # [B, N]
+
+
+def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor, weights: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """C51's cross-entropy: logits [B, N] of the taken actions' distributions, target_probs [B, N] the projected
+    targets (``categorical_projection``, no gradient), weights [B] importance weights of prioritized replay (None: 1).
+
+    per-sample loss_b = -sum_i m_bi log softmax(logits_b)_i; loss = mean_b w_b loss_b. Returns (loss, the per-sample
+    losses [B], detached: Rainbow's priorities).
+    """
+    per_sample = -(target_probs * torch.log_softmax(logits, -1)).sum(-1)  # [B]
+    loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+    return loss, per_sample.detach()

@@ -16,7 +16,7 @@ from torch import nn
 
 from rapidrl.nn.distributions import apply_action_mask
 
-__all__ = ["ActorCriticMode", "ArgmaxQ", "NormalizeObs", "SquashedMean", "frozen_copy"]
+__all__ = ["ActorCriticMode", "ArgmaxQ", "NormalizeObs", "ReducedArgmaxQ", "SquashedMean", "frozen_copy"]
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
@@ -73,6 +73,22 @@ class ArgmaxQ(nn.Module):
         if self.obs_shape is not None:
             x = x.reshape(x.shape[0], *self.obs_shape)
         return apply_action_mask(self.net(x), action_masks).argmax(1)
+
+
+class ReducedArgmaxQ(ArgmaxQ):
+    """The greedy action of a network with several outputs per action, [B, A, N], that ``reduce`` (a module) turns into
+    Q values [B, A]: argmax_a reduce(net(x))[:, a] (C51's expectation over its atoms, QR-DQN's mean over its
+    quantiles), over the valid actions of ``action_masks`` when given; otherwise as ``ArgmaxQ``."""
+
+    def __init__(self, q_net: nn.Module, reduce: nn.Module, obs_shape: tuple[int, ...] | None = None,
+                 masked: bool = False):
+        super().__init__(q_net, obs_shape, masked)
+        self.reduce = frozen_copy(reduce)
+
+    def forward(self, x: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
+        if self.obs_shape is not None:
+            x = x.reshape(x.shape[0], *self.obs_shape)
+        return apply_action_mask(self.reduce(self.net(x)), action_masks).argmax(1)
 
 
 class SquashedMean(nn.Module):

@@ -1,0 +1,228 @@
+"""C51 and Rainbow: the categorical projection and the cross-entropy on hand-computed cases and against a loop of the
+paper's Algorithm 1, the update's target (C51: the target network's greedy action; Double Q: the online network's),
+Rainbow's noise (drawn for each update and exploring step, removed for deterministic acting and export), masks at
+1,024 actions, save/load, determinism, and learning CartPole."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rapidrl.algos.c51 import C51, Rainbow
+from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection
+from rapidrl.nn.noisy import NoisyLinear
+from rapidrl.train.callbacks import EvalCallback
+from rapidrl.train.config import ConfigError
+
+TINY = dict(hidden=(32,), learning_starts=64, batch_size=32, buffer_size=2_000, train_freq=4, gradient_steps=2,
+            log_every_steps=10, v_min=0.0, v_max=50.0, n_atoms=11)
+
+
+# -------------------------------------------------------------------------- the pure functions
+
+
+def test_projection_hand_computed_on_three_atoms():
+    """Atoms -1, 0, 1 (dz = 1), next probabilities p = (0.2, 0.3, 0.5). Each atom j moves to
+    Tz_j = clip(r + discount z_j, -1, 1) and splits its mass between its neighbours by closeness:
+    - terminal (discount 0), r = 0.5: all mass at 0.5 -> half to 0, half to 1;
+    - r = 0.25, discount 0.5: Tz = (-0.25, 0.25, 0.75): 0.2 -> (-1: 0.05, 0: 0.15), 0.3 -> (0: 0.225, 1: 0.075),
+      0.5 -> (0: 0.125, 1: 0.375); m = (0.05, 0.5, 0.45);
+    - r = 2, discount 0.9: Tz = (1.1, 2, 2.9) all clip to 1 -> (0, 0, 1);
+    - r = -3, discount 1: Tz = (-4, -3, -2) all clip to -1 -> (1, 0, 0);
+    - r = 1, discount 1: Tz = (0, 1, 2 -> 1), landing on atoms: (0, 0.2, 0.8);
+    - r = 0, discount 1: the identity, m = p."""
+    support = torch.tensor([-1.0, 0.0, 1.0])
+    p = torch.tensor([0.2, 0.3, 0.5]).expand(6, 3)
+    rewards = torch.tensor([0.5, 0.25, 2.0, -3.0, 1.0, 0.0])
+    discounts = torch.tensor([0.0, 0.5, 0.9, 1.0, 1.0, 1.0])
+    m = categorical_projection(rewards, discounts, p, support)
+    expected = torch.tensor([[0.0, 0.5, 0.5], [0.05, 0.5, 0.45], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.2, 0.8],
+                             [0.2, 0.3, 0.5]])
+    torch.testing.assert_close(m, expected)
+
+
+def _project_loop(r: float, d: float, p: list[float], z: list[float]) -> list[float]:
+    """Algorithm 1 of Bellemare et al. (2017) as written: floor/ceil neighbours, all mass to an atom hit exactly."""
+    n = len(z)
+    dz = (z[-1] - z[0]) / (n - 1)
+    m = [0.0] * n
+    for j in range(n):
+        tz = min(max(r + d * z[j], z[0]), z[-1])
+        b = (tz - z[0]) / dz
+        lo, hi = math.floor(b), math.ceil(b)
+        if lo == hi:
+            m[lo] += p[j]
+        else:
+            m[lo] += p[j] * (hi - b)
+            m[hi] += p[j] * (b - lo)
+    return m
+
+
+@pytest.mark.parametrize("n", [2, 5, 51])
+def test_projection_equals_the_loop_of_algorithm_1_on_random_inputs(n):
+    g = torch.Generator().manual_seed(n)
+    b = 64
+    v_min = float(torch.empty(()).uniform_(-20, 0, generator=g))
+    v_max = v_min + float(torch.empty(()).uniform_(1, 40, generator=g))
+    support = torch.linspace(v_min, v_max, n, dtype=torch.float64)
+    p = torch.rand(b, n, generator=g, dtype=torch.float64).pow(3)
+    p /= p.sum(1, keepdim=True)
+    rewards = torch.randn(b, generator=g, dtype=torch.float64) * (v_max - v_min) / 4
+    rewards[:4] = torch.tensor([v_max * 3, v_min * 3 - 1, 0.0, support[1].item()])  # far outside, on an atom
+    discounts = torch.tensor([0.0, 0.99, 0.99 ** 3])[torch.randint(3, (b,), generator=g)].double()
+    m = categorical_projection(rewards, discounts, p, support)
+    ref = torch.tensor([_project_loop(rewards[i].item(), discounts[i].item(), p[i].tolist(), support.tolist())
+                        for i in range(b)], dtype=torch.float64)
+    torch.testing.assert_close(m, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(m.sum(1), torch.ones(b, dtype=torch.float64))
+    m32 = categorical_projection(rewards.float(), discounts.float(), p.float(), support.float())
+    torch.testing.assert_close(m32, ref.float(), rtol=0, atol=1e-5)
+
+
+def test_c51_loss_hand_computed_and_weighted():
+    """Uniform logits over 3 atoms: -log p = log 3 on every atom, so the cross-entropy with any target is log 3;
+    logits (0, log 2, 0): p = (1/4, 1/2, 1/4), target all on the middle atom -> log 2."""
+    logits = torch.tensor([[0.0, 0.0, 0.0], [0.0, math.log(2.0), 0.0]], requires_grad=True)
+    target = torch.tensor([[0.0, 0.5, 0.5], [0.0, 1.0, 0.0]])
+    loss, per_sample = c51_loss(logits, target)
+    torch.testing.assert_close(per_sample, torch.tensor([math.log(3.0), math.log(2.0)]))
+    torch.testing.assert_close(loss, torch.tensor((math.log(3.0) + math.log(2.0)) / 2))
+    loss_w, _ = c51_loss(logits, target, torch.tensor([2.0, 0.0]))
+    torch.testing.assert_close(loss_w, torch.tensor(math.log(3.0)))  # (2 log 3 + 0) / 2
+    loss.backward()  # d CE / d logits = softmax - target, over the batch mean
+    torch.testing.assert_close(logits.grad, torch.tensor([[1 / 3, 1 / 3 - 0.5, 1 / 3 - 0.5],
+                                                          [0.25, 0.5 - 1.0, 0.25]]) / 2)
+
+
+# -------------------------------------------------------------------------- the update and acting
+
+
+@pytest.mark.parametrize("double_q", [False, True])
+def test_update_target_is_the_projected_distribution_at_the_greedy_next_action(double_q):
+    """The first update's loss equals a reference built from the networks: a* = argmax of the expected Q of s' (the
+    target network's; Double Q: the online network's), the target network's distribution there projected by the loop
+    of Algorithm 1 onto the atoms, the cross-entropy with the online logits of (s, a)."""
+    model = C51("CartPole-v1", double_q=double_q, n_step=3, **{**TINY, "learning_starts": 400})
+    with pytest.warns(UserWarning, match="warm-up"):
+        model.learn(200, progress_bar=False)  # replay only
+    assert model.num_gradient_steps == 0
+    batch = model.buffer.sample(32, as_torch=True)
+    z = model.support.tolist()
+    with torch.no_grad():
+        logits = model.q_net(batch.obs)[torch.arange(32), batch.actions]
+        nt, no = model.q_target(batch.next_obs), model.q_net(batch.next_obs)
+    expect = []
+    for i in range(32):
+        select = no[i] if double_q else nt[i]
+        a = int((select.softmax(-1) * model.support).sum(-1).argmax())
+        m = _project_loop(batch.rewards[i].item(), batch.discounts[i].item(), nt[i, a].softmax(-1).tolist(), z)
+        expect.append(-(torch.tensor(m) * logits[i].log_softmax(-1)).sum())
+    out = model._update_step(batch)
+    torch.testing.assert_close(out[0], torch.stack(expect).mean(), rtol=1e-5, atol=1e-6)
+    assert (batch.discounts == 0).any() and (batch.discounts > 0.9).any()  # terminal and 3-step rows both seen
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="n_atoms"):
+        C51("CartPole-v1", n_atoms=1)
+    with pytest.raises(ConfigError, match="v_max"):
+        C51("CartPole-v1", v_min=1.0, v_max=1.0)
+    with pytest.raises(ConfigError, match="adam_eps"):
+        Rainbow("CartPole-v1", adam_eps=0.0)
+    with pytest.raises(ConfigError, match="per_beta_anneal_steps"):
+        Rainbow("CartPole-v1", per_beta_anneal_steps=0)
+    with pytest.raises(TypeError, match="Rainbow needs a Discrete action space"):
+        Rainbow("Pendulum-v1", **TINY)
+
+
+def test_rainbow_defaults_are_the_published_combination():
+    c = Rainbow("CartPole-v1", **TINY).config
+    assert (c.double_q, c.dueling, c.noisy, c.n_step, c.prioritized, c.per_alpha, c.per_beta) == \
+        (True, True, True, 3, True, 0.5, 0.4)
+    assert c.exploration_initial_eps == c.exploration_final_eps == 0.0 and c.adam_eps == 1.5e-4
+    c51 = C51("CartPole-v1", **TINY)
+    assert not (c51.config.double_q or c51.config.dueling or c51.config.noisy or c51.config.prioritized)
+    assert c51.gradient_backend == "torch" and c51.handwritten is None
+
+
+def test_smoke_rainbow_learns_writes_priorities_and_anneals_beta():
+    model = Rainbow("CartPole-v1", per_beta_anneal_steps=100, **TINY)
+    model.learn(600, progress_bar=False)
+    assert model.num_gradient_steps > 100 and model.buffer.beta == 1.0
+    assert {"losses/loss", "losses/q_values", "losses/cross_entropy"} <= set(model.metrics)
+    rows = np.arange(len(model.buffer))
+    assert np.unique(model.buffer.priorities(rows)).size > 1  # per-sample cross-entropies written back
+    assert model.epsilon() == 0.0
+    assert sum(isinstance(m, NoisyLinear) for m in model.q_net.modules()) == 4  # value and advantage MLPs, 2 each
+
+
+def test_rainbow_noise_is_drawn_for_updates_and_exploring_steps_and_removed_for_deterministic_acting(tmp_path):
+    model = Rainbow("CartPole-v1", **TINY)
+    model.learn(200, progress_bar=False)
+    noisy = [m for m in model.q_net.modules() if isinstance(m, NoisyLinear)]
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    model.predict(obs, deterministic=False)
+    first = noisy[0].weight_epsilon.clone()
+    model.predict(obs, deterministic=False)
+    assert first.abs().sum() > 0 and not torch.equal(first, noisy[0].weight_epsilon)  # new noise per step
+    target_noise = next(m for m in model.q_target.modules() if isinstance(m, NoisyLinear)).weight_epsilon.clone()
+    model._train_step()
+    assert not torch.equal(target_noise, next(m for m in model.q_target.modules()
+                                              if isinstance(m, NoisyLinear)).weight_epsilon)
+    greedy = model.predict(obs, deterministic=True)
+    assert all(m.weight_epsilon.abs().sum() == 0 for m in noisy)  # the mean network
+    model.predict(obs, deterministic=False)
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True), greedy)
+    module = model.deterministic_module()
+    np.testing.assert_array_equal(module(torch.from_numpy(obs)).numpy(), greedy)
+    loaded = Rainbow.load(model.save(tmp_path / "rainbow.pt"))
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True), greedy)
+
+
+def test_masked_acting_and_targets_are_finite_at_1024_actions():
+    """1,024 actions of which 1,000 are invalid in every state: exploration, warm-up and greedy acting pick valid
+    actions only (an invalid one would show as reward 0 often: the target is always valid and is rewarded 1); the
+    expected Q of 1,024 actions x 11 atoms is finite."""
+    model = Rainbow("InvalidActionDiscrete-v0", env_kwargs=dict(dim=1024, n_invalid_actions=1000), num_envs=2,
+                    **{**TINY, "learning_starts": 32, "batch_size": 16, "v_min": 0.0, "v_max": 10.0})
+    model.learn(128, progress_bar=False)
+    assert model.num_gradient_steps > 0 and np.isfinite(model.metrics["losses/loss"])
+    env = model.env
+    obs, info = env.reset(seed=3)
+    for deterministic in (True, False):
+        for _ in range(5):
+            actions = model.predict(obs, deterministic=deterministic, action_masks=info["action_mask"])
+            assert info["action_mask"][np.arange(2), actions].all()
+            obs, *_, info = env.step(actions)
+    q = model._q_values(obs)
+    assert q.shape == (2, 1024) and torch.isfinite(q).all()
+
+
+def test_same_seed_same_losses():
+    def run():
+        model = Rainbow("CartPole-v1", seed=3, **TINY)
+        model.learn(400, progress_bar=False)
+        return [{k: v for k, v in h.items() if k.startswith("losses/")} for h in model.history]
+
+    first, second = run(), run()
+    assert any(first) and first == second
+
+
+@pytest.mark.slow
+def test_c51_solves_cartpole():
+    """C51 with DQN's CartPole training defaults, atoms on [0, 100] (CartPole's discounted returns lie in [0, 100)):
+    evaluation >= 475 within 50k steps for at least 2 of 3 seeds (measured: see docs/c51-rainbow.md)."""
+    solved, report = 0, []
+    for seed in range(3):
+        model = C51("CartPole-v1", seed=seed, hidden=(64, 64), v_min=0.0, v_max=100.0)
+        ev = EvalCallback(eval_freq=5_000, n_episodes=10, reward_threshold=475)
+        model.learn(50_000, callback=ev, progress_bar=False)
+        best = max(mean for _, mean, _, _ in ev.history)
+        report.append((seed, model.num_timesteps, best))
+        solved += best >= 475
+        if solved >= 2:
+            break
+    assert solved >= 2, report

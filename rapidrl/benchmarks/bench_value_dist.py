@@ -54,7 +54,7 @@ CASES: dict[str, dict] = {
         rapidrl=dict(learning_rate=2.5e-4, num_envs=1, n_atoms=101, v_min=-100.0, v_max=100.0, buffer_size=10_000,
                      gamma=0.99, target_update_interval=500, batch_size=128, exploration_initial_eps=1.0,
                      exploration_final_eps=0.05, exploration_fraction=0.5, train_freq=10, gradient_steps=1,
-                     hidden=(120, 84), double_q=False, tau=1.0)),
+                     hidden=(120, 84), double_q=False, tau=1.0, adam_eps=0.01 / 128)),
     "qrdqn_cartpole": dict(
         title="QR-DQN CartPole-v1 (rl-zoo qrdqn.yml: 10 quantiles, 256x256, 128 gradient steps of 64 every 256 "
               "steps; 30k steps, learning from 1k)",
@@ -72,7 +72,7 @@ CASES: dict[str, dict] = {
         cleanrl=("rainbow_atari.py", ["--env-id", "BreakoutNoFrameskip-v4", "--buffer-size", "20000"]),
         rapidrl=dict(buffer_size=20_000, batch_size=32, train_freq=4, gradient_steps=1, learning_rate=6.25e-5,
                      n_step=3, target_update_interval=8000, tau=1.0, n_atoms=51, v_min=-10.0, v_max=10.0,
-                     encoder="nature")),
+                     adam_eps=1.5e-4, per_alpha=0.5, per_beta=0.4, per_beta_anneal_steps=2_000, encoder="nature")),
     "sac_discrete_breakout": dict(
         title="SAC-discrete Breakout (CleanRL sac_atari.py defaults: batch 64 every 4 steps, target every 8000, "
               "autotuned alpha, entropy scale 0.89; replay 20,000, 12k steps, learning from 4k)",
@@ -127,6 +127,9 @@ model.learn(spec["steps"], callback=Report())
 """
 
 
+_IMPORT_ALE = "try:\n    import ale_py  # noqa: F401\nexcept ImportError:\n    pass\n"
+
+
 def _threads_env(threads: int) -> dict:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
@@ -160,7 +163,7 @@ def run_contender(case: str, contender: str, seed: int, threads: int) -> dict:
                "--total-timesteps", str(spec["steps"]), "--learning-starts", str(spec["learning_starts"])]
         cwd = tempfile.mkdtemp(prefix="cleanrl_runs_")  # its tensorboard files
         # ale-py 0.9 registers the Atari ids when imported; CleanRL's gym.make does not import it: a sitecustomize does
-        Path(cwd, "sitecustomize.py").write_text("try:\n    import ale_py  # noqa: F401\nexcept ImportError:\n    pass\n")
+        Path(cwd, "sitecustomize.py").write_text(_IMPORT_ALE)
         env["PYTHONPATH"] = os.pathsep.join([str(root), cwd])
     else:  # sb3-contrib
         cmd = [sb3_python(), "-c", _SB3_JOB, json.dumps(spec), str(seed)]

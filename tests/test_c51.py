@@ -172,12 +172,19 @@ def test_rainbow_noise_is_drawn_for_updates_and_exploring_steps_and_removed_for_
     model._train_step()
     assert not torch.equal(target_noise, next(m for m in model.q_target.modules()
                                               if isinstance(m, NoisyLinear)).weight_epsilon)
+    held = [m.weight_epsilon.clone() for m in noisy]
     greedy = model.predict(obs, deterministic=True)
-    assert all(m.weight_epsilon.abs().sum() == 0 for m in noisy)  # the mean network
+    assert all(torch.equal(m.weight_epsilon, h) for m, h in zip(noisy, held))  # acting changed no held noise
     model.predict(obs, deterministic=False)
     np.testing.assert_array_equal(model.predict(obs, deterministic=True), greedy)
-    module = model.deterministic_module()
+    module = model.deterministic_module()  # the mean network, as predict's
+    assert all(m.weight_epsilon.abs().sum() == 0 for m in module.modules() if isinstance(m, NoisyLinear))
     np.testing.assert_array_equal(module(torch.from_numpy(obs)).numpy(), greedy)
+    with torch.no_grad():  # against the mean network computed by hand: mu only
+        for m in noisy:
+            m.weight_sigma.zero_()
+            m.bias_sigma.zero_()
+    np.testing.assert_array_equal(model.predict(obs, deterministic=False), greedy)
     loaded = Rainbow.load(model.save(tmp_path / "rainbow.pt"))
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True), greedy)
 
@@ -211,18 +218,38 @@ def test_same_seed_same_losses():
     assert any(first) and first == second
 
 
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """Every python example of docs/c51-rainbow.md runs, in order, in one namespace (in a scratch directory)."""
+    import re
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    src = (Path(__file__).resolve().parents[1] / "docs" / "c51-rainbow.md").read_text()
+    blocks = re.findall(r"(?<!-->\n)```python\n(.*?)```", src, re.S)  # not the code shown (tests/test_docs_code.py)
+    assert len(blocks) == 2
+    ns: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/c51-rainbow.md", "exec"), ns)
+    assert (tmp_path / "rainbow.pt").is_file() and "losses/loss" in ns["c51"].metrics
+
+
 @pytest.mark.slow
 def test_c51_solves_cartpole():
     """C51 with DQN's CartPole training defaults, atoms on [0, 100] (CartPole's discounted returns lie in [0, 100)):
-    evaluation >= 475 within 50k steps for at least 2 of 3 seeds (measured: see docs/c51-rainbow.md)."""
-    solved, report = 0, []
-    for seed in range(3):
-        model = C51("CartPole-v1", seed=seed, hidden=(64, 64), v_min=0.0, v_max=100.0)
-        ev = EvalCallback(eval_freq=5_000, n_episodes=10, reward_threshold=475)
-        model.learn(50_000, callback=ev, progress_bar=False)
-        best = max(mean for _, mean, _, _ in ev.history)
-        report.append((seed, model.num_timesteps, best))
-        solved += best >= 475
-        if solved >= 2:
-            break
-    assert solved >= 2, report
+    evaluation >= 475 within 50k steps. Seed 0 here (~30k steps, ~27 s on one core); seeds 0, 1, 2 all reached 500,
+    at 30,720, 30,720 and 40,960 steps (docs/c51-rainbow.md)."""
+    model = C51("CartPole-v1", seed=0, hidden=(64, 64), v_min=0.0, v_max=100.0)
+    ev = EvalCallback(eval_freq=5_000, n_episodes=10, reward_threshold=475)
+    model.learn(50_000, callback=ev, progress_bar=False)
+    assert max(mean for _, mean, _, _ in ev.history) >= 475, [(step, mean) for step, mean, _, _ in ev.history]
+
+
+@pytest.mark.slow
+def test_rainbow_learns_cartpole():
+    """Rainbow (noise, no epsilon) from a random policy's ~10 to >= 150 in 8k steps (~17 s on one core). Measured
+    after 8k steps, seeds 0, 1, 2: 238, 206, 355; seed 0 reached 500 at 30,720 steps (~60 s: too long for CI)."""
+    model = Rainbow("CartPole-v1", seed=0, hidden=(64, 64), v_min=0.0, v_max=100.0)
+    before = model.evaluate(10)[0]
+    model.learn(8_000, progress_bar=False)
+    after = model.evaluate(10)[0]
+    assert before < 50 and after >= 150, (before, after)

@@ -15,8 +15,9 @@ z_i = v_min + i (v_max - v_min) / (N - 1): the Q network outputs N logits per ac
 
 Rainbow is C51 with Double Q, dueling heads (combined per atom), noisy networks (``noisy``: factorised Gaussian
 ``NoisyLinear`` layers, ``rapidrl.nn.noisy``, in place of epsilon-greedy: the noise is drawn again before every
-update and every exploring action step, and removed for deterministic acting, evaluation and export), 3-step returns
-and prioritized replay (alpha 0.5, beta annealed to 1 over ``per_beta_anneal_steps`` gradient steps where set).
+update and every exploring action step, and left out of deterministic acting, evaluation and export, which leave the
+noise the model holds as it was), 3-step returns and prioritized replay (alpha 0.5, beta annealed to 1 over
+``per_beta_anneal_steps`` gradient steps where set).
 
 Everything else (collection, replay, n-step returns, prioritized replay, target updates, epsilon-greedy, action masks,
 encoders, persistence) is DQN's (``rapidrl.algos.dqn``), which these classes subclass. Gradient backend: "torch" only
@@ -28,6 +29,8 @@ Read top to bottom: the configs, the expected-Q reduction, the update (``C51._up
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +45,7 @@ from rapidrl.buffers import PrioritizedReplayBuffer
 from rapidrl.nn.deploy import ReducedArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.encoders import make_encoder
+from rapidrl.nn.noisy import NoisyLinear
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, require, with_defaults
@@ -195,9 +199,26 @@ class C51(DQN):
                         ) -> np.ndarray:
         if not deterministic:
             return self._explore_actions(obs, action_masks)
-        if self.config.noisy:  # the mean network (the next exploring step or update draws new noise)
-            self.q_net.remove_noise()
-        return self._greedy(obs, action_masks)
+        with self._mean_network():
+            return self._greedy(obs, action_masks)
+
+    @contextmanager
+    def _mean_network(self) -> Iterator[None]:
+        """The online network without noise inside the block (``noisy``), its noise as it was after: deterministic
+        acting changes nothing a checkpoint holds."""
+        if not self.config.noisy:
+            yield
+            return
+        noise = [t for m in self.q_net.modules() if isinstance(m, NoisyLinear) for t in (m.weight_epsilon,
+                                                                                          m.bias_epsilon)]
+        kept = [t.clone() for t in noise]
+        self.q_net.remove_noise()
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for t, k in zip(noise, kept):
+                    t.copy_(k)
 
     def deterministic_module(self) -> torch.nn.Module:
         module = ReducedArgmaxQ(self.q_net, self.expected_q,

@@ -42,6 +42,8 @@ _LAZY = {
     "IQL": "rapidrl.algos",
     "CQL": "rapidrl.algos",
     "DiscreteCQL": "rapidrl.algos",
+    "C51": "rapidrl.algos",
+    "Rainbow": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -60,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rapidrl.algos import (  # noqa: F401
         A2C,
         BC,
+        C51,
         CQL,
         DDPG,
         DQN,
@@ -75,6 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TQC,
         CrossQ,
         DiscreteCQL,
+        Rainbow,
     )
     from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, RolloutBuffer  # noqa: F401
     from rapidrl.envs import make_vec  # noqa: F401

@@ -13,7 +13,8 @@ UPDATES = ("rapidrl.algos.td3.TD3._update_step", "rapidrl.algos.td3.td3_steps", 
            "rapidrl.algos.tqc.TQC._update_step", "rapidrl.algos.crossq.CrossQ._update_step",
            "rapidrl.algos.crossq.CrossQ._actor_update", "rapidrl.algos.cql.CQL._update_step",
            "rapidrl.algos.cql.DiscreteCQL._update_step", "rapidrl.algos.iql.IQL._update_step",
-           "rapidrl.algos.dqn.DQN._autograd_step", "rapidrl.algos.bc.BC._update_step")
+           "rapidrl.algos.dqn.DQN._autograd_step", "rapidrl.algos.bc.BC._update_step",
+           "rapidrl.algos.c51.C51._update_step")
 
 
 def test_the_docs_show_the_update_of_every_off_policy_actor_critic_and_offline_algorithm():

@@ -19,6 +19,10 @@ MODELS = {
                                       seed=0, squash="tanh"),
     "dqn": lambda: rr.DQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4),
     "pqn": lambda: rr.PQN("CartPole-v1", seed=0, num_envs=4, num_steps=16, minibatch_size=32),
+    "c51": lambda: rr.C51("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4, gradient_steps=1,
+                          n_atoms=11, hidden=(32, 32)),
+    "rainbow": lambda: rr.Rainbow("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4,
+                                  gradient_steps=1, n_atoms=11, hidden=(32, 32)),  # the export: the mean network
     "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "ddpg": lambda: rr.DDPG("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
@@ -52,7 +56,9 @@ def test_exported_policy_matches_predict(name, tmp_path):
 @pytest.mark.parametrize("make", [
     lambda: rr.DQN("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4),
     lambda: rr.PQN("MinAtar/Breakout-v1", seed=0, num_envs=4, num_steps=8, minibatch_size=16, update_epochs=1),
-], ids=["dqn", "pqn"])
+    lambda: rr.Rainbow("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4,
+                       gradient_steps=1, n_atoms=11),
+], ids=["dqn", "pqn", "rainbow"])
 def test_exported_cnn_q_network_acts_as_predict(make, tmp_path):
     """The flat float observations of an export are reshaped to the CNN's [C, H, W] (MinAtar's 0/1 frames, which
     ``predict`` stores as uint8 without loss)."""

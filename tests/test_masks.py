@@ -343,6 +343,10 @@ OFF_POLICY = {
                                                  prioritized=True, seed=0),
     "pqn": lambda env: rr.PQN(env, num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, hidden=(32,),
                               seed=0),
+    "c51": lambda env: rr.C51(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8, gradient_steps=4,
+                              hidden=(32,), n_atoms=11, v_min=0.0, v_max=20.0, exploration_fraction=0.5, seed=0),
+    "rainbow": lambda env: rr.Rainbow(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8,
+                                      gradient_steps=4, hidden=(32,), n_atoms=11, v_min=0.0, v_max=20.0, seed=0),
 }
 
 
@@ -396,7 +400,7 @@ def test_dqn_masked_td_kernel_equals_autograd(double_q):
     np.testing.assert_allclose(d_out, q.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["dqn", "pqn"])
+@pytest.mark.parametrize("name", ["dqn", "pqn", "rainbow"])
 def test_export_takes_the_mask_as_an_input(name, tmp_path):
     """ONNX and TorchScript exports of a model trained with masks take ``action_masks`` and act as ``predict`` with
     them (random observations, masks with 1 to 12 valid actions)."""

@@ -207,7 +207,10 @@ def _check_bf16_training(model, steps):
     (lambda: rr.DQN("CartPole-v1", precision="bf16", dueling=True, **SMALL_OFF), 128),
     (lambda: rr.SAC("Pendulum-v1", precision="bf16", **SMALL_OFF), 128),
     (lambda: rr.TD3("Pendulum-v1", precision="bf16", **SMALL_OFF), 128),
-], ids=["ppo", "ppo_gaussian", "ppo_cnn", "a2c", "impala", "mappo", "dqn_cnn", "dqn_dueling", "sac", "td3"])
+    (lambda: rr.Rainbow("MinAtar/Breakout-v1", precision="bf16", train_freq=4, gradient_steps=2, n_atoms=11,
+                        **SMALL_OFF), 128),
+], ids=["ppo", "ppo_gaussian", "ppo_cnn", "a2c", "impala", "mappo", "dqn_cnn", "dqn_dueling", "sac", "td3",
+        "rainbow_cnn"])
 def test_every_algorithm_trains_in_bf16_with_float32_state(make, steps):
     model = _check_bf16_training(make(), steps)
     obs = np.zeros((2, *model.observation_space.shape), model.observation_space.dtype)

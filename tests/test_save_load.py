@@ -38,6 +38,8 @@ SMALL = {
                 target_update_interval=8),
     "SAC": dict(learning_starts=8, batch_size=8, buffer_size=256, hidden=(16,)),
     "TD3": dict(learning_starts=8, batch_size=8, buffer_size=256, hidden=(16,), policy_delay=2),
+    "Rainbow": dict(learning_starts=8, batch_size=8, buffer_size=256, train_freq=4, gradient_steps=2, hidden=(16,),
+                    target_update_interval=8, n_atoms=5),
 }
 ON_POLICY = ("PPO", "A2C", "IMPALA")
 
@@ -150,6 +152,8 @@ def off_policy_cases():
     yield pytest.param("DQN", "CartPole-v1", {"prioritized": True}, id="DQN-vector-prioritized")
     yield pytest.param("DQN", "CartPole-v1", {"n_step": 3}, id="DQN-vector-n_step")
     yield pytest.param("SAC", "Pendulum-v1", {"replay_storage": "mmap"}, id="SAC-vector-mmap")
+    for kind, (env_id, _) in KINDS.items():  # C51's networks, noise and prioritized n-step replay: DQN's core
+        yield pytest.param("Rainbow", env_id, {}, id=f"Rainbow-{kind}-{env_id.split('/')[-1]}")
 
 
 @pytest.mark.parametrize("algo, env_id, options", list(off_policy_cases()))

@@ -208,6 +208,21 @@ def test_masked_acting_and_targets_are_finite_at_1024_actions():
     assert q.shape == (2, 1024) and torch.isfinite(q).all()
 
 
+def test_c51_on_atari_uses_frame_replay_and_the_nature_cnn(tmp_path):
+    """Without prioritized or n-step replay, C51 keeps DQN's frame replay on a frame-stacking env; noisy heads on the
+    Nature CNN train, save and act deterministically after loading as before."""
+    import rapidrl as rr
+
+    model = C51("ALE/Breakout-v5", num_envs=2, seed=0, buffer_size=2000, learning_starts=160, train_freq=4,
+                gradient_steps=1, batch_size=8, n_atoms=11, noisy=True, exploration_final_eps=0.0)
+    assert isinstance(model.buffer, rr.buffers.FrameReplayBuffer) and model.q_net.has_encoder
+    model.learn(240, progress_bar=False)
+    assert model.num_gradient_steps > 0 and np.isfinite(model.metrics["losses/loss"])
+    obs, _ = rr.make_vec("ALE/Breakout-v5", 2, seed=5, training=False).reset()
+    loaded = C51.load(model.save(tmp_path / "c51.pt"))
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True), loaded.predict(obs, deterministic=True))
+
+
 def test_same_seed_same_losses():
     def run():
         model = Rainbow("CartPole-v1", seed=3, **TINY)

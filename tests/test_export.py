@@ -23,6 +23,10 @@ MODELS = {
                           n_atoms=11, hidden=(32, 32)),
     "rainbow": lambda: rr.Rainbow("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4,
                                   gradient_steps=1, n_atoms=11, hidden=(32, 32)),  # the export: the mean network
+    "qrdqn": lambda: rr.QRDQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4,
+                              gradient_steps=2, hidden=(32, 32), n_quantiles=8),
+    "iqn": lambda: rr.IQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4, gradient_steps=2,
+                          hidden=(32, 32), num_tau_samples=8, num_tau_prime_samples=8, num_quantile_samples=8),
     "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "ddpg": lambda: rr.DDPG("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
@@ -56,9 +60,13 @@ def test_exported_policy_matches_predict(name, tmp_path):
 @pytest.mark.parametrize("make", [
     lambda: rr.DQN("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4),
     lambda: rr.PQN("MinAtar/Breakout-v1", seed=0, num_envs=4, num_steps=8, minibatch_size=16, update_epochs=1),
+    lambda: rr.QRDQN("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4,
+                     gradient_steps=1, n_quantiles=8),
+    lambda: rr.IQN("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4,
+                   gradient_steps=1, num_tau_samples=8, num_tau_prime_samples=8, num_quantile_samples=8),
     lambda: rr.Rainbow("MinAtar/Breakout-v1", seed=0, learning_starts=32, batch_size=16, buffer_size=500, train_freq=4,
                        gradient_steps=1, n_atoms=11),
-], ids=["dqn", "pqn", "rainbow"])
+], ids=["dqn", "pqn", "qrdqn", "iqn", "rainbow"])
 def test_exported_cnn_q_network_acts_as_predict(make, tmp_path):
     """The flat float observations of an export are reshaped to the CNN's [C, H, W] (MinAtar's 0/1 frames, which
     ``predict`` stores as uint8 without loss)."""

@@ -108,6 +108,19 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
                                        n_critics=2, n_quantiles=5), 160),  # compiled quantile loss
     "tqc_torch": ("TQC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              n_critics=2, n_quantiles=5, gradient_backend="torch"), 160),
+    # QR-DQN and IQN (quantile Huber loss shared with TQC; IQN's sampled fractions from the model's torch_rng)
+    "qrdqn": ("QRDQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16, gradient_steps=8,
+                                           hidden=(32, 32), buffer_size=2000, n_quantiles=8), 512),
+    "qrdqn_prioritized_nstep_double": ("QRDQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
+                                                                    gradient_steps=8, hidden=(32, 32),
+                                                                    buffer_size=2000, n_quantiles=8, prioritized=True,
+                                                                    n_step=3, double_q=True, dueling=True), 512),
+    "iqn": ("IQN", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=16, gradient_steps=8,
+                                       hidden=(32, 32), buffer_size=2000, num_tau_samples=8, num_tau_prime_samples=8,
+                                       num_quantile_samples=4), 512),
+    "iqn_cnn": ("IQN", "MinAtar/Breakout-v1", dict(learning_starts=64, batch_size=32, train_freq=16, gradient_steps=4,
+                                                   buffer_size=2000, num_tau_samples=8, num_tau_prime_samples=8,
+                                                   num_quantile_samples=4), 256),
     "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
     "crossq_torch": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32),

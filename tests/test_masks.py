@@ -347,6 +347,12 @@ OFF_POLICY = {
                               hidden=(32,), n_atoms=11, v_min=0.0, v_max=20.0, exploration_fraction=0.5, seed=0),
     "rainbow": lambda env: rr.Rainbow(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8,
                                       gradient_steps=4, hidden=(32,), n_atoms=11, v_min=0.0, v_max=20.0, seed=0),
+    "qrdqn_double_nstep": lambda env: rr.QRDQN(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8,
+                                               gradient_steps=4, hidden=(32,), n_quantiles=8, double_q=True, n_step=3,
+                                               prioritized=True, exploration_fraction=0.5, seed=0),
+    "iqn": lambda env: rr.IQN(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8, gradient_steps=4,
+                              hidden=(32,), num_tau_samples=8, num_tau_prime_samples=8, exploration_fraction=0.5,
+                              seed=0),
 }
 
 
@@ -400,7 +406,7 @@ def test_dqn_masked_td_kernel_equals_autograd(double_q):
     np.testing.assert_allclose(d_out, q.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["dqn", "pqn", "rainbow"])
+@pytest.mark.parametrize("name", ["dqn", "pqn", "qrdqn_double_nstep", "iqn", "rainbow"])
 def test_export_takes_the_mask_as_an_input(name, tmp_path):
     """ONNX and TorchScript exports of a model trained with masks take ``action_masks`` and act as ``predict`` with
     them (random observations, masks with 1 to 12 valid actions)."""

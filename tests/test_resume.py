@@ -156,6 +156,8 @@ TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--
     ("ppo", [*SMALL, "--set", "algo.collection=step"]),
     ("dqn", TINY_DQN),
     ("rainbow", [*TINY_DQN, "--set", "algo.n_atoms=11"]),  # noise, prioritized 3-step replay
+    ("iqn", [*TINY_DQN, "--set", "algo.num_tau_samples=8", "--set", "algo.num_tau_prime_samples=8",
+             "--set", "algo.train_freq=8"]),  # IQN's fraction draws continue from the checkpoint's torch_rng
     ("ppo", [*SMALL, "--set", "algo.recurrent=lstm", "--set", "algo.recurrent_size=16"]),
     ("ppo", [*SMALL, "--set", "algo.recurrent=lstm", "--set", "algo.recurrent_size=16",
              "--set", "algo.critic_recurrent=true", "--set", "algo.head_hidden=[16]"]),
@@ -163,7 +165,7 @@ TINY_DQN = ["--set", "algo.hidden=[32]", "--set", "algo.learning_starts=64", "--
     ("impala", ["--set", "algo.num_envs=4", "--set", "algo.num_steps=64"]),
     ("ppo", [*SMALL, "--set", "algo.async_collect=true", "--set", "algo.collection=step",
              "--set", "algo.normalize_obs=true", "--set", "algo.normalize_reward=true"]),
-], ids=["ppo-fused", "ppo-per-step", "dqn", "rainbow", "ppo-lstm", "ppo-lstm-critic-core", "impala-async",
+], ids=["ppo-fused", "ppo-per-step", "dqn", "rainbow", "iqn", "ppo-lstm", "ppo-lstm-critic-core", "impala-async",
         "ppo-async-per-step-normalized"])
 def test_resume_at_a_checkpoint_boundary_equals_the_uninterrupted_run(tmp_path, algo, settings):
     """Run A trains 2048 steps; run B starts from A's 1024-step checkpoint (as if killed right after it)."""

@@ -40,6 +40,10 @@ SMALL = {
     "TD3": dict(learning_starts=8, batch_size=8, buffer_size=256, hidden=(16,), policy_delay=2),
     "Rainbow": dict(learning_starts=8, batch_size=8, buffer_size=256, train_freq=4, gradient_steps=2, hidden=(16,),
                     target_update_interval=8, n_atoms=5),
+    "QRDQN": dict(learning_starts=8, batch_size=8, buffer_size=256, train_freq=4, gradient_steps=2, hidden=(16,),
+                  target_update_interval=8, n_quantiles=4),
+    "IQN": dict(learning_starts=8, batch_size=8, buffer_size=256, train_freq=4, gradient_steps=2, hidden=(16,),
+                target_update_interval=8, num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4),
 }
 ON_POLICY = ("PPO", "A2C", "IMPALA")
 
@@ -154,6 +158,9 @@ def off_policy_cases():
     yield pytest.param("SAC", "Pendulum-v1", {"replay_storage": "mmap"}, id="SAC-vector-mmap")
     for kind, (env_id, _) in KINDS.items():  # C51's networks, noise and prioritized n-step replay: DQN's core
         yield pytest.param("Rainbow", env_id, {}, id=f"Rainbow-{kind}-{env_id.split('/')[-1]}")
+    for algo in ("QRDQN", "IQN"):  # DQN's collection and replay, their own networks (and IQN's fraction draws)
+        for kind, (env_id, _) in KINDS.items():
+            yield pytest.param(algo, env_id, {}, id=f"{algo}-{kind}-{env_id.split('/')[-1]}")
 
 
 @pytest.mark.parametrize("algo, env_id, options", list(off_policy_cases()))

@@ -1,0 +1,147 @@
+"""IQN (Dabney et al. 2018b): DQN whose network maps sampled fractions tau to the return quantiles Z_tau(s, a).
+
+Read top to bottom: the config, the update (``IQN._update_step``, written out), acting. The loss and the greedy
+target are pure functions of ``rapidrl.algos.offpolicy_losses`` (``quantile_regression_loss``,
+``quantile_greedy_next``: QR-DQN's, with sampled fractions); the network is
+``rapidrl.nn.quantile.ImplicitQuantileNetwork`` (state features times a cosine embedding of tau, then the head);
+everything else is DQN's (``rapidrl.algos.dqn``: n-step returns, prioritized replay, frame replay, encoders,
+epsilon-greedy exploration, target updates, action masks, persistence).
+
+Each update draws N fractions tau ~ U(0, 1) per sample for the current quantiles Z_tau(s, a) and N' fractions
+tau' per sample for the target quantiles r + discount * Z_tau'(s', a*) of the target network. a* is the greedy
+action of s' (the largest mean over those N' quantiles, among the valid actions of s' with action masks) of the
+target network, or of the online network at the same tau' with ``double_q`` (Dopamine picks a* from K separate
+samples; the mean over the N' target samples estimates the same Q). The loss is the quantile Huber loss (kappa = 1)
+at the sampled fractions, summed over the N current quantiles and averaged over the N' targets and the batch
+(Dopamine's reduction). Risk-neutral acting: Q(s, a) = mean_k Z_tau_k(s, a) at the K fixed midpoints
+tau_k = (k + 0.5) / K (Dopamine samples K fractions per step; the midpoints make ``predict``, evaluation and export
+deterministic, and estimate the mean with less variance).
+
+Defaults: Dopamine's IQN (N = N' = 64, K = 32, a 64-cosine embedding, Adam eps 0.01 / 32 = 3.125e-4, single Q, no
+gradient clipping) with DQN's CartPole-tuned schedule. Gradient backend: "torch" only (PyTorch autograd).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rapidrl.algos.dqn import DQN, DQNConfig
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm
+from rapidrl.algos.offpolicy_losses import quantile_greedy_next, quantile_regression_loss
+from rapidrl.algos.registry import register
+from rapidrl.nn.deploy import ArgmaxQ
+from rapidrl.nn.distributions import apply_action_mask
+from rapidrl.nn.encoders import make_encoder
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.quantile import ImplicitQuantileNetwork, MeanQuantileQ, midpoint_fractions
+from rapidrl.train.config import check_positive, require, with_defaults
+from rapidrl.train.spaces import check_discrete_actions
+
+
+@dataclass
+@with_defaults(max_grad_norm=0.0, double_q=False)
+class IQNConfig(DQNConfig):
+    num_tau_samples: int = 64
+    """N: fractions sampled per sample for the current quantiles."""
+    num_tau_prime_samples: int = 64
+    """N': fractions sampled per sample for the target quantiles."""
+    num_quantile_samples: int = 32
+    """K: the fixed midpoint fractions (k + 0.5) / K whose mean quantile is the Q value acting is greedy on."""
+    quantile_embedding_dim: int = 64
+    """Cosines of the fraction embedding, cos(pi i tau) for i = 0 .. this - 1 (the paper's 64)."""
+    adam_eps: float | None = None
+    """Adam's epsilon; None: 0.01 / batch_size (Dopamine's IQN: 0.01 / 32 = 3.125e-4)."""
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive(self, "num_tau_samples", "num_tau_prime_samples", "num_quantile_samples",
+                       "quantile_embedding_dim")
+        if self.adam_eps is not None:
+            check_positive(self, "adam_eps")
+        require(not self.dueling, "IQN has no dueling heads (dueling=True): the fraction embedding multiplies the "
+                                  "state features before the one head")
+
+
+@register
+class IQN(DQN):
+    """Implicit Quantile Networks for Discrete action spaces. ``IQN(env, **hyperparameters)``; see IQNConfig."""
+
+    name = "iqn"
+    config_class = IQNConfig
+    stat_names = ("loss", "q_values", "td_abs")
+    handwritten = None  # PyTorch autograd only
+    bf16_learning_tested = False
+
+    def _check_spaces(self) -> None:
+        OffPolicyAlgorithm._check_spaces(self)
+        check_discrete_actions(type(self).__name__, self.action_space)
+
+    def _build_networks(self) -> None:
+        c = self.config
+        encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
+        self.q_net = ImplicitQuantileNetwork(self.obs_dim, int(self.action_space.n), c.hidden, encoder=encoder,
+                                             embedding_dim=c.quantile_embedding_dim).to(self.device)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.optimizer = adam(self.q_net.parameters(), c.learning_rate,
+                              eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
+        self._params = list(self.q_net.parameters())
+        self._target_params = list(self.q_target.parameters())
+        self._last_target_update = 0
+        self._acting_fractions = midpoint_fractions(c.num_quantile_samples, self.device)  # [K]
+
+    def _gradient_backends(self) -> dict:
+        return {"torch": lambda: None}
+
+    # -- update ----------------------------------------------------------------------------------
+    def _update_step(self, batch) -> torch.Tensor:
+        """One gradient step; returns [loss, mean Q, mean |TD| of the means, per-sample loss...] (the priorities of
+        prioritized replay after 3)."""
+        c = self.config
+        obs, _ = self._split_rows(batch.obs)
+        next_obs, next_mask = self._split_rows(batch.next_obs)  # next_mask: the valid actions of s' (or None)
+        b = obs.shape[0]
+        rows = torch.arange(b, device=obs.device)
+        tau = torch.rand(b, c.num_tau_samples, generator=self.torch_rng, device=obs.device)  # [B, N] ~ U(0, 1)
+        tau_next = torch.rand(b, c.num_tau_prime_samples, generator=self.torch_rng, device=obs.device)  # [B, N']
+        with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
+            quantiles = self.q_net(obs, tau)[rows, batch.actions.long()]  # [B, N] of the taken actions
+        with torch.no_grad():
+            with self._autocast():
+                next_quantiles = self.q_target(next_obs, tau_next)  # [B, A, N']
+                select = self.q_net(next_obs, tau_next) if c.double_q else next_quantiles  # [B, A, N']
+            next_best = quantile_greedy_next(next_quantiles, select, next_mask)  # [B, N']; 0 without valid actions
+            target = batch.rewards[:, None] + batch.discounts[:, None] * next_best  # [B, N']
+        weights = batch.weights if c.prioritized else None
+        loss, per_sample = quantile_regression_loss(quantiles, target, tau, weights)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        optimizer_step(self.optimizer, c.max_grad_norm)
+        q = quantiles.detach().mean(1)  # [B]
+        td_abs = (target.mean(1) - q).abs()  # [B]
+        return torch.cat([torch.stack([loss.detach(), q.mean(), td_abs.mean()]), per_sample])
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _q_values(self, obs: np.ndarray) -> torch.Tensor:
+        """Q [B, A] = the mean quantile at the K midpoint fractions, of observations [B, ...]."""
+        with torch.no_grad():
+            if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
+                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
+            else:
+                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+                x = x.reshape(x.shape[0], -1)
+            return self.q_net(x, self._acting_fractions).mean(-1)
+
+    def _greedy(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+        """argmax_a Q(obs, a) [B] (over the valid actions of ``action_masks`` [B, A] when given)."""
+        q = self._q_values(obs)
+        mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
+        return apply_action_mask(q, mask).argmax(1).cpu().numpy()
+
+    def deterministic_module(self) -> torch.nn.Module:
+        return ArgmaxQ(MeanQuantileQ(self.q_net, self._acting_fractions.cpu()),
+                       self.observation_space.shape if self.q_net.has_encoder else None,
+                       masked=self.action_mask_size > 0)

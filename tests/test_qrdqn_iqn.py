@@ -211,20 +211,22 @@ def test_config_errors_name_the_field():
 
 
 # -- learning ------------------------------------------------------------------------------------------------------
-LEARN = {"qrdqn": (rr.QRDQN, dict(n_quantiles=10, hidden=(64, 64))),
-         "iqn": (rr.IQN, dict(hidden=(64, 64)))}
+LEARN = {"qrdqn": (rr.QRDQN, dict(n_quantiles=10, hidden=(64, 64)), 50_000),
+         "iqn": (rr.IQN, dict(hidden=(64, 64), num_tau_samples=8, num_tau_prime_samples=8, learning_rate=1e-3,
+                              double_q=True), 30_000)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(LEARN))
 def test_solves_cartpole(name):
-    """rl-zoo's tuned QR-DQN CartPole schedule (DQN's; 10 quantiles), IQN with the same schedule and N = N' = 64,
-    K = 32: evaluation >= 475 (10 episodes) within 50k steps (seed 0; measured for seeds 0-2 in
-    docs/quantile-dqn.md)."""
-    cls, kw = LEARN[name]
+    """Evaluation >= 475 (10 episodes, every 5k steps), seed 0. QR-DQN: rl-zoo's tuned QR-DQN CartPole schedule
+    (DQN's; 10 quantiles), solved at 10,240 steps (seeds 1, 2: 30,720 and 35,840). IQN: the same schedule with
+    N = N' = 8 (the IQN paper's ablation, Fig. 2: 8 fractions already learn well; 64 cost 8x per step here), K = 32,
+    lr 1e-3 and Double Q, solved at 25,600 steps (seeds 1, 2 not within 30k: docs/quantile-dqn.md)."""
+    cls, kw, budget = LEARN[name]
     model = cls("CartPole-v1", seed=0, torch_threads=1, **kw)
     ev = EvalCallback(eval_freq=5_000, n_episodes=10, reward_threshold=475)
-    model.learn(50_000, callback=ev, progress_bar=False)
+    model.learn(budget, callback=ev, progress_bar=False)
     best = max(mean for _, mean, _, _ in ev.history)
     assert best >= 475, [(step, mean) for step, mean, _, _ in ev.history]
 

@@ -9,9 +9,9 @@ epsilon-greedy exploration, target updates, action masks, persistence).
 
 Each update draws N fractions tau ~ U(0, 1) per sample for the current quantiles Z_tau(s, a) and N' fractions
 tau' per sample for the target quantiles r + discount * Z_tau'(s', a*) of the target network. a* is the greedy
-action of s' (the largest mean over those N' quantiles, among the valid actions of s' with action masks) of the
-target network, or of the online network at the same tau' with ``double_q`` (Dopamine picks a* from K separate
-samples; the mean over the N' target samples estimates the same Q). The loss is the quantile Huber loss (kappa = 1)
+action of s' (the largest Q, among the valid actions of s' with action masks) of the target network, or of the
+online network with ``double_q``, Q being the mean quantile at the K acting fractions (Dopamine: at K sampled
+fractions). The loss is the quantile Huber loss (kappa = 1)
 at the sampled fractions, summed over the N current quantiles and averaged over the N' targets and the batch
 (Dopamine's reduction). Risk-neutral acting: Q(s, a) = mean_k Z_tau_k(s, a) at the K fixed midpoints
 tau_k = (k + 0.5) / K (Dopamine samples K fractions per step; the midpoints make ``predict``, evaluation and export
@@ -111,8 +111,11 @@ class IQN(DQN):
             quantiles = self.q_net(obs, tau)[rows, batch.actions.long()]  # [B, N] of the taken actions
         with torch.no_grad():
             with self._autocast():
-                next_quantiles = self.q_target(next_obs, tau_next)  # [B, A, N']
-                select = self.q_net(next_obs, tau_next) if c.double_q else next_quantiles  # [B, A, N']
+                next_features = self.q_target.features(next_obs)  # [B, F]
+                next_quantiles = self.q_target.quantiles(next_features, tau_next)  # [B, A, N']
+                # a* from the quantiles at the K acting fractions: the online network's (double Q) or the target's
+                select = (self.q_net(next_obs, self._acting_fractions) if c.double_q
+                          else self.q_target.quantiles(next_features, self._acting_fractions))  # [B, A, K]
             next_best = quantile_greedy_next(next_quantiles, select, next_mask)  # [B, N']; 0 without valid actions
             target = batch.rewards[:, None] + batch.discounts[:, None] * next_best  # [B, N']
         weights = batch.weights if c.prioritized else None

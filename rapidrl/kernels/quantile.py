@@ -8,9 +8,9 @@ delta_ibjk = t_bk - z_ibj, w = |tau_j - 1{delta < 0}| and huber(x) = x^2 / 2 for
 
 In PyTorch the pairwise [n, B, Q, M] tensor (3.7M elements for TQC's 5 critics x 25 quantiles at batch 256) is
 written and read by ~15 elementwise operators, forward and backward: ~40 ms of a ~60 ms update on this CPU. Here
-it is never stored. The PyTorch definition (``rapidrl.algos.offpolicy_losses.quantile_huber_loss``) stays the reference and
-the "torch" gradient backend; tests compare both, loss and gradient. Arguments are float32 and C-contiguous,
-checked by the wrapper.
+it is never stored. The PyTorch definition (``rapidrl.algos.offpolicy_losses.quantile_huber_loss``) stays the
+reference and the "torch" gradient backend; tests compare both, loss and gradient. Arguments are float32 and
+C-contiguous, checked by the wrapper.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ _LAZY = {
     "DiscreteCQL": "rapidrl.algos",
     "C51": "rapidrl.algos",
     "Rainbow": "rapidrl.algos",
+    "QRDQN": "rapidrl.algos",
+    "IQN": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -69,9 +71,11 @@ if TYPE_CHECKING:  # pragma: no cover
         IMPALA,
         IPPO,
         IQL,
+        IQN,
         MAPPO,
         PPO,
         PQN,
+        QRDQN,
         SAC,
         TD3,
         TD3BC,

@@ -255,7 +255,8 @@ def capability() -> str:
     return " ".join(p for p in parts if p)
 
 
-SAMPLING_FOLLOWS_VALUES = frozenset({"dqn_prioritized_nstep"})
+SAMPLING_FOLLOWS_VALUES = frozenset({"dqn_prioritized_nstep", "qrdqn_prioritized_nstep_double", "rainbow",
+                                     "rainbow_cnn"})
 """Runs whose sampled rows depend on computed values: bitwise per CPU, not comparable across CPUs (module doc)."""
 
 

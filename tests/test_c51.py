@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rapidrl.algos.c51 import C51, Rainbow
-from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection
+from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection, projection_dense
 from rapidrl.nn.noisy import NoisyLinear
 from rapidrl.train.callbacks import EvalCallback
 from rapidrl.train.config import ConfigError
@@ -39,6 +39,7 @@ def test_projection_hand_computed_on_three_atoms():
     rewards = torch.tensor([0.5, 0.25, 2.0, -3.0, 1.0, 0.0])
     discounts = torch.tensor([0.0, 0.5, 0.9, 1.0, 1.0, 1.0])
     m = categorical_projection(rewards, discounts, p, support)
+    torch.testing.assert_close(projection_dense(rewards, discounts, p, support), m)
     expected = torch.tensor([[0.0, 0.5, 0.5], [0.05, 0.5, 0.45], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.2, 0.8],
                              [0.2, 0.3, 0.5]])
     torch.testing.assert_close(m, expected)
@@ -74,6 +75,7 @@ def test_projection_equals_the_loop_of_algorithm_1_on_random_inputs(n):
     rewards[:4] = torch.tensor([v_max * 3, v_min * 3 - 1, 0.0, support[1].item()])  # far outside, on an atom
     discounts = torch.tensor([0.0, 0.99, 0.99 ** 3])[torch.randint(3, (b,), generator=g)].double()
     m = categorical_projection(rewards, discounts, p, support)
+    torch.testing.assert_close(projection_dense(rewards, discounts, p, support), m, rtol=0, atol=1e-12)  # off the CPU
     ref = torch.tensor([_project_loop(rewards[i].item(), discounts[i].item(), p[i].tolist(), support.tolist())
                         for i in range(b)], dtype=torch.float64)
     torch.testing.assert_close(m, ref, rtol=0, atol=1e-12)
@@ -268,3 +270,18 @@ def test_rainbow_learns_cartpole():
     model.learn(8_000, progress_bar=False)
     after = model.evaluate(10)[0]
     assert before < 50 and after >= 150, (before, after)
+
+
+def test_acting_through_the_compiled_forward_equals_the_torch_network():
+    """A plain float32 MLP on the CPU acts through ``MLPForward`` (paths["acting"] == "compiled"): the same expected Q
+    as the PyTorch network; dueling or noisy networks act through PyTorch."""
+    model = C51("CartPole-v1", seed=0, hidden=(16, 16), n_atoms=11, v_min=0.0, v_max=10.0, learning_starts=8,
+                   batch_size=8, train_freq=8, gradient_steps=2)
+    model.learn(64)
+    assert model.paths["acting"].value == "compiled"
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = model.expected_q(model.q_net(torch.from_numpy(obs)))
+    torch.testing.assert_close(model._q_values(obs), expected)
+    assert np.array_equal(model.predict(obs, deterministic=True), expected.argmax(1).numpy())
+    assert Rainbow("CartPole-v1", seed=0, hidden=(16, 16)).paths["acting"].value == "torch"

@@ -244,3 +244,18 @@ def test_docs_examples_run(tmp_path, monkeypatch):
     for block in blocks:
         exec(compile(block, "docs/quantile-dqn.md", "exec"), ns)
     assert (tmp_path / "iqn.pt").is_file() and "losses/loss" in ns["qr"].metrics
+
+
+def test_qrdqn_acts_through_the_compiled_forward_as_the_torch_network():
+    """A plain float32 MLP on the CPU acts through ``MLPForward`` (paths["acting"] == "compiled"): the same mean
+    quantiles as the PyTorch network; a dueling network acts through PyTorch."""
+    model = rr.QRDQN("CartPole-v1", seed=0, hidden=(16, 16), n_quantiles=5, learning_starts=8, batch_size=8,
+                     train_freq=8, gradient_steps=2)
+    model.learn(64)
+    assert model.paths["acting"].value == "compiled"
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    with torch.no_grad():
+        expected = model.q_net(torch.from_numpy(obs)).mean(-1)
+    torch.testing.assert_close(model._q_values(obs), expected)
+    assert np.array_equal(model.predict(obs, deterministic=True), expected.argmax(1).numpy())
+    assert rr.QRDQN("CartPole-v1", seed=0, hidden=(16, 16), dueling=True).paths["acting"].value == "torch"

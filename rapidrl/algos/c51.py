@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rapidrl.algos.dqn import DQN, DQNConfig
+from rapidrl.algos.dqn import DQN, DQNConfig, compiled_acting_forward
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm
 from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection
 from rapidrl.algos.registry import register
@@ -46,6 +46,7 @@ from rapidrl.nn.deploy import ReducedArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.encoders import make_encoder
 from rapidrl.nn.noisy import NoisyLinear
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, require, with_defaults
@@ -136,6 +137,12 @@ class C51(DQN):
     def _gradient_backends(self) -> dict:
         return {"torch": lambda: None}
 
+    def _bind_backend(self) -> None:
+        """The torch backend; acting through the compiled MLP forward where it computes the network exactly
+        (``compiled_acting_forward``: a plain float32 MLP on the CPU)."""
+        super()._bind_backend()
+        self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
+
     def _buffer_spec(self):
         cls, args, kwargs = super()._buffer_spec()
         if cls is PrioritizedReplayBuffer and self.config.per_beta_anneal_steps is not None:
@@ -176,6 +183,9 @@ class C51(DQN):
     # -- acting ----------------------------------------------------------------------------------
     def _q_values(self, obs: np.ndarray) -> torch.Tensor:
         """Expected Q [B, A] of observations [B, ...] with the Q network's noise as it is."""
+        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
+            logits = torch.from_numpy(self._acting_forward(obs.reshape(obs.shape[0], -1)))  # [B, A * N]
+            return self.expected_q(logits.view(obs.shape[0], -1, self.config.n_atoms))
         with torch.no_grad():
             if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
                 x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)

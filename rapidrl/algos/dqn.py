@@ -33,6 +33,15 @@ from rapidrl.train.schedules import linear_decay
 from rapidrl.train.spaces import check_discrete_actions
 
 
+def compiled_acting_forward(q_net: QNetwork, device: torch.device, precision: str) -> MLPForward | None:
+    """The compiled forward that acts on a few observations (``rapidrl.nn.numba_mlp.MLPForward``: ~5x faster than
+    PyTorch on one CartPole observation) for a Q network it computes exactly: a plain float32 MLP on the CPU (no
+    encoder, dueling heads or noisy layers, not under bf16). None otherwise. Its output is the network's, [B, A * N]
+    with N outputs per action (the distributional learners reduce it to Q)."""
+    plain = not (q_net.has_encoder or q_net.dueling or q_net.noisy)
+    return MLPForward(q_net.net, "relu") if plain and device.type == "cpu" and precision == "fp32" else None
+
+
 @dataclass
 @with_defaults(learning_rate=2.3e-3, buffer_size=100_000, learning_starts=1_000, batch_size=64, tau=1.0,
                train_freq=256, gradient_steps=128, max_grad_norm=10.0)

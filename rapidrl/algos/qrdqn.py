@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rapidrl.algos.dqn import DQN, DQNConfig
+from rapidrl.algos.dqn import DQN, DQNConfig, compiled_acting_forward
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm
 from rapidrl.algos.offpolicy_losses import quantile_greedy_next, quantile_regression_loss
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.encoders import make_encoder
+from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.nn.quantile import MeanQuantileQ
@@ -84,6 +85,12 @@ class QRDQN(DQN):
     def _gradient_backends(self) -> dict:
         return {"torch": lambda: None}
 
+    def _bind_backend(self) -> None:
+        """The torch backend; acting through the compiled MLP forward where it computes the network exactly
+        (``compiled_acting_forward``: a plain float32 MLP on the CPU)."""
+        super()._bind_backend()
+        self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
+
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
         """One gradient step; returns [loss, mean Q, mean |TD| of the means, per-sample loss...] (the priorities of
@@ -112,6 +119,9 @@ class QRDQN(DQN):
     # -- acting ----------------------------------------------------------------------------------
     def _q_values(self, obs: np.ndarray) -> torch.Tensor:
         """Q [B, A] = the mean over quantiles, of observations [B, ...]."""
+        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
+            out = torch.from_numpy(self._acting_forward(obs.reshape(obs.shape[0], -1)))  # [B, A * N]
+            return out.view(obs.shape[0], -1, self.config.n_quantiles).mean(-1)
         with torch.no_grad():
             if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
                 x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)

@@ -142,6 +142,7 @@ class C51(DQN):
         (``compiled_acting_forward``: a plain float32 MLP on the CPU)."""
         super()._bind_backend()
         self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
+        self._support_np = self.support.numpy() if self._acting_forward is not None else None
 
     def _buffer_spec(self):
         cls, args, kwargs = super()._buffer_spec()
@@ -184,8 +185,9 @@ class C51(DQN):
     def _q_values(self, obs: np.ndarray) -> torch.Tensor:
         """Expected Q [B, A] of observations [B, ...] with the Q network's noise as it is."""
         if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
-            logits = torch.from_numpy(self._acting_forward(obs.reshape(obs.shape[0], -1)))  # [B, A * N]
-            return self.expected_q(logits.view(obs.shape[0], -1, self.config.n_atoms))
+            logits = self._acting_forward(obs.reshape(obs.shape[0], -1)).reshape(obs.shape[0], -1, self.config.n_atoms)
+            e = np.exp(logits - logits.max(-1, keepdims=True))  # ExpectedQ in NumPy: a third of its time on one row
+            return torch.from_numpy((e @ self._support_np) / e.sum(-1))  # [B, A]
         with torch.no_grad():
             if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
                 x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gymnasium as gym
@@ -75,15 +76,19 @@ def test_a_second_writer_is_refused_naming_the_holder_and_sigkill_leaves_no_stal
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert _wait_for_holder(run, trainer) == trainer.pid
-        for argv in (["train", "--resume", run, "--headless"], ["collect", run, "--steps", "10"],
-                     ["train", "ppo", "CartPole-v1", "--run-dir", run]):
-            line = one_error_line(rapidrl_cmd(*argv))
-            assert f"{run} is in use: `rapidrl train` (pid {trainer.pid}) is writing it" in line, line
-            assert f"kill {trainer.pid}" in line
-        with pytest.raises(RunInUseError, match=f"pid {trainer.pid}"):
-            RunLock(run).acquire()
-        # readers do not take the lock
-        assert rapidrl_cmd("monitor", run, "--once").returncode == 0
+        writers = (["train", "--resume", run, "--headless"], ["collect", run, "--steps", "10"],
+                   ["train", "ppo", "CartPole-v1", "--run-dir", run])
+        with ThreadPoolExecutor(4) as pool:  # the four processes at once: the trainer burns a core meanwhile
+            refused = list(pool.map(lambda argv: rapidrl_cmd(*argv), writers))
+            monitor = pool.submit(rapidrl_cmd, "monitor", run, "--once")
+            for out in refused:
+                line = one_error_line(out)
+                assert f"{run} is in use: `rapidrl train` (pid {trainer.pid}) is writing it" in line, line
+                assert f"kill {trainer.pid}" in line
+            with pytest.raises(RunInUseError, match=f"pid {trainer.pid}"):
+                RunLock(run).acquire()
+            # readers do not take the lock
+            assert monitor.result().returncode == 0
     finally:
         trainer.send_signal(signal.SIGKILL)
         trainer.wait()

@@ -46,6 +46,7 @@ _LAZY = {
     "Rainbow": "rapidrl.algos",
     "QRDQN": "rapidrl.algos",
     "IQN": "rapidrl.algos",
+    "SACDiscrete": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
         CrossQ,
         DiscreteCQL,
         Rainbow,
+        SACDiscrete,
     )
     from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, RolloutBuffer  # noqa: F401
     from rapidrl.envs import make_vec  # noqa: F401

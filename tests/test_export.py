@@ -27,6 +27,8 @@ MODELS = {
                               gradient_steps=2, hidden=(32, 32), n_quantiles=8),
     "iqn": lambda: rr.IQN("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4, gradient_steps=2,
                           hidden=(32, 32), num_tau_samples=8, num_tau_prime_samples=8, num_quantile_samples=8),
+    "sac_discrete": lambda: rr.SACDiscrete("CartPole-v1", seed=0, learning_starts=64, batch_size=32, train_freq=4,
+                                           hidden=(32, 32)),
     "sac": lambda: rr.SAC("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "td3": lambda: rr.TD3("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),
     "ddpg": lambda: rr.DDPG("Pendulum-v1", seed=0, learning_starts=64, batch_size=32, hidden=(32, 32)),

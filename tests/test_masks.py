@@ -353,6 +353,9 @@ OFF_POLICY = {
     "iqn": lambda env: rr.IQN(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8, gradient_steps=4,
                               hidden=(32,), num_tau_samples=8, num_tau_prime_samples=8, exploration_fraction=0.5,
                               seed=0),
+    "sac_discrete": lambda env: rr.SACDiscrete(env, num_envs=4, learning_starts=100, batch_size=32, train_freq=8,
+                                               gradient_steps=4, hidden=(32,), tau=0.02, target_update_interval=1,
+                                               seed=0),
 }
 
 
@@ -406,7 +409,7 @@ def test_dqn_masked_td_kernel_equals_autograd(double_q):
     np.testing.assert_allclose(d_out, q.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", ["dqn", "pqn", "qrdqn_double_nstep", "iqn", "rainbow"])
+@pytest.mark.parametrize("name", ["dqn", "pqn", "qrdqn_double_nstep", "iqn", "rainbow", "sac_discrete"])
 def test_export_takes_the_mask_as_an_input(name, tmp_path):
     """ONNX and TorchScript exports of a model trained with masks take ``action_masks`` and act as ``predict`` with
     them (random observations, masks with 1 to 12 valid actions)."""

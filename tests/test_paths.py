@@ -154,6 +154,7 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.QRDQN("CartPole-v1", gradient_backend=b, n_quantiles=4, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.IQN("CartPole-v1", gradient_backend=b, num_tau_samples=4, num_tau_prime_samples=4, **LOGGED_OFF),
      {"torch"}),
+    (lambda b: rr.SACDiscrete("CartPole-v1", gradient_backend=b, **LOGGED_OFF), {"torch"}),
 ])
 def test_every_algorithms_backends_run_or_are_refused(make, backends):
     """Each backend an algorithm offers trains (its losses are logged: 64 steps give every algorithm at least one

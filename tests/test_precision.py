@@ -212,8 +212,10 @@ def _check_bf16_training(model, steps):
     (lambda: rr.QRDQN("MinAtar/Breakout-v1", precision="bf16", train_freq=4, gradient_steps=2, n_quantiles=8,
                       **SMALL_OFF), 128),
     (lambda: rr.IQN("CartPole-v1", precision="bf16", num_tau_samples=8, num_tau_prime_samples=8, **SMALL_OFF), 128),
+    (lambda: rr.SACDiscrete("MinAtar/Breakout-v1", precision="bf16", train_freq=4, gradient_steps=2, **SMALL_OFF),
+     128),
 ], ids=["ppo", "ppo_gaussian", "ppo_cnn", "a2c", "impala", "mappo", "dqn_cnn", "dqn_dueling", "sac", "td3",
-        "rainbow_cnn", "qrdqn_cnn", "iqn"])
+        "rainbow_cnn", "qrdqn_cnn", "iqn", "sac_discrete_cnn"])
 def test_every_algorithm_trains_in_bf16_with_float32_state(make, steps):
     model = _check_bf16_training(make(), steps)
     obs = np.zeros((2, *model.observation_space.shape), model.observation_space.dtype)

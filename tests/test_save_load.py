@@ -44,6 +44,8 @@ SMALL = {
                   target_update_interval=8, n_quantiles=4),
     "IQN": dict(learning_starts=8, batch_size=8, buffer_size=256, train_freq=4, gradient_steps=2, hidden=(16,),
                 target_update_interval=8, num_tau_samples=4, num_tau_prime_samples=4, num_quantile_samples=4),
+    "SACDiscrete": dict(learning_starts=8, batch_size=8, buffer_size=256, train_freq=4, gradient_steps=2,
+                        hidden=(16,), target_update_interval=8),
 }
 ON_POLICY = ("PPO", "A2C", "IMPALA")
 
@@ -161,6 +163,8 @@ def off_policy_cases():
     for algo in ("QRDQN", "IQN"):  # DQN's collection and replay, their own networks (and IQN's fraction draws)
         for kind, (env_id, _) in KINDS.items():
             yield pytest.param(algo, env_id, {}, id=f"{algo}-{kind}-{env_id.split('/')[-1]}")
+    for kind, (env_id, _) in KINDS.items():  # SAC-discrete: an encoder per network, the temperature, its targets
+        yield pytest.param("SACDiscrete", env_id, {}, id=f"SACDiscrete-{kind}-{env_id.split('/')[-1]}")
 
 
 @pytest.mark.parametrize("algo, env_id, options", list(off_policy_cases()))

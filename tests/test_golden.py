@@ -121,6 +121,11 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "iqn_cnn": ("IQN", "MinAtar/Breakout-v1", dict(learning_starts=64, batch_size=32, train_freq=16, gradient_steps=4,
                                                    buffer_size=2000, num_tau_samples=8, num_tau_prime_samples=8,
                                                    num_quantile_samples=4), 256),
+    "sac_discrete": ("SACDiscrete", "CartPole-v1", dict(learning_starts=64, batch_size=32, train_freq=4,
+                                                        hidden=(32, 32), buffer_size=2000, tau=0.02,
+                                                        target_update_interval=1), 320),
+    "sac_discrete_cnn": ("SACDiscrete", "MinAtar/Breakout-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
+                                                                    gradient_steps=4, buffer_size=2000), 256),
     "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
     "crossq_torch": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32),

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
+from test_precompile import _LISTEN_TO_COMPILES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +23,24 @@ def _run(cmd, cwd, timeout=900, env=None):
     return out.stdout + out.stderr
 
 
+# The main job (the README's `make train`: preset PPO on CartPole-v1, then evaluation) on a short budget, printing the
+# rapidrl functions Numba compiled on the way (a probe first: a function no cache holds, proving the counter counts).
+_TRAIN_COUNTING_COMPILES = _LISTEN_TO_COMPILES + textwrap.dedent("""
+    import numba
+    def probe(x):
+        return x + 1
+    probe.__module__ = "rapidrl.probe"
+    numba.njit(probe)(1)
+    from rapidrl import cli
+    assert cli.main(["train", "ppo", "CartPole-v1", "--timesteps", "4096", "--eval-episodes", "2", "--run-dir", "run",
+                     "--headless"]) == 0
+    print("COMPILED", sorted(m for m in compiled if m.startswith("rapidrl")))
+""")
+
+
 @pytest.mark.slow
 def test_wheel_installs_in_a_clean_venv_and_runs_outside_the_repository(tmp_path):
+    """... and after ``python -m rapidrl.precompile`` there, the main job compiles nothing (no cold start)."""
     dist = tmp_path / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT), "-w",
           str(dist)], cwd=tmp_path)
@@ -49,9 +67,13 @@ def test_wheel_installs_in_a_clean_venv_and_runs_outside_the_repository(tmp_path
     assert str(venv) in where  # the installed package, not the repository's
     listed = _run([rapidrl, "list"], cwd=work, env=env)
     assert "ppo_cartpole" in listed and "CartPole-v1" in listed and "MinAtar/Breakout-v1" in listed
-    trained = _run([rapidrl, "train", "ppo", "CartPole-v1", "--timesteps", "4096", "--eval-episodes", "2",
-                              "--run-dir", "run", "--headless"], cwd=work, env=env)
+    # `python -m rapidrl.precompile` (the README's advice for a cold start) leaves nothing for the main job to compile:
+    # the installed package's precompile, then the main job (preset PPO CartPole, then evaluation), counting compiles
+    pre = _run([py, "-m", "rapidrl.precompile"], cwd=work, env=env)
+    assert "precompile: done" in pre
+    trained = _run([py, "-c", _TRAIN_COUNTING_COMPILES], cwd=work, env=env)
     assert "preset: ppo_cartpole.toml" in trained and "eval return" in trained
+    assert trained.split("COMPILED")[-1].strip() == "['rapidrl.probe']"  # the probe only: nothing of the job
     assert (work / "run" / "model.pt").is_file()
     evaluated = _run([rapidrl, "eval", "run", "--episodes", "2"], cwd=work, env=env)
     assert "eval return" in evaluated

@@ -1,4 +1,5 @@
-"""``python -m rapidrl.precompile`` leaves nothing for the main job to compile (no cold start)."""
+"""The portable kernel cache a wheel ships (`rapidrl.precompile --portable`): installed once, it compiles nothing it
+holds. (`python -m rapidrl.precompile` leaving nothing for the main job to compile: tests/test_package.py.)"""
 
 from __future__ import annotations
 
@@ -21,33 +22,8 @@ _LISTEN_TO_COMPILES = textwrap.dedent("""
     event.register("numba:compile", Listener())
 """)
 
-# Runs the main job (the README's `make train`: preset PPO on CartPole-v1, then evaluation) on a short budget
-# and prints how many rapidrl functions Numba compiled on the way.
-_COUNT_COMPILES = _LISTEN_TO_COMPILES + textwrap.dedent("""
-    import os, sys
-    import numba
-    def probe(x):
-        return x + 1
-    probe.__module__ = "rapidrl.probe"  # a function the cache cannot hold yet: proves the counter counts
-    numba.njit(probe)(1)
-    from rapidrl import cli
-    os.chdir(sys.argv[1])
-    assert cli.main(["train", "ppo", "CartPole-v1", "--timesteps", "4096", "--seed", "0"]) == 0
-    print("COMPILED", sorted(m for m in compiled if m.startswith("rapidrl")))
-""")
-
-
-@pytest.mark.slow
-def test_main_job_compiles_nothing_after_precompile(tmp_path):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba_cache")}
-    pre = subprocess.run([sys.executable, "-m", "rapidrl.precompile"], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert pre.returncode == 0, pre.stderr[-3000:]
-    assert "precompile: done" in pre.stderr
-    run = subprocess.run([sys.executable, "-c", _COUNT_COMPILES, str(tmp_path)], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split("COMPILED")[-1].strip() == "['rapidrl.probe']"  # the probe only: nothing of the job
+# ``python -m rapidrl.precompile`` leaving nothing for the main job to compile is proved in the clean venv of
+# tests/test_package.py (the installed package's precompile, then the main job counting compiles with this listener).
 
 
 # A small workload for the portable cache: one kernel module's functions (GAE), its result printed.

@@ -56,8 +56,10 @@ def test_wheel_installs_in_a_clean_venv_and_runs_outside_the_repository(tmp_path
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
     py = venv / "bin" / "python"
-    _run([py, "-m", "pip", "install", "-q", "torch==2.13.0"], cwd=tmp_path)  # before anything that needs torch
-    _run([py, "-m", "pip", "install", "-q", str(wheel)], cwd=tmp_path)
+    # torch before anything that needs it; --no-compile: no .pyc written ahead for torch's thousands of modules
+    # (Python compiles what it imports)
+    _run([py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], cwd=tmp_path)
+    _run([py, "-m", "pip", "install", "-q", "--no-compile", str(wheel)], cwd=tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

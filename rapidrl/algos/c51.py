@@ -38,7 +38,6 @@ import torch
 from torch import nn
 
 from rapidrl.algos.dqn import DQN, DQNConfig, compiled_acting_forward
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm
 from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection
 from rapidrl.algos.registry import register
 from rapidrl.buffers import PrioritizedReplayBuffer
@@ -50,7 +49,6 @@ from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, require, with_defaults
-from rapidrl.train.spaces import check_discrete_actions
 
 
 @dataclass
@@ -116,10 +114,6 @@ class C51(DQN):
     stat_names = ("loss", "q_values", "cross_entropy")
     handwritten = None  # PyTorch autograd only
     bf16_learning_tested = False
-
-    def _check_spaces(self) -> None:
-        OffPolicyAlgorithm._check_spaces(self)
-        check_discrete_actions(type(self).__name__, self.action_space)
 
     def _build_networks(self) -> None:
         c = self.config

@@ -102,7 +102,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
-        check_discrete_actions("DQN", self.action_space)
+        check_discrete_actions(type(self).__name__, self.action_space)  # DQN and its subclasses by name
 
     def _build_networks(self) -> None:
         c = self.config

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from rapidrl.algos.dqn import DQN, DQNConfig
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm
 from rapidrl.algos.offpolicy_losses import quantile_greedy_next, quantile_regression_loss
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import ArgmaxQ
@@ -39,7 +38,6 @@ from rapidrl.nn.encoders import make_encoder
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.quantile import ImplicitQuantileNetwork, MeanQuantileQ, midpoint_fractions
 from rapidrl.train.config import check_positive, require, with_defaults
-from rapidrl.train.spaces import check_discrete_actions
 
 
 @dataclass
@@ -75,10 +73,6 @@ class IQN(DQN):
     stat_names = ("loss", "q_values", "td_abs")
     handwritten = None  # PyTorch autograd only
     bf16_learning_tested = False
-
-    def _check_spaces(self) -> None:
-        OffPolicyAlgorithm._check_spaces(self)
-        check_discrete_actions(type(self).__name__, self.action_space)
 
     def _build_networks(self) -> None:
         c = self.config

@@ -15,6 +15,7 @@ import ale_py
 import gymnasium as gym
 import numpy as np
 import pytest
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.envs.engines.atari import AtariVecEnv
@@ -162,17 +163,9 @@ def test_dqn_smoke_on_breakout_uses_frame_replay_save_load_predict(tmp_path):
 
 def test_docs_examples_run(tmp_path, monkeypatch):
     """Every python block of docs/atari.md runs, in order, in one namespace (in a scratch directory)."""
-    import re
-    from pathlib import Path
-
     monkeypatch.chdir(tmp_path)
 
-    src = (Path(__file__).resolve().parents[1] / "docs" / "atari.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) >= 3
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/atari.md", "exec"), ns)
+    ns = run_examples("atari.md", 3)
     assert ns["batch"].obs.shape == (8, 4, 84, 84) and ns["model"].policy.encoder_kind == "minatar"
     assert (tmp_path / "frames.buffer" / "frames.npy").is_file()
 

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from docs_examples import run_examples
 from test_buffers_replay import _check_batch_matches, _transition
 
 from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, ReplaySampler
@@ -227,13 +228,5 @@ def test_prioritized_sampler_refuses_when_the_tree_has_no_mass():
 
 def test_buffers_doc_examples_run():
     """Every python block of docs/buffers.md runs, in order, in one namespace (they build on each other)."""
-    import re
-    from pathlib import Path
-
-    src = (Path(__file__).resolve().parents[1] / "docs" / "buffers.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) >= 5
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/buffers.md", "exec"), ns)
+    ns = run_examples("buffers.md", 5)
     assert ns["sampler"].draws == 64

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from docs_examples import run_examples
 
 from rapidrl.algos.c51 import C51, Rainbow
 from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection, projection_dense
@@ -237,16 +238,8 @@ def test_same_seed_same_losses():
 
 def test_docs_examples_run(tmp_path, monkeypatch):
     """Every python example of docs/c51-rainbow.md runs, in order, in one namespace (in a scratch directory)."""
-    import re
-    from pathlib import Path
-
     monkeypatch.chdir(tmp_path)
-    src = (Path(__file__).resolve().parents[1] / "docs" / "c51-rainbow.md").read_text()
-    blocks = re.findall(r"(?<!-->\n)```python\n(.*?)```", src, re.S)  # not the code shown (tests/test_docs_code.py)
-    assert len(blocks) == 2
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/c51-rainbow.md", "exec"), ns)
+    ns = run_examples("c51-rainbow.md", 2)
     assert (tmp_path / "rainbow.pt").is_file() and "losses/loss" in ns["c51"].metrics
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.envs.engines.mujoco import MUJOCO_TASKS, MujocoVecEnv
@@ -159,15 +160,7 @@ def test_render_gives_an_image_or_says_what_is_missing():
 
 def test_docs_examples_run():
     """Every python block of docs/mujoco.md runs, in order, in one namespace."""
-    import re
-    from pathlib import Path
-
-    src = (Path(__file__).resolve().parents[1] / "docs" / "mujoco.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) >= 2
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/mujoco.md", "exec"), ns)
+    ns = run_examples("mujoco.md", 2)
     assert type(ns["envs"]).__name__ == "MujocoVecEnv" and ns["sac"].num_timesteps == 512
 
 

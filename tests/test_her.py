@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.buffers.her import HerReplayBuffer
@@ -232,15 +233,7 @@ def test_sac_with_her_reaches_point_goals():
 
 def test_docs_examples_run():
     """Every python block of docs/her.md runs, in order, in one namespace."""
-    import re
-    from pathlib import Path
-
-    src = (Path(__file__).resolve().parents[1] / "docs" / "her.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) == 4
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/her.md", "exec"), ns)
+    ns = run_examples("her.md", 4)
     assert ns["model"].buffer.her_ratio == 0.8 and ns["dqn"].buffer.goal.desired_goal == slice(10, 20)
     assert ns["fetch"].num_timesteps == 200 and ns["fetch"].buffer.goal.goal_dim == 3
 

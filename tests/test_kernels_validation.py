@@ -11,6 +11,7 @@ import sys
 import numba
 import numpy as np
 import pytest
+from docs_examples import run_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -254,9 +255,4 @@ def test_import_compiles_nothing():
 def test_docs_examples_run():
     # Every ```python block of docs/kernels.md runs, in order, in one namespace (they build on each
     # other); the asserts inside the blocks are part of the documentation.
-    text = (ROOT / "docs" / "kernels.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 6
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/kernels.md", "exec"), ns)
+    run_examples("kernels.md", 12)

@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from docs_examples import run_examples
 from mpe2 import simple_spread_v3
 from pettingzoo import ParallelEnv
 
@@ -261,15 +262,7 @@ def test_the_compiled_backend_reads_the_policys_column_slices(algo):
 
 def test_docs_examples_run():
     """Every python block of docs/multiagent.md runs, in order, in one namespace."""
-    import re
-    from pathlib import Path
-
-    src = (Path(__file__).resolve().parents[1] / "docs" / "multiagent.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) >= 4
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/multiagent.md", "exec"), ns)
+    ns = run_examples("multiagent.md", 4)
     assert ns["obs"].shape == (12, 75) and ns["actions"].shape == (12,)
     assert "charts/team_return" in ns["model"].history[-1]
 

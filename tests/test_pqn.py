@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.algos.pqn import PQN, pqn_loss
@@ -265,13 +266,5 @@ def test_learns_cartpole_in_seconds():
 
 def test_docs_pqn_examples_run(tmp_path, monkeypatch):
     """Every python block of docs/pqn.md runs, in order, in one namespace (in a scratch directory)."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "pqn.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 3
     monkeypatch.chdir(tmp_path)
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/pqn.md", "exec"), ns)
+    run_examples("pqn.md", 3)

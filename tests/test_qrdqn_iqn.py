@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.algos.offpolicy_losses import (
@@ -233,16 +234,8 @@ def test_solves_cartpole(name):
 
 def test_docs_examples_run(tmp_path, monkeypatch):
     """Every python example of docs/quantile-dqn.md runs, in order, in one namespace (in a scratch directory)."""
-    import re
-    from pathlib import Path
-
     monkeypatch.chdir(tmp_path)
-    src = (Path(__file__).resolve().parents[1] / "docs" / "quantile-dqn.md").read_text()
-    blocks = re.findall(r"(?<!-->\n)```python\n(.*?)```", src, re.S)  # not the code shown (tests/test_docs_code.py)
-    assert len(blocks) == 2
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/quantile-dqn.md", "exec"), ns)
+    ns = run_examples("quantile-dqn.md", 2)
     assert (tmp_path / "iqn.pt").is_file() and "losses/loss" in ns["qr"].metrics
 
 

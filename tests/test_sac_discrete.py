@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.algos.sac_discrete import (
@@ -272,16 +273,8 @@ def test_bf16_autocast_update_is_finite():
 
 def test_docs_examples_run(tmp_path, monkeypatch):
     """Every python block of docs/sac-discrete.md runs, in order, in one namespace (in a scratch directory)."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "sac-discrete.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 2
     monkeypatch.chdir(tmp_path)
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/sac-discrete.md", "exec"), ns)
+    run_examples("sac-discrete.md", 2)
 
 
 # -- learning ----------------------------------------------------------------------------------------------------------

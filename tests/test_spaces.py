@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from docs_examples import run_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from space_envs import DictCartPole, ImageSide, ImageSideBytes, Switches  # noqa: F401  (registers the test ids)
@@ -120,15 +121,7 @@ def test_ppo_solves_dict_cartpole(seed):
 
 def test_docs_examples_run():
     """Every python block of docs/spaces.md runs, in order, in one namespace."""
-    import re
-    from pathlib import Path
-
-    src = (Path(__file__).resolve().parents[1] / "docs" / "spaces.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) >= 3
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/spaces.md", "exec"), ns)
+    ns = run_examples("spaces.md", 4)
     np.testing.assert_array_equal(ns["x"], [1, 0, 0, 0, 1, 0])  # Dict parts in sorted-key order
     assert ns["box"].image_parts == ((0, (3, 16, 16)),) and tuple(ns["features"].shape) == (1, 192)
 

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from docs_examples import run_examples
 
 import rapidrl as rr
 from rapidrl.algos.crossq import CrossQ, joint_critic_forward
@@ -269,14 +270,6 @@ def test_registered_and_exported_by_name():
 
 def test_docs_examples_run(tmp_path, monkeypatch):
     """Every python example of docs/tqc-crossq-ddpg.md runs, in order, in one namespace (in a scratch directory)."""
-    import re
-    from pathlib import Path
-
     monkeypatch.chdir(tmp_path)
-    src = (Path(__file__).resolve().parents[1] / "docs" / "tqc-crossq-ddpg.md").read_text()
-    blocks = re.findall(r"(?<!-->\n)```python\n(.*?)```", src, re.S)  # not the code shown (tests/test_docs_code.py)
-    assert len(blocks) == 3
-    ns: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/tqc-crossq-ddpg.md", "exec"), ns)
+    ns = run_examples("tqc-crossq-ddpg.md", 3)
     assert ns["crossq"].critic.norms[0].running_mean.shape == (2, 1, 4) and (tmp_path / "ddpg.pt").is_file()

@@ -28,7 +28,6 @@ Read top to bottom: the configs, the expected-Q reduction, the update (``C51._up
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,10 +42,8 @@ from rapidrl.algos.registry import register
 from rapidrl.buffers import PrioritizedReplayBuffer
 from rapidrl.nn.deploy import ReducedArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask
-from rapidrl.nn.encoders import make_encoder
 from rapidrl.nn.noisy import NoisyLinear
-from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, require, with_defaults
 
@@ -69,8 +66,8 @@ class C51Config(DQNConfig):
     """Noisy networks (Fortunato et al. 2018): every linear layer after the encoder is a factorised Gaussian
     ``NoisyLinear``; the noise is drawn again before each update and each exploring action step and removed for
     deterministic acting (evaluation, export). Exploration then comes from the noise: set the epsilons to 0."""
-    adam_eps: float = 3.125e-4
-    """Adam's epsilon (the paper's 0.01 / 32; Rainbow's 1.5e-4)."""
+    adam_eps: float | None = 3.125e-4
+    """Adam's epsilon (the paper's 0.01 / 32; Rainbow's 1.5e-4); None: 0.01 / batch_size."""
     per_beta_anneal_steps: int | None = None
     """Prioritized replay: gradient steps over which the importance-weight exponent rises linearly from ``per_beta``
     to 1 (the Rainbow paper anneals it over the whole run); None: ``per_beta`` throughout."""
@@ -79,7 +76,6 @@ class C51Config(DQNConfig):
         super().validate()
         require(self.n_atoms >= 2, f"n_atoms must be >= 2, got {self.n_atoms}")
         require(self.v_max > self.v_min, f"v_max ({self.v_max}) must be larger than v_min ({self.v_min})")
-        check_positive(self, "adam_eps")
         if self.per_beta_anneal_steps is not None:
             check_positive(self, "per_beta_anneal_steps")
 
@@ -116,17 +112,15 @@ class C51(DQN):
     bf16_learning_tested = False
 
     def _build_networks(self) -> None:
+        super()._build_networks()
         c = self.config
-        encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
-        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling, encoder=encoder,
-                              outputs_per_action=c.n_atoms, noisy=c.noisy).to(self.device)
-        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.expected_q = ExpectedQ(torch.linspace(c.v_min, c.v_max, c.n_atoms)).to(self.device)
         self.support = self.expected_q.support  # the atoms z [N]
-        self.optimizer = adam(self.q_net.parameters(), c.learning_rate, eps=c.adam_eps)
-        self._params = list(self.q_net.parameters())
-        self._target_params = list(self.q_target.parameters())
-        self._last_target_update = 0
+
+    def _make_q_network(self, encoder: nn.Module | None) -> nn.Module:
+        c = self.config
+        return QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling, encoder=encoder,
+                        outputs_per_action=c.n_atoms, noisy=c.noisy)
 
     def _gradient_backends(self) -> dict:
         return {"torch": lambda: None}
@@ -176,25 +170,14 @@ class C51(DQN):
         return torch.cat([torch.stack([loss.detach(), q.mean(), per_sample.mean()]), per_sample])
 
     # -- acting ----------------------------------------------------------------------------------
-    def _q_values(self, obs: np.ndarray) -> torch.Tensor:
-        """Expected Q [B, A] of observations [B, ...] with the Q network's noise as it is."""
-        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
-            logits = self._acting_forward(obs.reshape(obs.shape[0], -1)).reshape(obs.shape[0], -1, self.config.n_atoms)
-            e = np.exp(logits - logits.max(-1, keepdims=True))  # ExpectedQ in NumPy: a third of its time on one row
-            return torch.from_numpy((e @ self._support_np) / e.sum(-1))  # [B, A]
-        with torch.no_grad():
-            if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
-            else:
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-                x = x.reshape(x.shape[0], -1)
-            return self.expected_q(self.q_net(x))
+    def _q_of_network(self, x: torch.Tensor) -> torch.Tensor:
+        """Expected Q [B, A] with the Q network's noise as it is."""
+        return self.expected_q(self.q_net(x))
 
-    def _greedy(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
-        """argmax_a Q(obs, a) [B] of the expected Q (over the valid actions of ``action_masks`` [B, A] when given)."""
-        q = self._q_values(obs)
-        mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
-        return apply_action_mask(q, mask).argmax(1).cpu().numpy()
+    def _q_of_compiled(self, out: np.ndarray) -> torch.Tensor:
+        logits = out.reshape(out.shape[0], -1, self.config.n_atoms)  # [B, A, N]
+        e = np.exp(logits - logits.max(-1, keepdims=True))  # ExpectedQ in NumPy: a third of its time on one row
+        return torch.from_numpy((e @ self._support_np) / e.sum(-1))  # [B, A]
 
     def _explore_actions(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
         if self.config.noisy:  # new noise for every exploring step

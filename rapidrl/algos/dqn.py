@@ -16,10 +16,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig, uniform_valid
+from rapidrl.algos.offpolicy import (
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    frame_replay_spec,
+    image_obs_dtype,
+    uniform_valid,
+)
 from rapidrl.algos.offpolicy_losses import dqn_loss, polyak_update
 from rapidrl.algos.registry import register
-from rapidrl.buffers import FrameReplayBuffer, PrioritizedReplayBuffer
+from rapidrl.buffers import PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask, masked_max
@@ -74,10 +80,14 @@ class DQNConfig(OffPolicyConfig, GradientClipConfig):
     """Observation encoder: "auto" (the Nature CNN for uint8 image observations of 36 pixels or more a side, the
     MinAtar CNN for smaller ones, "multi" (a CNN per image) for Dict/Tuple observations with images, else an MLP),
     "mlp", "nature", "minatar" or "multi" (``rapidrl.nn.encoders``)."""
+    adam_eps: float | None = 1e-8
+    """Adam's epsilon (PyTorch's default); None: 0.01 / batch_size (the QR-DQN paper's 0.01 / 32, as sb3-contrib)."""
 
     def validate(self) -> None:
         super().validate()
         require(self.encoder in ENCODERS, f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
+        if self.adam_eps is not None:
+            check_positive(self, "adam_eps")
         check_positive(self, "target_update_interval", "per_eps")
         check_positive(self, "max_grad_norm", "per_alpha", allow_zero=True)
         check_unit_interval(self, "exploration_fraction", "exploration_initial_eps", "exploration_final_eps",
@@ -105,15 +115,21 @@ class DQN(OffPolicyAlgorithm):
         check_discrete_actions(type(self).__name__, self.action_space)  # DQN and its subclasses by name
 
     def _build_networks(self) -> None:
+        """The Q network (``_make_q_network``), its target copy and Adam."""
         c = self.config
         encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
-        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling,
-                              encoder=encoder).to(self.device)
+        self.q_net = self._make_q_network(encoder).to(self.device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = adam(self.q_net.parameters(), c.learning_rate)
+        self.optimizer = adam(self.q_net.parameters(), c.learning_rate,
+                              eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_target.parameters())
         self._last_target_update = 0
+
+    def _make_q_network(self, encoder: torch.nn.Module | None) -> torch.nn.Module:
+        """The online Q network on the observation ``encoder`` (None: an MLP on the flat observations)."""
+        c = self.config
+        return QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling, encoder=encoder)
 
     # -- gradient backends -----------------------------------------------------------------------
     def _gradient_backends(self) -> dict:
@@ -138,18 +154,12 @@ class DQN(OffPolicyAlgorithm):
         return encoder_for(self.observation_space, self.config.encoder)
 
     def _obs_storage_dtype(self) -> np.dtype:
-        """uint8 for a CNN on uint8 images (the network scales them), else float32."""
-        image = self._encoder_kind() != "mlp" and self.observation_space.dtype == np.uint8
-        return np.dtype(np.uint8) if image else np.dtype(np.float32)
+        return image_obs_dtype(self.observation_space, self._encoder_kind())
 
     def _buffer_spec(self):
         c = self.config
-        if (c.frame_replay and not c.prioritized and c.n_step == 1 and getattr(self.env, "frame_stack", 1) > 1
-                and self._obs_dtype == np.uint8):
-            return FrameReplayBuffer, (c.buffer_size, self.observation_space.shape), \
-                dict(num_envs=c.num_envs, gamma=c.gamma, seed=c.seed, device=c.device)
         if not c.prioritized:
-            return super()._buffer_spec()
+            return frame_replay_spec(self) or super()._buffer_spec()
         return PrioritizedReplayBuffer, (c.buffer_size, self._stored_obs_shape()), \
             dict(alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps, **self._buffer_kwargs())
 
@@ -233,25 +243,35 @@ class DQN(OffPolicyAlgorithm):
 
     def _greedy(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
         """argmax_a Q(obs, a) [B] (over the valid actions of ``action_masks`` [B, A] bool when given)."""
-        if action_masks is not None:
-            q = self._q_values(obs)
-            return apply_action_mask(q, torch.from_numpy(action_masks).to(q.device)).argmax(1).cpu().numpy()
-        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
+        if (action_masks is None and self._acting_forward is not None and self.q_net.outputs_per_action == 1
+                and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS):  # the compiled forward's output is Q [B, A]
             return self._acting_forward(obs.reshape(obs.shape[0], -1)).argmax(1)
-        with torch.no_grad():
-            if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
-                return self.q_net(x).argmax(1).cpu().numpy()
-            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-            return self.q_net(x.reshape(x.shape[0], -1)).argmax(1).cpu().numpy()
+        q = self._q_values(obs)
+        mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
+        return apply_action_mask(q, mask).argmax(1).cpu().numpy()
 
     def _q_values(self, obs: np.ndarray) -> torch.Tensor:
-        """Q [B, A] of flat observations [B, O] (the acting path's compiled forward where it applies)."""
+        """Q [B, A] of observations [B, ...]: from the compiled acting forward where it applies, else PyTorch's."""
         if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
-            return torch.from_numpy(self._acting_forward(np.ascontiguousarray(obs.reshape(obs.shape[0], -1))))
+            return self._q_of_compiled(self._acting_forward(np.ascontiguousarray(obs.reshape(obs.shape[0], -1))))
         with torch.no_grad():
-            x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-            return self.q_net(x.reshape(x.shape[0], -1)).float()
+            return self._q_of_network(self._network_input(obs))
+
+    def _network_input(self, obs: np.ndarray) -> torch.Tensor:
+        """Observations [B, ...] as the Q network takes them: images [B, C, H, W] as stored (uint8: zero-copy),
+        anything else flat float32 [B, O]."""
+        if self.q_net.has_encoder:
+            return torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
+        x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
+        return x.reshape(x.shape[0], -1)
+
+    def _q_of_network(self, x: torch.Tensor) -> torch.Tensor:
+        """Q [B, A] float32 of network inputs ``x`` (``_network_input``)."""
+        return self.q_net(x).float()
+
+    def _q_of_compiled(self, out: np.ndarray) -> torch.Tensor:
+        """Q [B, A] of the compiled acting forward's output ``out`` [B, A * outputs_per_action]."""
+        return torch.from_numpy(out)
 
     def deterministic_module(self) -> torch.nn.Module:
         return ArgmaxQ(self.q_net, self.observation_space.shape if self.q_net.has_encoder else None,

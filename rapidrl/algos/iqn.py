@@ -23,19 +23,15 @@ gradient clipping) with DQN's CartPole-tuned schedule. Gradient backend: "torch"
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from rapidrl.algos.dqn import DQN, DQNConfig
 from rapidrl.algos.offpolicy_losses import quantile_greedy_next, quantile_regression_loss
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import ArgmaxQ
-from rapidrl.nn.distributions import apply_action_mask
-from rapidrl.nn.encoders import make_encoder
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.quantile import ImplicitQuantileNetwork, MeanQuantileQ, midpoint_fractions
 from rapidrl.train.config import check_positive, require, with_defaults
 
@@ -58,8 +54,6 @@ class IQNConfig(DQNConfig):
         super().validate()
         check_positive(self, "num_tau_samples", "num_tau_prime_samples", "num_quantile_samples",
                        "quantile_embedding_dim")
-        if self.adam_eps is not None:
-            check_positive(self, "adam_eps")
         require(not self.dueling, "IQN has no dueling heads (dueling=True): the fraction embedding multiplies the "
                                   "state features before the one head")
 
@@ -75,17 +69,13 @@ class IQN(DQN):
     bf16_learning_tested = False
 
     def _build_networks(self) -> None:
+        super()._build_networks()
+        self._acting_fractions = midpoint_fractions(self.config.num_quantile_samples, self.device)  # [K]
+
+    def _make_q_network(self, encoder: torch.nn.Module | None) -> torch.nn.Module:
         c = self.config
-        encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
-        self.q_net = ImplicitQuantileNetwork(self.obs_dim, int(self.action_space.n), c.hidden, encoder=encoder,
-                                             embedding_dim=c.quantile_embedding_dim).to(self.device)
-        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = adam(self.q_net.parameters(), c.learning_rate,
-                              eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
-        self._params = list(self.q_net.parameters())
-        self._target_params = list(self.q_target.parameters())
-        self._last_target_update = 0
-        self._acting_fractions = midpoint_fractions(c.num_quantile_samples, self.device)  # [K]
+        return ImplicitQuantileNetwork(self.obs_dim, int(self.action_space.n), c.hidden, encoder=encoder,
+                                       embedding_dim=c.quantile_embedding_dim)
 
     def _gradient_backends(self) -> dict:
         return {"torch": lambda: None}
@@ -122,21 +112,9 @@ class IQN(DQN):
         return torch.cat([torch.stack([loss.detach(), q.mean(), td_abs.mean()]), per_sample])
 
     # -- acting ----------------------------------------------------------------------------------
-    def _q_values(self, obs: np.ndarray) -> torch.Tensor:
-        """Q [B, A] = the mean quantile at the K midpoint fractions, of observations [B, ...]."""
-        with torch.no_grad():
-            if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
-            else:
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-                x = x.reshape(x.shape[0], -1)
-            return self.q_net(x, self._acting_fractions).mean(-1)
-
-    def _greedy(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
-        """argmax_a Q(obs, a) [B] (over the valid actions of ``action_masks`` [B, A] when given)."""
-        q = self._q_values(obs)
-        mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
-        return apply_action_mask(q, mask).argmax(1).cpu().numpy()
+    def _q_of_network(self, x: torch.Tensor) -> torch.Tensor:
+        """Q [B, A] = the mean quantile at the K midpoint fractions."""
+        return self.q_net(x, self._acting_fractions).mean(-1)
 
     def deterministic_module(self) -> torch.nn.Module:
         return ArgmaxQ(MeanQuantileQ(self.q_net, self._acting_fractions.cpu()),

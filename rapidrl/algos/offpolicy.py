@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 import torch
 
-from rapidrl.buffers import ReplayBuffer
+from rapidrl.buffers import FrameReplayBuffer, ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
 from rapidrl.kernels.distributions import nth_valid
@@ -178,6 +178,24 @@ def check_replay_fits(nbytes: int, buffer_size: int, storage: str, path: Path | 
                 f"the memory-mapped replay buffer needs {nbytes / gib:.1f} GiB (buffer_size={buffer_size:,} "
                 f"transitions) but {path} has {free / gib:.1f} GiB free: lower buffer_size or choose another "
                 "replay_dir")
+
+
+def image_obs_dtype(observation_space: gym.Space, encoder_kind: str) -> np.dtype:
+    """The dtype observations are stored and acted on in: uint8 for a CNN on uint8 images (the network scales them),
+    else float32."""
+    image = encoder_kind != "mlp" and observation_space.dtype == np.uint8
+    return np.dtype(np.uint8) if image else np.dtype(np.float32)
+
+
+def frame_replay_spec(model: OffPolicyAlgorithm) -> tuple[type, tuple, dict[str, Any]] | None:
+    """``FrameReplayBuffer``'s spec (each frame stored once) where it can hold ``model``'s replay: ``frame_replay`` on,
+    a frame-stacking env (``env.frame_stack > 1``: Atari) whose uint8 frames are stored as they are, 1-step returns.
+    None otherwise. Callers exclude what their other buffers add (prioritized replay, HER)."""
+    c = model.config
+    if c.frame_replay and c.n_step == 1 and getattr(model.env, "frame_stack", 1) > 1 and model._obs_dtype == np.uint8:
+        return FrameReplayBuffer, (c.buffer_size, model.observation_space.shape), \
+            dict(num_envs=c.num_envs, gamma=c.gamma, seed=c.seed, device=c.device)
+    return None
 
 
 def _state_of(thing) -> Any:

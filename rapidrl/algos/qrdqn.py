@@ -20,7 +20,6 @@ Gradient backend: "torch" only (PyTorch autograd).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,10 +29,7 @@ from rapidrl.algos.dqn import DQN, DQNConfig, compiled_acting_forward
 from rapidrl.algos.offpolicy_losses import quantile_greedy_next, quantile_regression_loss
 from rapidrl.algos.registry import register
 from rapidrl.nn.deploy import ArgmaxQ
-from rapidrl.nn.distributions import apply_action_mask
-from rapidrl.nn.encoders import make_encoder
-from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.nn.quantile import MeanQuantileQ
 from rapidrl.train.config import check_positive, with_defaults
@@ -45,13 +41,11 @@ class QRDQNConfig(DQNConfig):
     n_quantiles: int = 200
     """Quantiles per action, N (sb3-contrib's and the paper's 200; its tuned CartPole preset: 10)."""
     adam_eps: float | None = None
-    """Adam's epsilon; None: 0.01 / batch_size (the QR-DQN paper's 0.01 / 32, as sb3-contrib)."""
+    """Adam's epsilon; None: 0.01 / batch_size (the paper's 0.01 / 32, as sb3-contrib)."""
 
     def validate(self) -> None:
         super().validate()
         check_positive(self, "n_quantiles")
-        if self.adam_eps is not None:
-            check_positive(self, "adam_eps")
 
 
 @register
@@ -64,17 +58,10 @@ class QRDQN(DQN):
     handwritten = None  # PyTorch autograd only
     bf16_learning_tested = False
 
-    def _build_networks(self) -> None:
+    def _make_q_network(self, encoder: torch.nn.Module | None) -> torch.nn.Module:
         c = self.config
-        encoder = None if self._encoder_kind() == "mlp" else make_encoder(self.observation_space, self._encoder_kind())
-        self.q_net = QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling, encoder=encoder,
-                              outputs_per_action=c.n_quantiles).to(self.device)
-        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = adam(self.q_net.parameters(), c.learning_rate,
-                              eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
-        self._params = list(self.q_net.parameters())
-        self._target_params = list(self.q_target.parameters())
-        self._last_target_update = 0
+        return QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling, encoder=encoder,
+                        outputs_per_action=c.n_quantiles)
 
     def _gradient_backends(self) -> dict:
         return {"torch": lambda: None}
@@ -111,24 +98,12 @@ class QRDQN(DQN):
         return torch.cat([torch.stack([loss.detach(), q.mean(), td_abs.mean()]), per_sample])
 
     # -- acting ----------------------------------------------------------------------------------
-    def _q_values(self, obs: np.ndarray) -> torch.Tensor:
-        """Q [B, A] = the mean over quantiles, of observations [B, ...]."""
-        if self._acting_forward is not None and obs.shape[0] <= ACTING_FORWARD_MAX_ROWS:
-            out = torch.from_numpy(self._acting_forward(obs.reshape(obs.shape[0], -1)))  # [B, A * N]
-            return out.view(obs.shape[0], -1, self.config.n_quantiles).mean(-1)
-        with torch.no_grad():
-            if self.q_net.has_encoder:  # obs [B, C, H, W] as stored (uint8 images: zero-copy)
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=self._obs_dtype)).to(self.device)
-            else:
-                x = torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)).to(self.device)
-                x = x.reshape(x.shape[0], -1)
-            return self.q_net(x).mean(-1)  # [B, A]
+    def _q_of_network(self, x: torch.Tensor) -> torch.Tensor:
+        """Q [B, A] = the mean over quantiles."""
+        return self.q_net(x).mean(-1)
 
-    def _greedy(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
-        """argmax_a Q(obs, a) [B] (over the valid actions of ``action_masks`` [B, A] when given)."""
-        q = self._q_values(obs)
-        mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
-        return apply_action_mask(q, mask).argmax(1).cpu().numpy()
+    def _q_of_compiled(self, out: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(out).view(out.shape[0], -1, self.config.n_quantiles).mean(-1)  # [B, A * N] -> [B, A]
 
     def deterministic_module(self) -> torch.nn.Module:
         return ArgmaxQ(MeanQuantileQ(self.q_net), self.observation_space.shape if self.q_net.has_encoder else None,

@@ -36,11 +36,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy import (
+    CriticEnsembleConfig,
+    OffPolicyAlgorithm,
+    OffPolicyConfig,
+    frame_replay_spec,
+    image_obs_dtype,
+)
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, temperature_loss
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import EntropyConfig, initial_log_alpha, soft_stats
-from rapidrl.buffers import FrameReplayBuffer
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask, categorical_log_probs
 from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
@@ -180,17 +185,10 @@ class SACDiscrete(OffPolicyAlgorithm):
         return encoder_for(self.observation_space, self.config.encoder)
 
     def _obs_storage_dtype(self) -> np.dtype:
-        """uint8 for CNNs on uint8 images (the networks scale them), else float32."""
-        image = self._encoder_kind() != "mlp" and self.observation_space.dtype == np.uint8
-        return np.dtype(np.uint8) if image else np.dtype(np.float32)
+        return image_obs_dtype(self.observation_space, self._encoder_kind())
 
     def _buffer_spec(self):
-        c = self.config
-        if (c.frame_replay and not c.her and c.n_step == 1 and getattr(self.env, "frame_stack", 1) > 1
-                and self._obs_dtype == np.uint8):
-            return FrameReplayBuffer, (c.buffer_size, self.observation_space.shape), \
-                dict(num_envs=c.num_envs, gamma=c.gamma, seed=c.seed, device=c.device)
-        return super()._buffer_spec()
+        return (None if self.config.her else frame_replay_spec(self)) or super()._buffer_spec()
 
     def _build_networks(self) -> None:
         c, n_actions = self.config, int(self.action_space.n)

@@ -10,3 +10,10 @@ This must be set before torch or numba loads libgomp, hence here.
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The learning and install tests (marked ``slow``: 20-145 s each) first, the rest in collection order after
+    them. xdist hands tests to the two workers in this order, so the long ones start while short ones remain to
+    balance the workers; in collection order a 145 s test starting near the end left one worker idle meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: each group keeps its order

@@ -252,3 +252,83 @@ def test_qrdqn_acts_through_the_compiled_forward_as_the_torch_network():
     torch.testing.assert_close(model._q_values(obs), expected)
     assert np.array_equal(model.predict(obs, deterministic=True), expected.argmax(1).numpy())
     assert rr.QRDQN("CartPole-v1", seed=0, hidden=(16, 16), dueling=True).paths["acting"].value == "torch"
+
+
+# -- the handwritten backend ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("double_q, weighted, masked", [(False, False, False), (True, True, False), (True, False, True),
+                                                        (False, True, True)])
+def test_qrdqn_compiled_loss_head_equals_autograd(double_q, weighted, masked):
+    """``qrdqn_grads`` against ``quantile_greedy_next`` and ``quantile_regression_loss`` through autograd: the loss,
+    mean Q, mean |TD|, per-sample losses and d loss / d output, a masked row without valid actions included."""
+    from rapidrl.kernels.quantile import qrdqn_grads
+
+    g = torch.Generator().manual_seed(int(double_q) + 2 * int(weighted) + 4 * int(masked))
+    b, a, n = 6, 3, 4
+    q_both = torch.randn(2 * b if double_q else b, a * n, generator=g)
+    next_target = torch.randn(b, a * n, generator=g)
+    actions = torch.randint(0, a, (b,), generator=g)
+    rewards, discounts = torch.randn(b, generator=g), torch.rand(b, generator=g)
+    weights = torch.rand(b, generator=g) + 0.5 if weighted else None
+    next_mask = torch.rand(b, a, generator=g) > 0.4 if masked else None
+    if masked:
+        next_mask[0] = False  # worth 0
+    q = q_both[:b].clone().requires_grad_(True)
+    select = (q_both[b:] if double_q else next_target).view(b, a, n)
+    next_best = quantile_greedy_next(next_target.view(b, a, n), select, next_mask)
+    target = rewards[:, None] + discounts[:, None] * next_best
+    taken = q.view(b, a, n)[torch.arange(b), actions]
+    loss, per_sample = quantile_regression_loss(taken, target, None, weights)
+    loss.backward()
+    d_out, out = np.empty((b, a * n), np.float32), np.empty(3 + b, np.float32)
+    qrdqn_grads(q_both.numpy(), next_target.numpy(), actions.numpy(), rewards.numpy(), discounts.numpy(),
+                None if weights is None else weights.numpy(), double_q, n, d_out, out,
+                next_mask=None if next_mask is None else next_mask.numpy())
+    td = (target.mean(1) - taken.detach().mean(1)).abs()
+    expected = torch.cat([torch.stack([loss.detach(), taken.detach().mean(), td.mean()]), per_sample])
+    torch.testing.assert_close(torch.from_numpy(out), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.from_numpy(d_out), q.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_qrdqn_grads_rejects_bad_input():
+    from rapidrl.kernels.quantile import qrdqn_grads
+
+    b, a, n = 4, 2, 3
+    good = dict(q_both=np.zeros((b, a * n), np.float32), next_target=np.zeros((b, a * n), np.float32),
+                actions=np.zeros(b, np.int64), rewards=np.zeros(b, np.float32), discounts=np.ones(b, np.float32),
+                weights=None, double_q=False, n_quantiles=n, d_out=np.empty((b, a * n), np.float32),
+                out=np.empty(3 + b, np.float32))
+    qrdqn_grads(**good)
+    for change, error, match in [
+            (dict(n_quantiles=4), ValueError, "whole number"),
+            (dict(double_q=True), ValueError, "q_both"),
+            (dict(actions=np.array([0, 1, 2, 0])), ValueError, r"actions must lie in \[0, 2\)"),
+            (dict(actions=np.zeros(b, np.int32)), TypeError, "actions"),
+            (dict(rewards=np.zeros(b, np.float64)), TypeError, "rewards"),
+            (dict(weights=np.ones(b + 1, np.float32)), ValueError, "weights"),
+            (dict(next_mask=np.ones((b, a + 1), bool)), ValueError, "next_mask")]:
+        with pytest.raises(error, match=match):
+            qrdqn_grads(**{**good, **change})
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(double_q=True, max_grad_norm=0.0),
+                                dict(prioritized=True, n_step=3, max_grad_norm=0.05)])
+def test_qrdqn_compiled_update_equals_autograd(kw):
+    """The handwritten backend (the CPU default for a plain MLP) against the torch one on the same batches: the
+    statistics, parameters and Adam moments after each of 4 updates."""
+    def filled(backend):
+        model = rr.QRDQN("CartPole-v1", seed=3, n_quantiles=5, hidden=(16, 16), batch_size=32, learning_starts=10_000,
+                         buffer_size=1_000, gradient_backend=backend, **kw)
+        with pytest.warns(UserWarning, match="warm-up"):
+            model.learn(200, progress_bar=False)  # random actions only: fills the buffer
+        return model
+
+    compiled, ref = filled("handwritten"), filled("torch")
+    assert compiled.gradient_backend == "handwritten" and rr.QRDQN("CartPole-v1").gradient_backend == "handwritten"
+    state = lambda m: [p.detach().clone() for p in m.q_net.parameters()] + [  # noqa: E731
+        t.clone() for s in m.optimizer.state.values() for t in (s["exp_avg"], s["exp_avg_sq"])]
+    for _ in range(4):
+        batch = ref.buffer.sample(32, as_torch=True)
+        torch.testing.assert_close(compiled._update_step(batch), ref._update_step(batch), rtol=1e-5, atol=1e-6)
+        for x, y in zip(state(compiled), state(ref)):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    assert rr.QRDQN("CartPole-v1", dueling=True).gradient_backend == "torch"

@@ -28,11 +28,13 @@ import torch
 from rapidrl.algos.dqn import DQN, DQNConfig, compiled_acting_forward
 from rapidrl.algos.offpolicy_losses import quantile_greedy_next, quantile_regression_loss
 from rapidrl.algos.registry import register
+from rapidrl.kernels.quantile import qrdqn_grads
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.nn.quantile import MeanQuantileQ
 from rapidrl.train.config import check_positive, with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -55,7 +57,10 @@ class QRDQN(DQN):
     name = "qrdqn"
     config_class = QRDQNConfig
     stat_names = ("loss", "q_values", "td_abs")
-    handwritten = None  # PyTorch autograd only
+    handwritten = HandwrittenBackend(
+        by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (greedy next "
+                "quantiles, targets, quantile Huber loss, its gradient) in one Numba call "
+                "(`rapidrl.kernels.quantile.qrdqn_grads`); plain MLP Q networks only")
     bf16_learning_tested = False
 
     def _make_q_network(self, encoder: torch.nn.Module | None) -> torch.nn.Module:
@@ -63,18 +68,40 @@ class QRDQN(DQN):
         return QNetwork(self.obs_dim, int(self.action_space.n), c.hidden, dueling=c.dueling, encoder=encoder,
                         outputs_per_action=c.n_quantiles)
 
-    def _gradient_backends(self) -> dict:
-        return {"torch": lambda: None}
-
     def _bind_backend(self) -> None:
-        """The torch backend; acting through the compiled MLP forward where it computes the network exactly
-        (``compiled_acting_forward``: a plain float32 MLP on the CPU)."""
+        """DQN's (the handwritten backend's compiled forward and backward); under the torch backend acting still goes
+        through the compiled MLP forward where it computes the network exactly (``compiled_acting_forward``: a plain
+        float32 MLP on the CPU)."""
         super()._bind_backend()
-        self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
+        if self._acting_forward is None:
+            self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
 
     # -- update ----------------------------------------------------------------------------------
-    def _update_step(self, batch) -> torch.Tensor:
-        """One gradient step; returns [loss, mean Q, mean |TD| of the means, per-sample loss...] (the priorities of
+    @torch.no_grad()
+    def _compiled_step(self, batch) -> torch.Tensor:
+        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call
+        (``rapidrl.kernels.quantile.qrdqn_grads``) and the MLP's forward and backward compiled
+        (``rapidrl.kernels.mlp``); ``tests/test_qrdqn_iqn.py`` compares the two."""
+        c = self.config
+        b = batch.obs.shape[0]
+        obs, _ = self._split_rows(batch.obs)
+        next_obs, next_mask = self._split_rows(batch.next_obs)
+        # double_q: one online forward for s and s' ([2B, A N]); the backward uses the rows of s only
+        x = torch.cat([obs, next_obs]) if c.double_q else obs.contiguous()
+        q_both = self._q_grad(x.numpy())  # [2B, A N] or [B, A N]
+        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A N]
+        d_out = np.empty_like(next_target)
+        out = torch.empty(3 + b)
+        qrdqn_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
+                    batch.weights.numpy() if c.prioritized else None, c.double_q, c.n_quantiles, d_out, out.numpy(),
+                    next_mask=None if next_mask is None else next_mask.numpy())
+        self._q_grad.backward(d_out)  # d loss / d output of the B rows of s -> .grad
+        optimizer_step(self.optimizer, c.max_grad_norm)
+        return out
+
+    def _autograd_step(self, batch) -> torch.Tensor:
+        """One gradient step through autograd (any Q network; the "torch" backend and the reference of
+        ``_compiled_step``); returns [loss, mean Q, mean |TD| of the means, per-sample loss...] (the priorities of
         prioritized replay after 3)."""
         c = self.config
         obs, _ = self._split_rows(batch.obs)

@@ -29,16 +29,14 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
 from rapidrl.benchmarks.harness import Case, Context
-from rapidrl.benchmarks.isolated import interleaved
+from rapidrl.benchmarks.isolated import interleaved, stream_episodes
 
 TARGETS = {"CartPole-v1": 495.13, "Acrobot-v1": -95.63}
 """CleanRL's published pqn.py returns at 500k steps (3 seeds, docs/rl-algorithms/pqn.md)."""
@@ -76,25 +74,6 @@ def job_curve(env_id: str, steps: int, seed: int) -> dict:
     return {"final": float(statistics.mean(model.recent_returns(WINDOW)))}
 
 
-def _stream(cmd: list[str], env: dict, cwd: str | None, parse) -> tuple[list[tuple[float, int, float]], float, str]:
-    """Run ``cmd``; ``parse(line) -> [(step, return), ...]`` per stdout line, each stamped with the seconds since the
-    child started. Returns ([(seconds, step, return)], total seconds, stdout tail)."""
-    t0 = time.perf_counter()
-    events, tail = [], deque(maxlen=40)
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=cwd, bufsize=1)
-        for line in proc.stdout:
-            now = time.perf_counter() - t0
-            tail.append(line)
-            events += [(now, step, ret) for step, ret in parse(line)]
-        code = proc.wait()
-        wall = time.perf_counter() - t0
-        if code != 0:
-            err.seek(0)
-            raise RuntimeError(f"{' '.join(cmd)} failed (exit {code}):\n{err.read()[-3000:]}")
-    return events, wall, "".join(tail)
-
-
 def _summary(events: list[tuple[float, int, float]], wall: float, target: float) -> dict:
     """Seconds and steps at which the mean of the last WINDOW returns first reaches ``target`` (None: never), the
     whole run's seconds, and the final mean."""
@@ -118,7 +97,7 @@ def run_rapidrl(env_id: str, seed: int, threads: int, steps: int = STEPS) -> dic
 
     cmd = [sys.executable, "-m", "rapidrl.benchmarks.isolated", "rapidrl.benchmarks.bench_pqn:job_curve",
            json.dumps({"env_id": env_id, "steps": steps, "seed": seed}), str(threads)]
-    events, wall, _ = _stream(cmd, dict(os.environ), None, parse)
+    events, wall, _ = stream_episodes(cmd, dict(os.environ), None, parse)
     return _summary(events, wall, TARGETS[env_id])
 
 
@@ -146,7 +125,7 @@ def run_cleanrl(env_id: str, seed: int, threads: int, steps: int = STEPS) -> dic
             m = _CLEANRL_EPISODE.search(line)
             return [(int(m.group(1)), float(m.group(2)))] if m else []
 
-        events, wall, _ = _stream(cmd, env, runs, parse)
+        events, wall, _ = stream_episodes(cmd, env, runs, parse)
     return _summary(events, wall, TARGETS[env_id])
 
 

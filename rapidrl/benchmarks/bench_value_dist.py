@@ -34,9 +34,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from rapidrl.benchmarks.bench_pqn import _stream
 from rapidrl.benchmarks.harness import Case, Context
-from rapidrl.benchmarks.isolated import interleaved, thread_counts
+from rapidrl.benchmarks.isolated import interleaved, stream_episodes, thread_counts
 from rapidrl.benchmarks.peers import sb3_python
 
 WINDOW = 20
@@ -168,7 +167,7 @@ def run_contender(case: str, contender: str, seed: int, threads: int) -> dict:
     else:  # sb3-contrib
         cmd = [sb3_python(), "-c", _SB3_JOB, json.dumps(spec), str(seed)]
         cwd = tempfile.gettempdir()
-    events, wall, _ = _stream(cmd, env, cwd, _parse)
+    events, wall, _ = stream_episodes(cmd, env, cwd, _parse)
     return summary(events, wall, spec["learning_starts"])
 
 

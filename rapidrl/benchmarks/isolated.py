@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -196,3 +198,24 @@ def sps_rows(case: str, results: dict[str, dict[int, list[dict]]],
                          if t == best_t else "",
                          "phases": str(runs[0].get("phases") or "")})
     return rows
+
+
+def stream_episodes(cmd: list[str], env: dict, cwd: str | None, parse
+                    ) -> tuple[list[tuple[float, int, float]], float, str]:
+    """Run a peer's training command ``cmd`` in its own process; ``parse(line) -> [(step, return), ...]`` per stdout
+    line, each stamped with the seconds since the child started. Returns ([(seconds, step, return)], total seconds,
+    stdout tail); a failed child raises with its stderr's tail."""
+    t0 = time.perf_counter()
+    events, tail = [], deque(maxlen=40)
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=cwd, bufsize=1)
+        for line in proc.stdout:
+            now = time.perf_counter() - t0
+            tail.append(line)
+            events += [(now, step, ret) for step, ret in parse(line)]
+        code = proc.wait()
+        wall = time.perf_counter() - t0
+        if code != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} failed (exit {code}):\n{err.read()[-3000:]}")
+    return events, wall, "".join(tail)

@@ -103,12 +103,15 @@ def test_c51_loss_hand_computed_and_weighted():
 # -------------------------------------------------------------------------- the update and acting
 
 
+@pytest.mark.parametrize("backend", ["handwritten", "torch"])
 @pytest.mark.parametrize("double_q", [False, True])
-def test_update_target_is_the_projected_distribution_at_the_greedy_next_action(double_q):
+def test_update_target_is_the_projected_distribution_at_the_greedy_next_action(double_q, backend):
     """The first update's loss equals a reference built from the networks: a* = argmax of the expected Q of s' (the
     target network's; Double Q: the online network's), the target network's distribution there projected by the loop
-    of Algorithm 1 onto the atoms, the cross-entropy with the online logits of (s, a)."""
-    model = C51("CartPole-v1", double_q=double_q, n_step=3, **{**TINY, "learning_starts": 400})
+    of Algorithm 1 onto the atoms, the cross-entropy with the online logits of (s, a). On both gradient backends."""
+    model = C51("CartPole-v1", double_q=double_q, n_step=3, gradient_backend=backend,
+                **{**TINY, "learning_starts": 400})
+    assert model.gradient_backend == backend
     with pytest.warns(UserWarning, match="warm-up"):
         model.learn(200, progress_bar=False)  # replay only
     assert model.num_gradient_steps == 0
@@ -148,7 +151,8 @@ def test_rainbow_defaults_are_the_published_combination():
     assert c.exploration_initial_eps == c.exploration_final_eps == 0.0 and c.adam_eps == 1.5e-4
     c51 = C51("CartPole-v1", **TINY)
     assert not (c51.config.double_q or c51.config.dueling or c51.config.noisy or c51.config.prioritized)
-    assert c51.gradient_backend == "torch" and c51.handwritten is None
+    assert c51.gradient_backend == "handwritten"  # a plain MLP on the CPU; Rainbow's noisy dueling one: autograd
+    assert Rainbow("CartPole-v1", **TINY).gradient_backend == "torch"
 
 
 def test_smoke_rainbow_learns_writes_priorities_and_anneals_beta():
@@ -278,3 +282,94 @@ def test_acting_through_the_compiled_forward_equals_the_torch_network():
     torch.testing.assert_close(model._q_values(obs), expected)
     assert np.array_equal(model.predict(obs, deterministic=True), expected.argmax(1).numpy())
     assert Rainbow("CartPole-v1", seed=0, hidden=(16, 16)).paths["acting"].value == "torch"
+
+
+# -------------------------------------------------------------------------- the handwritten backend
+
+
+@pytest.mark.parametrize("double_q, weighted, masked", [(False, False, False), (True, True, False), (True, False, True),
+                                                        (False, True, True)])
+def test_compiled_loss_head_equals_autograd(double_q, weighted, masked):
+    """``c51_grads`` against ``categorical_projection`` and ``c51_loss`` through autograd: the loss, mean Q, mean
+    cross-entropy, per-sample losses and d loss / d logits, with rewards pushing atoms past both ends of the support
+    and (masked) a row of s' without valid actions."""
+    from rapidrl.kernels.categorical import c51_grads
+
+    g = torch.Generator().manual_seed(int(double_q) + 2 * int(weighted) + 4 * int(masked))
+    b, a, n = 6, 3, 7
+    support = torch.linspace(-2.0, 4.0, n)
+    q_both = torch.randn(2 * b if double_q else b, a * n, generator=g)
+    next_target = torch.randn(b, a * n, generator=g)
+    actions = torch.randint(0, a, (b,), generator=g)
+    rewards = torch.tensor([-5.0, 0.3, 1.0, 6.0, -0.7, 0.0])  # below v_min, on an atom, above v_max
+    discounts = torch.tensor([0.9, 0.0, 0.99, 0.5, 0.9, 0.81])
+    weights = torch.rand(b, generator=g) + 0.5 if weighted else None
+    next_mask = torch.rand(b, a, generator=g) > 0.4 if masked else None
+    if masked:
+        next_mask[0] = False
+    select = (q_both[b:] if double_q else next_target).view(b, a, n)
+    expected_q = (select.softmax(-1) * support).sum(-1)
+    if masked:
+        expected_q = expected_q.masked_fill(~next_mask, -torch.inf)
+    best = expected_q.argmax(1)
+    disc = torch.where(next_mask.any(1), discounts, 0.0) if masked else discounts
+    target = categorical_projection(rewards, disc, next_target.view(b, a, n)[torch.arange(b), best].softmax(-1),
+                                    support)
+    logits = q_both[:b].clone().requires_grad_(True)
+    taken = logits.view(b, a, n)[torch.arange(b), actions]
+    loss, per_sample = c51_loss(taken, target, weights)
+    loss.backward()
+    d_out, out = np.empty((b, a * n), np.float32), np.empty(3 + b, np.float32)
+    c51_grads(q_both.numpy(), next_target.numpy(), actions.numpy(), rewards.numpy(), discounts.numpy(),
+              None if weights is None else weights.numpy(), double_q, support.numpy(), d_out, out,
+              next_mask=None if next_mask is None else next_mask.numpy())
+    q = (taken.detach().softmax(-1) * support).sum(-1)
+    expected = torch.cat([torch.stack([loss.detach(), q.mean(), per_sample.mean()]), per_sample])
+    torch.testing.assert_close(torch.from_numpy(out), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.from_numpy(d_out), logits.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_compiled_loss_head_rejects_bad_input():
+    from rapidrl.kernels.categorical import c51_grads
+
+    b, a, n = 4, 2, 3
+    good = dict(q_both=np.zeros((b, a * n), np.float32), next_target=np.zeros((b, a * n), np.float32),
+                actions=np.zeros(b, np.int64), rewards=np.zeros(b, np.float32), discounts=np.ones(b, np.float32),
+                weights=None, double_q=False, support=np.linspace(-1, 1, n, dtype=np.float32),
+                d_out=np.empty((b, a * n), np.float32), out=np.empty(3 + b, np.float32))
+    c51_grads(**good)
+    for change, error, match in [
+            (dict(support=np.linspace(-1, 1, 4, dtype=np.float32)), ValueError, "whole number"),
+            (dict(support=np.array([1.0, 0.0, -1.0], np.float32)), ValueError, "increasing"),
+            (dict(support=np.linspace(-1, 1, n)), TypeError, "support"),
+            (dict(double_q=True), ValueError, "q_both"),
+            (dict(actions=np.array([0, 1, 2, 0])), ValueError, r"actions must lie in \[0, 2\)"),
+            (dict(discounts=np.ones(b, np.float64)), TypeError, "discounts"),
+            (dict(next_mask=np.ones((b + 1, a), bool)), ValueError, "next_mask")]:
+        with pytest.raises(error, match=match):
+            c51_grads(**{**good, **change})
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(double_q=True, max_grad_norm=0.0),
+                                dict(prioritized=True, n_step=3, max_grad_norm=0.05)])
+def test_compiled_update_equals_autograd(kw):
+    """The handwritten backend (the CPU default for a plain MLP) against the torch one on the same batches: the
+    statistics, parameters and Adam moments after each of 4 updates; Rainbow (noisy, dueling) trains through
+    autograd."""
+    def filled(backend):
+        model = C51("CartPole-v1", seed=3, n_atoms=11, v_min=0.0, v_max=20.0, hidden=(16, 16), batch_size=32,
+                    learning_starts=10_000, buffer_size=1_000, gradient_backend=backend, **kw)
+        with pytest.warns(UserWarning, match="warm-up"):
+            model.learn(200, progress_bar=False)  # random actions only: fills the buffer
+        return model
+
+    compiled, ref = filled("handwritten"), filled("torch")
+    assert C51("CartPole-v1").gradient_backend == "handwritten"
+    state = lambda m: [p.detach().clone() for p in m.q_net.parameters()] + [  # noqa: E731
+        t.clone() for s in m.optimizer.state.values() for t in (s["exp_avg"], s["exp_avg_sq"])]
+    for _ in range(4):
+        batch = ref.buffer.sample(32, as_torch=True)
+        torch.testing.assert_close(compiled._update_step(batch), ref._update_step(batch), rtol=1e-5, atol=1e-6)
+        for x, y in zip(state(compiled), state(ref)):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    assert Rainbow("CartPole-v1").gradient_backend == "torch"

@@ -15,7 +15,7 @@ UPDATES = ("rapidrl.algos.td3.TD3._update_step", "rapidrl.algos.td3.td3_steps", 
            "rapidrl.algos.cql.DiscreteCQL._update_step", "rapidrl.algos.iql.IQL._update_step",
            "rapidrl.algos.dqn.DQN._autograd_step", "rapidrl.algos.bc.BC._update_step",
            "rapidrl.algos.qrdqn.QRDQN._autograd_step", "rapidrl.algos.iqn.IQN._update_step",
-           "rapidrl.algos.c51.C51._update_step", "rapidrl.algos.sac_discrete.SACDiscrete._update_step")
+           "rapidrl.algos.c51.C51._autograd_step", "rapidrl.algos.sac_discrete.SACDiscrete._update_step")
 
 
 def test_the_docs_show_the_update_of_every_off_policy_actor_critic_and_offline_algorithm():

@@ -149,7 +149,7 @@ def test_auto_says_why_it_did_not_take_the_compiled_backend(kwargs, backend, rea
     (lambda b: rr.CQL(gradient_backend=b, dataset=_offline_data("Pendulum-v1"), cql_n_actions=2, **LOGGED_OFFLINE),
      {"torch"}),
     (lambda b: rr.DiscreteCQL(gradient_backend=b, dataset=_offline_data("CartPole-v1"), **LOGGED_OFFLINE), {"torch"}),
-    (lambda b: rr.C51("CartPole-v1", gradient_backend=b, n_atoms=5, **LOGGED_OFF), {"torch"}),
+    (lambda b: rr.C51("CartPole-v1", gradient_backend=b, n_atoms=5, **LOGGED_OFF), {"handwritten", "torch"}),
     (lambda b: rr.Rainbow("CartPole-v1", gradient_backend=b, n_atoms=5, **LOGGED_OFF), {"torch"}),
     (lambda b: rr.QRDQN("CartPole-v1", gradient_backend=b, n_quantiles=4, **LOGGED_OFF), {"handwritten", "torch"}),
     (lambda b: rr.QRDQN("CartPole-v1", gradient_backend=b, n_quantiles=4, dueling=True, **LOGGED_OFF), {"torch"}),

@@ -20,10 +20,13 @@ noise the model holds as it was), 3-step returns and prioritized replay (alpha 0
 ``per_beta_anneal_steps`` gradient steps where set).
 
 Everything else (collection, replay, n-step returns, prioritized replay, target updates, epsilon-greedy, action masks,
-encoders, persistence) is DQN's (``rapidrl.algos.dqn``), which these classes subclass. Gradient backend: "torch" only
-(PyTorch autograd; DQN's handwritten backend covers its Huber loss on plain MLPs).
+encoders, persistence) is DQN's (``rapidrl.algos.dqn``), which these classes subclass. Gradient backends: on the CPU a
+plain MLP Q network trains through the "handwritten" one (DQN's compiled MLP forward and backward, with C51's loss head
+in one Numba call: ``rapidrl.kernels.categorical``); dueling heads, noisy layers (Rainbow), CNNs and bf16 through
+PyTorch autograd.
 
-Read top to bottom: the configs, the expected-Q reduction, the update (``C51._update_step``), acting.
+Read top to bottom: the configs, the expected-Q reduction, the update (``C51._autograd_step``, and its compiled twin
+``C51._compiled_step``), acting.
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ from rapidrl.algos.dqn import DQN, DQNConfig, compiled_acting_forward
 from rapidrl.algos.offpolicy_losses import c51_loss, categorical_projection
 from rapidrl.algos.registry import register
 from rapidrl.buffers import PrioritizedReplayBuffer
+from rapidrl.kernels.categorical import c51_grads
 from rapidrl.nn.deploy import ReducedArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.noisy import NoisyLinear
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import QNetwork
 from rapidrl.train.config import check_positive, require, with_defaults
+from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
@@ -108,7 +113,11 @@ class C51(DQN):
     name = "c51"
     config_class = C51Config
     stat_names = ("loss", "q_values", "cross_entropy")
-    handwritten = None  # PyTorch autograd only
+    handwritten = HandwrittenBackend(
+        by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (greedy next "
+                "action, categorical projection, cross-entropy, its gradient) in one Numba call "
+                "(`rapidrl.kernels.categorical.c51_grads`); plain MLP Q networks only (no dueling heads or noisy "
+                "layers)")
     bf16_learning_tested = False
 
     def _build_networks(self) -> None:
@@ -123,14 +132,23 @@ class C51(DQN):
                         outputs_per_action=c.n_atoms, noisy=c.noisy)
 
     def _gradient_backends(self) -> dict:
-        return {"torch": lambda: None}
+        def mlp() -> str | None:
+            return "needs an MLP Q network (image observations use a CNN encoder)" if self.q_net.has_encoder else None
+
+        def plain() -> str | None:
+            c = self.config
+            return "needs a plain MLP Q network (dueling=False, noisy=False)" if c.dueling or c.noisy else None
+
+        return self._handwritten_or_torch(mlp, plain)
 
     def _bind_backend(self) -> None:
-        """The torch backend; acting through the compiled MLP forward where it computes the network exactly
-        (``compiled_acting_forward``: a plain float32 MLP on the CPU)."""
+        """DQN's (the handwritten backend's compiled forward and backward); under the torch backend acting still goes
+        through the compiled MLP forward where it computes the network exactly (``compiled_acting_forward``: a plain
+        float32 MLP on the CPU)."""
         super()._bind_backend()
-        self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
-        self._support_np = self.support.numpy() if self._acting_forward is not None else None
+        if self._acting_forward is None:
+            self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
+        self._support_np = self.support.cpu().numpy()  # the atoms for NumPy and Numba
 
     def _buffer_spec(self):
         cls, args, kwargs = super()._buffer_spec()
@@ -139,9 +157,32 @@ class C51(DQN):
         return cls, args, kwargs
 
     # -- update ----------------------------------------------------------------------------------
-    def _update_step(self, batch) -> torch.Tensor:
-        """One gradient step; returns [loss, mean Q, mean cross-entropy, cross-entropy per sample...] (the
-        priorities after 3)."""
+    @torch.no_grad()
+    def _compiled_step(self, batch) -> torch.Tensor:
+        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call
+        (``rapidrl.kernels.categorical.c51_grads``) and the MLP's forward and backward compiled
+        (``rapidrl.kernels.mlp``); ``tests/test_c51.py`` compares the two."""
+        c = self.config
+        b = batch.obs.shape[0]
+        obs, _ = self._split_rows(batch.obs)
+        next_obs, next_mask = self._split_rows(batch.next_obs)
+        # double_q: one online forward for s and s' ([2B, A N]); the backward uses the rows of s only
+        x = torch.cat([obs, next_obs]) if c.double_q else obs.contiguous()
+        q_both = self._q_grad(x.numpy())  # [2B, A N] or [B, A N] logits
+        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A N]
+        d_out = np.empty_like(next_target)
+        out = torch.empty(3 + b)
+        c51_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
+                  batch.weights.numpy() if c.prioritized else None, c.double_q, self._support_np, d_out, out.numpy(),
+                  next_mask=None if next_mask is None else next_mask.numpy())
+        self._q_grad.backward(d_out)  # d loss / d logits of the B rows of s -> .grad
+        optimizer_step(self.optimizer, c.max_grad_norm)
+        return out
+
+    def _autograd_step(self, batch) -> torch.Tensor:
+        """One gradient step through autograd (any Q network: dueling, noisy, CNNs; the "torch" backend and the
+        reference of ``_compiled_step``); returns [loss, mean Q, mean cross-entropy, cross-entropy per sample...]
+        (the priorities after 3)."""
         c = self.config
         obs, _ = self._split_rows(batch.obs)
         next_obs, next_mask = self._split_rows(batch.next_obs)  # next_mask: the valid actions of s' (or None)

@@ -1,10 +1,11 @@
 """QR-DQN (Dabney et al. 2018a): DQN whose network predicts N quantiles of the return of every action.
 
-Read top to bottom: the config, the update (``QRDQN._update_step``, written out), acting. The loss and the greedy
-target are pure functions of ``rapidrl.algos.offpolicy_losses`` (``quantile_regression_loss``,
-``quantile_greedy_next``; the quantile Huber terms are TQC's, shared); the network is ``QNetwork`` with
-``outputs_per_action=N`` ([B, A, N]); everything else is DQN's (``rapidrl.algos.dqn``: n-step returns, prioritized
-replay, frame replay, encoders, epsilon-greedy exploration, target updates, action masks, persistence).
+Read top to bottom: the config, the update (``QRDQN._autograd_step``, written out; ``_compiled_step`` its twin),
+acting. The loss and the greedy target are pure functions of ``rapidrl.algos.offpolicy_losses``
+(``quantile_regression_loss``, ``quantile_greedy_next``; the quantile Huber terms are TQC's, shared); the network is
+``QNetwork`` with ``outputs_per_action=N`` ([B, A, N]); everything else is DQN's (``rapidrl.algos.dqn``: n-step
+returns, prioritized replay, frame replay, encoders, epsilon-greedy exploration, target updates, action masks,
+persistence).
 
 The N outputs of action a are the quantiles theta_j(s, a) at the fixed fractions tau_j = (j + 0.5) / N. The target
 of every current quantile is the whole set r + discount * theta_k(s', a*), k = 1..N, with a* the greedy action of s'
@@ -15,7 +16,9 @@ Q(s, a) = mean_j theta_j(s, a): acting, evaluation and export are greedy on it.
 
 Defaults are sb3-contrib's QR-DQN (no gradient clipping, Adam eps 0.01 / batch size, single Q, 200 quantiles) with
 DQN's CartPole-tuned schedule, which is also rl-zoo's tuned QR-DQN CartPole schedule (its ``n_quantiles`` is 10).
-Gradient backend: "torch" only (PyTorch autograd).
+Gradient backends: on the CPU a plain MLP Q network trains through the "handwritten" one (DQN's compiled MLP forward
+and backward, with the loss head in one Numba call: ``rapidrl.kernels.quantile.qrdqn_grads``); dueling heads, CNNs and
+bf16 through PyTorch autograd.
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
     from rapidrl.kernels.ppo_update import _adam
     from rapidrl.nn.numba_mlp import MLPForward
     from rapidrl.runs.config import PRESETS_DIR, read_toml
+    from rapidrl.train.precision import cpu_native_bf16
 
     algo = {**read_toml(PRESETS_DIR / THROUGHPUT_PRESET)["algo"], **(settings or {})}
     model = rr.PPO("CartPole-v1", seed=seed, **algo)
@@ -132,7 +133,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
              "update_forward": 2 * forward_macs * steps * c.update_epochs,
              "update_backward": 4 * forward_macs * steps * c.update_epochs,  # d input and d weights: 2x the forward
              "adam": 0}
-    dtypes = {"float32": torch.float32, **({"bfloat16": torch.bfloat16} if native_bf16() else {})}
+    dtypes = {"float32": torch.float32, **({"bfloat16": torch.bfloat16} if cpu_native_bf16() else {})}
     rates = {name: matmul_rate(dtype) for name, dtype in dtypes.items()}
     hidden = layer_sizes(policy.actor)[1]  # the update's hidden layer product: [minibatch, H] x [H, H]
     layer_rates = {name: matmul_rate(dtype, c.minibatch_size, hidden, hidden, repeats=50)
@@ -142,15 +143,6 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
             "settings": {k: getattr(c, k) for k in ("num_envs", "num_steps", "minibatch_size", "update_epochs")},
             "numba_threads": _numba_threads(), "torch_threads": c.torch_threads,
             "matmul_threads": torch.get_num_threads()}
-
-
-def native_bf16() -> bool:
-    """Whether the CPU multiplies bfloat16 natively (AMX tiles or AVX512-BF16; /proc/cpuinfo flags)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def _numba_threads() -> int:

@@ -23,19 +23,16 @@ F32 = np.dtype(np.float32)
 
 
 @numba.njit(cache=True, nogil=True)
-def _expected_q(logits, first, support):  # pragma: no cover
-    """sum_i z_i softmax(logits[first:first + N])_i."""
-    n = support.shape[0]
+def _softmax_into(logits, first, n, e):  # pragma: no cover
+    """e[:n] = exp(logits[first:first + n] - max) (unnormalized); returns (their sum, the max). One exp per atom."""
     top = logits[first]
     for j in range(1, n):
         top = max(top, logits[first + j])
     total = 0.0
-    weighted = 0.0
     for j in range(n):
-        e = math.exp(logits[first + j] - top)
-        total += e
-        weighted += e * support[j]
-    return weighted / total
+        e[j] = math.exp(logits[first + j] - top)
+        total += e[j]
+    return total, top
 
 
 @numba.njit(cache=True, nogil=True)
@@ -47,7 +44,8 @@ def _c51_grads(q_both, next_target, actions, rewards, discounts, weights, use_we
     v_min, v_max = support[0], support[n - 1]
     dz = (v_max - v_min) / np.float32(n - 1)
     m = np.empty(n, np.float64)
-    p = np.empty(n, np.float64)
+    e = np.empty(n, np.float64)  # scratch: one action's exp(logit - max)
+    p = np.empty(n, np.float64)  # the greedy next action's, kept
     loss_sum = 0.0
     q_sum = 0.0
     ce_sum = 0.0
@@ -57,22 +55,27 @@ def _c51_grads(q_both, next_target, actions, rewards, discounts, weights, use_we
         select = q_both[b + i] if double_q else next_target[i]
         best = -1
         best_q = -np.inf
+        p_total = 1.0
         for a in range(num_actions):
             if use_mask and not next_mask[i, a]:
                 continue
-            q = _expected_q(select, a * n, support)
+            total, _ = _softmax_into(select, a * n, n, e)
+            weighted = 0.0
+            for j in range(n):
+                weighted += e[j] * support[j]
+            q = weighted / total
             if best < 0 or q > best_q:
                 best, best_q = a, q
+                if not double_q:  # the target's own distribution at a*: keep it
+                    p_total = total
+                    for j in range(n):
+                        p[j] = e[j]
         discount = discounts[i]
         if best < 0:  # no valid action in s': worth 0 (all the mass on r)
             best, discount = 0, np.float32(0.0)
-        top = next_target[i, best * n]  # the next distribution: softmax of the target's logits of a*
-        for j in range(1, n):
-            top = max(top, next_target[i, best * n + j])
-        total = 0.0
-        for j in range(n):
-            p[j] = math.exp(next_target[i, best * n + j] - top)
-            total += p[j]
+            p_total, _ = _softmax_into(next_target[i], 0, n, p)
+        elif double_q:  # the target network's distribution at the online network's a*
+            p_total, _ = _softmax_into(next_target[i], best * n, n, p)
         for j in range(n):
             m[j] = 0.0
         for j in range(n):  # atom j moves to Tz_j and shares its mass between the two atoms around it
@@ -80,16 +83,11 @@ def _c51_grads(q_both, next_target, actions, rewards, discounts, weights, use_we
             pos = (tz - v_min) / dz
             lower = min(math.floor(pos), n - 2)
             share = pos - lower
-            mass = p[j] / total
+            mass = p[j] / p_total
             m[lower] += mass * (1.0 - share)
             m[lower + 1] += mass * share
         first = actions[i] * n  # the taken action's logits
-        top = q_both[i, first]
-        for j in range(1, n):
-            top = max(top, q_both[i, first + j])
-        total = 0.0
-        for j in range(n):
-            total += math.exp(q_both[i, first + j] - top)
+        total, top = _softmax_into(q_both[i], first, n, e)
         lse = top + math.log(total)
         w = weights[i] if use_weights else 1.0
         m_sum = 0.0
@@ -100,9 +98,8 @@ def _c51_grads(q_both, next_target, actions, rewards, discounts, weights, use_we
         for c in range(num_actions * n):
             d_out[i, c] = 0.0
         for j in range(n):
-            log_p = q_both[i, first + j] - lse
-            soft = math.exp(log_p)
-            ce -= m[j] * log_p
+            soft = e[j] / total
+            ce -= m[j] * (q_both[i, first + j] - lse)
             q += soft * support[j]
             d_out[i, first + j] = w * (soft * m_sum - m[j]) / b
         out[3 + i] = ce

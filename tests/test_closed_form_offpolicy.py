@@ -11,10 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from rapidrl.algos.c51 import C51
 from rapidrl.algos.ddpg import DDPG
 from rapidrl.algos.dqn import DQN, dqn_loss
+from rapidrl.algos.qrdqn import QRDQN
 from rapidrl.algos.sac import SAC
 from rapidrl.algos.td3 import TD3
+from rapidrl.kernels.categorical import c51_grads
+from rapidrl.kernels.quantile import qrdqn_grads
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian
@@ -36,6 +40,10 @@ def _params_and_moments(model):
 
 
 DQN_CASES = [dict(), dict(double_q=False, max_grad_norm=0.0), dict(prioritized=True, max_grad_norm=0.05)]  # clip binds
+C51_CASES = [dict(n_atoms=11, v_min=0.0, v_max=20.0), dict(n_atoms=11, double_q=True, max_grad_norm=0.0),
+             dict(prioritized=True, n_step=3, max_grad_norm=0.05)]
+QRDQN_CASES = [dict(n_quantiles=5), dict(n_quantiles=5, double_q=True, max_grad_norm=0.0),
+               dict(n_quantiles=5, prioritized=True, n_step=3, max_grad_norm=0.05)]
 
 
 SAC_CASES = [("Pendulum-v1", dict()), ("Pendulum-v1", dict(ent_coef=0.2, n_critics=3)),
@@ -44,6 +52,8 @@ SAC_CASES = [("Pendulum-v1", dict()), ("Pendulum-v1", dict(ent_coef=0.2, n_criti
 
 @pytest.mark.parametrize("cls, env_id, kw", [
     *[(DQN, "CartPole-v1", kw) for kw in DQN_CASES],
+    *[(C51, "CartPole-v1", kw) for kw in C51_CASES],
+    *[(QRDQN, "CartPole-v1", kw) for kw in QRDQN_CASES],
     *[(SAC, env_id, kw) for env_id, kw in SAC_CASES],
 ])
 def test_compiled_update_equals_autograd(cls, env_id, kw):
@@ -177,6 +187,36 @@ def test_dqn_cpu_kernels_rejects_bad_input():
                           (dict(out=np.zeros(6, np.float32)), "out")]:
         with pytest.raises((TypeError, ValueError), match=error):
             dqn_td_grads(**{**good, **change})
+
+
+LOSS_HEADS = {"c51": (c51_grads, dict(support=np.linspace(-1, 1, 3, dtype=np.float32))),
+              "qrdqn": (qrdqn_grads, dict(n_quantiles=3))}
+
+
+@pytest.mark.parametrize("name", list(LOSS_HEADS))
+def test_distributional_loss_heads_reject_bad_input(name):
+    """C51's and QR-DQN's compiled loss heads (3 outputs per action, 2 actions) refuse what DQN's refuses, and an
+    output count that is not a whole number of actions; C51's a support that is not increasing."""
+    kernel, extra = LOSS_HEADS[name]
+    b, width = 4, 6
+    good = dict(q_both=np.zeros((b, width), np.float32), next_target=np.zeros((b, width), np.float32),
+                actions=np.zeros(b, np.int64), rewards=np.zeros(b, np.float32), discounts=np.ones(b, np.float32),
+                weights=None, double_q=False, d_out=np.empty((b, width), np.float32), out=np.empty(3 + b, np.float32),
+                **extra)
+    kernel(**good)
+    changes = [(dict(next_target=np.zeros((b, 4), np.float32)), ValueError, "whole number"),
+               (dict(double_q=True), ValueError, "q_both"),
+               (dict(actions=np.array([0, 1, 2, 0])), ValueError, r"actions must lie in \[0, 2\)"),
+               (dict(actions=np.zeros(b, np.int32)), TypeError, "actions"),
+               (dict(discounts=np.ones(b, np.float64)), TypeError, "discounts"),
+               (dict(weights=np.ones(b + 1, np.float32)), ValueError, "weights"),
+               (dict(next_mask=np.ones((b + 1, 2), bool)), ValueError, "next_mask")]
+    if name == "c51":
+        changes += [(dict(support=np.array([1.0, 0.0, -1.0], np.float32)), ValueError, "increasing"),
+                    (dict(support=np.linspace(-1, 1, 3)), TypeError, "support")]
+    for change, error, match in changes:
+        with pytest.raises(error, match=match):
+            kernel(**{**good, **change})
 
 
 def test_sac_squash_kernels_equal_torch_including_saturated_actions():

@@ -157,27 +157,14 @@ class C51(DQN):
         return cls, args, kwargs
 
     # -- update ----------------------------------------------------------------------------------
-    @torch.no_grad()
-    def _compiled_step(self, batch) -> torch.Tensor:
-        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call
-        (``rapidrl.kernels.categorical.c51_grads``) and the MLP's forward and backward compiled
-        (``rapidrl.kernels.mlp``); ``tests/test_c51.py`` compares the two."""
+    def _loss_head(self, q_both: np.ndarray, next_target: np.ndarray, batch, next_mask: np.ndarray | None,
+                   d_out: np.ndarray, out: np.ndarray) -> None:
+        """The handwritten backend's loss head (``rapidrl.kernels.categorical.c51_grads``: greedy next action,
+        projection, cross-entropy and its gradient); DQN's ``_compiled_step`` runs the network around it."""
         c = self.config
-        b = batch.obs.shape[0]
-        obs, _ = self._split_rows(batch.obs)
-        next_obs, next_mask = self._split_rows(batch.next_obs)
-        # double_q: one online forward for s and s' ([2B, A N]); the backward uses the rows of s only
-        x = torch.cat([obs, next_obs]) if c.double_q else obs.contiguous()
-        q_both = self._q_grad(x.numpy())  # [2B, A N] or [B, A N] logits
-        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A N]
-        d_out = np.empty_like(next_target)
-        out = torch.empty(3 + b)
         c51_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
-                  batch.weights.numpy() if c.prioritized else None, c.double_q, self._support_np, d_out, out.numpy(),
-                  next_mask=None if next_mask is None else next_mask.numpy())
-        self._q_grad.backward(d_out)  # d loss / d logits of the B rows of s -> .grad
-        optimizer_step(self.optimizer, c.max_grad_norm)
-        return out
+                  batch.weights.numpy() if c.prioritized else None, c.double_q, self._support_np, d_out, out,
+                  next_mask=next_mask)
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """One gradient step through autograd (any Q network: dueling, noisy, CNNs; the "torch" backend and the

@@ -170,27 +170,33 @@ class DQN(OffPolicyAlgorithm):
 
     @torch.no_grad()
     def _compiled_step(self, batch) -> torch.Tensor:
-        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call
-        (``rapidrl.kernels.td.dqn_td_grads``: targets, Huber loss, its gradient with respect to Q) and the MLP's
-        forward and backward compiled (``rapidrl.kernels.mlp``): the same update, a fraction of the PyTorch calls
-        (``tests/test_closed_form_offpolicy.py`` compares the two)."""
+        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call (``_loss_head``:
+        targets, loss, its gradient with respect to the network's output) and the MLP's forward and backward compiled
+        (``rapidrl.kernels.mlp``): the same update, a fraction of the PyTorch calls
+        (``tests/test_closed_form_offpolicy.py`` compares the two, for DQN, C51 and QR-DQN)."""
         c = self.config
         b = batch.obs.shape[0]
         obs, _ = self._split_rows(batch.obs)
         next_obs, next_mask = self._split_rows(batch.next_obs)
-        # double_q: one online forward for s and s' ([2B, A]); the backward uses the rows of s only
+        # double_q: one online forward for s and s' ([2B, A K]); the backward uses the rows of s only
         x = torch.cat([obs, next_obs]) if c.double_q else obs.contiguous()
-        q_both = self._q_grad(x.numpy())  # [2B, A] or [B, A]
-        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A]
-        weights = batch.weights if c.prioritized else None
+        q_both = self._q_grad(x.numpy())  # [2B, A K] or [B, A K]: K outputs per action
+        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A K]
         d_out = np.empty_like(next_target)
         out = torch.empty(3 + b)
-        dqn_td_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
-                     None if weights is None else weights.numpy(), c.double_q, d_out, out.numpy(),
-                     next_mask=None if next_mask is None else next_mask.numpy())
-        self._q_grad.backward(d_out)  # d loss / d Q of the B rows of s -> .grad
+        self._loss_head(q_both, next_target, batch, None if next_mask is None else next_mask.numpy(), d_out,
+                        out.numpy())
+        self._q_grad.backward(d_out)  # d loss / d output of the B rows of s -> .grad
         optimizer_step(self.optimizer, c.max_grad_norm)
         return out
+
+    def _loss_head(self, q_both: np.ndarray, next_target: np.ndarray, batch, next_mask: np.ndarray | None,
+                   d_out: np.ndarray, out: np.ndarray) -> None:
+        """The compiled loss head of ``_compiled_step`` (``rapidrl.kernels.td.dqn_td_grads``: TD targets, Huber loss,
+        its gradient with respect to Q into d_out, the statistics into out)."""
+        c = self.config
+        dqn_td_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
+                     batch.weights.numpy() if c.prioritized else None, c.double_q, d_out, out, next_mask=next_mask)
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """The "torch" backend: the update through autograd on ``dqn_loss`` (any Q network, dueling and CNNs

@@ -80,27 +80,14 @@ class QRDQN(DQN):
             self._acting_forward = compiled_acting_forward(self.q_net, self.device, self.precision)
 
     # -- update ----------------------------------------------------------------------------------
-    @torch.no_grad()
-    def _compiled_step(self, batch) -> torch.Tensor:
-        """The "handwritten" backend: ``_autograd_step`` with the loss head in one compiled call
-        (``rapidrl.kernels.quantile.qrdqn_grads``) and the MLP's forward and backward compiled
-        (``rapidrl.kernels.mlp``); ``tests/test_qrdqn_iqn.py`` compares the two."""
+    def _loss_head(self, q_both: np.ndarray, next_target: np.ndarray, batch, next_mask: np.ndarray | None,
+                   d_out: np.ndarray, out: np.ndarray) -> None:
+        """The handwritten backend's loss head (``rapidrl.kernels.quantile.qrdqn_grads``: greedy next quantiles,
+        targets, quantile Huber loss and its gradient); DQN's ``_compiled_step`` runs the network around it."""
         c = self.config
-        b = batch.obs.shape[0]
-        obs, _ = self._split_rows(batch.obs)
-        next_obs, next_mask = self._split_rows(batch.next_obs)
-        # double_q: one online forward for s and s' ([2B, A N]); the backward uses the rows of s only
-        x = torch.cat([obs, next_obs]) if c.double_q else obs.contiguous()
-        q_both = self._q_grad(x.numpy())  # [2B, A N] or [B, A N]
-        next_target = self._target_forward(next_obs.contiguous().numpy())  # [B, A N]
-        d_out = np.empty_like(next_target)
-        out = torch.empty(3 + b)
         qrdqn_grads(q_both, next_target, batch.actions.numpy(), batch.rewards.numpy(), batch.discounts.numpy(),
-                    batch.weights.numpy() if c.prioritized else None, c.double_q, c.n_quantiles, d_out, out.numpy(),
-                    next_mask=None if next_mask is None else next_mask.numpy())
-        self._q_grad.backward(d_out)  # d loss / d output of the B rows of s -> .grad
-        optimizer_step(self.optimizer, c.max_grad_norm)
-        return out
+                    batch.weights.numpy() if c.prioritized else None, c.double_q, c.n_quantiles, d_out, out,
+                    next_mask=next_mask)
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """One gradient step through autograd (any Q network; the "torch" backend and the reference of

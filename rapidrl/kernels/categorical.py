@@ -17,7 +17,8 @@ import math
 import numba
 import numpy as np
 
-from rapidrl.kernels.validation import check_array, check_like
+from rapidrl.kernels.td import NO_MASK, check_loss_head, refuse_bad_action
+from rapidrl.kernels.validation import check_array
 
 F32 = np.dtype(np.float32)
 
@@ -112,9 +113,6 @@ def _c51_grads(q_both, next_target, actions, rewards, discounts, weights, use_we
     return -1
 
 
-_NO_MASK = np.ones((1, 1), np.bool_)  # typed, unused
-
-
 def c51_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
               discounts: np.ndarray, weights: np.ndarray | None, double_q: bool, support: np.ndarray,
               d_out: np.ndarray, out: np.ndarray, next_mask: np.ndarray | None = None) -> None:
@@ -128,21 +126,9 @@ def c51_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray, 
     n = check_array("support", support, ndim=1, dtypes=[F32]).shape[0]
     if n < 2 or not support[-1] > support[0]:
         raise ValueError(f"support needs at least 2 increasing atoms, got {support}")
-    b, width = check_array("next_target", next_target, ndim=2, dtypes=[F32]).shape
-    if width % n:
-        raise ValueError(f"next_target's {width} columns are not a whole number of actions x {n} atoms")
-    check_like("q_both", q_both, like="next_target", dtype=F32, shape=(2 * b if double_q else b, width))
-    check_like("actions", actions, like="next_target's rows", dtype=np.dtype(np.int64), shape=(b,))
-    for name, a in (("rewards", rewards), ("discounts", discounts), *((("weights", weights),) if weights is not None
-                                                                      else ())):
-        check_like(name, a, like="next_target's rows", dtype=F32, shape=(b,))
-    check_like("d_out", d_out, like="next_target", dtype=F32, shape=(b, width))
-    check_like("out", out, like="next_target", dtype=F32, shape=(3 + b,))
-    if next_mask is not None:
-        next_mask = check_like("next_mask", next_mask, like="next_target", dtype=np.dtype(np.bool_),
-                               shape=(b, width // n))
+    num_actions, next_mask = check_loss_head(q_both, next_target, actions, rewards, discounts, weights, double_q,
+                                             d_out, out, next_mask, n)
     bad = _c51_grads(q_both, next_target, actions, rewards, discounts, rewards if weights is None else weights,
                      weights is not None, bool(double_q), support, d_out, out,
-                     _NO_MASK if next_mask is None else next_mask, next_mask is not None)
-    if bad >= 0:
-        raise ValueError(f"actions must lie in [0, {width // n}), got actions[{bad}] = {actions[bad]}")
+                     NO_MASK if next_mask is None else next_mask, next_mask is not None)
+    refuse_bad_action(bad, actions, num_actions)

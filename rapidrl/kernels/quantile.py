@@ -19,6 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from rapidrl.kernels.td import NO_MASK, check_loss_head, refuse_bad_action
 from rapidrl.kernels.validation import check_array, check_like
 
 F32 = np.dtype(np.float32)
@@ -122,9 +123,6 @@ def _qrdqn_grads(q_both, next_target, actions, rewards, discounts, weights, use_
     return -1
 
 
-_NO_MASK = np.ones((1, 1), np.bool_)  # typed, unused
-
-
 def qrdqn_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                 discounts: np.ndarray, weights: np.ndarray | None, double_q: bool, n_quantiles: int, d_out: np.ndarray,
                 out: np.ndarray, next_mask: np.ndarray | None = None) -> None:
@@ -139,21 +137,11 @@ def qrdqn_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray
     (loss, mean Q of the taken actions, mean |mean target - Q|, the per-sample losses, unweighted: the priorities).
     float32, C-contiguous.
     """
-    b, width = check_array("next_target", next_target, ndim=2, dtypes=[F32]).shape
-    if n_quantiles < 1 or width % n_quantiles:
-        raise ValueError(f"next_target's {width} columns are not a whole number of actions x {n_quantiles} quantiles")
-    check_like("q_both", q_both, like="next_target", dtype=F32, shape=(2 * b if double_q else b, width))
-    check_like("actions", actions, like="next_target's rows", dtype=np.dtype(np.int64), shape=(b,))
-    for name, a in (("rewards", rewards), ("discounts", discounts), *((("weights", weights),) if weights is not None
-                                                                      else ())):
-        check_like(name, a, like="next_target's rows", dtype=F32, shape=(b,))
-    check_like("d_out", d_out, like="next_target", dtype=F32, shape=(b, width))
-    check_like("out", out, like="next_target", dtype=F32, shape=(3 + b,))
-    if next_mask is not None:
-        next_mask = check_like("next_mask", next_mask, like="next_target", dtype=np.dtype(np.bool_),
-                               shape=(b, width // n_quantiles))
+    if n_quantiles < 1:
+        raise ValueError(f"n_quantiles must be >= 1, got {n_quantiles}")
+    num_actions, next_mask = check_loss_head(q_both, next_target, actions, rewards, discounts, weights, double_q,
+                                             d_out, out, next_mask, n_quantiles)
     bad = _qrdqn_grads(q_both, next_target, actions, rewards, discounts, rewards if weights is None else weights,
                        weights is not None, bool(double_q), int(n_quantiles), d_out, out,
-                       _NO_MASK if next_mask is None else next_mask, next_mask is not None)
-    if bad >= 0:
-        raise ValueError(f"actions must lie in [0, {width // n_quantiles}), got actions[{bad}] = {actions[bad]}")
+                       NO_MASK if next_mask is None else next_mask, next_mask is not None)
+    refuse_bad_action(bad, actions, num_actions)

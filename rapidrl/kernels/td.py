@@ -69,7 +69,41 @@ def _dqn_td_grads(q_both, next_target, actions, rewards, discounts, weights, use
     return -1
 
 
-_NO_MASK = np.ones((1, 1), np.bool_)  # typed, unused
+NO_MASK = np.ones((1, 1), np.bool_)
+"""What the compiled loss heads receive for ``next_mask`` without action masks (typed, unused)."""
+F32 = np.dtype(np.float32)
+
+
+def check_loss_head(q_both, next_target, actions, rewards, discounts, weights, double_q: bool, d_out, out,
+                    next_mask, outputs_per_action: int = 1) -> tuple[int, np.ndarray | None]:
+    """Check the arguments every compiled loss head of the DQN family takes (``dqn_td_grads``,
+    ``rapidrl.kernels.quantile.qrdqn_grads``, ``rapidrl.kernels.categorical.c51_grads``): next_target [B, A * K]
+    float32 with K = ``outputs_per_action`` columns per action; q_both [B or 2B (double Q), A * K]; actions [B] int64;
+    rewards, discounts, weights (or None) [B] float32; d_out like next_target; out [3 + B] float32; next_mask [B, A]
+    bool or None. Returns (A, next_mask as a bool array, or None)."""
+    b, width = check_array("next_target", next_target, ndim=2, dtypes=[F32]).shape
+    if width % outputs_per_action:
+        raise ValueError(f"next_target's {width} columns are not a whole number of actions x {outputs_per_action} "
+                         "outputs per action")
+    check_like("q_both", q_both, like="next_target", dtype=F32, shape=(2 * b if double_q else b, width))
+    check_like("actions", actions, like="next_target's rows", dtype=np.dtype(np.int64), shape=(b,))
+    check_like("rewards", rewards, like="next_target", dtype=F32, shape=(b,))
+    check_like("discounts", discounts, like="next_target", dtype=F32, shape=(b,))
+    if weights is not None:
+        check_like("weights", weights, like="next_target", dtype=F32, shape=(b,))
+    check_like("d_out", d_out, like="next_target", dtype=F32, shape=(b, width))
+    check_like("out", out, like="next_target", dtype=F32, shape=(3 + b,))
+    num_actions = width // outputs_per_action
+    if next_mask is not None:
+        next_mask = check_like("next_mask", next_mask, like="next_target", dtype=np.dtype(np.bool_),
+                               shape=(b, num_actions))
+    return num_actions, next_mask
+
+
+def refuse_bad_action(bad: int, actions: np.ndarray, num_actions: int) -> None:
+    """A compiled loss head's verdict on the actions: ``bad`` >= 0 is the first row whose action is out of range."""
+    if bad >= 0:
+        raise ValueError(f"actions must lie in [0, {num_actions}), got actions[{bad}] = {actions[bad]}")
 
 
 def dqn_td_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
@@ -81,21 +115,9 @@ def dqn_td_grads(q_both: np.ndarray, next_target: np.ndarray, actions: np.ndarra
     next_target [B, A] float32; actions [B] int64 in [0, A); rewards, discounts, weights [B] float32; next_mask
     [B, A] bool, the valid actions of s' (None: all).
     """
-    f32 = np.dtype(np.float32)
-    b, num_actions = check_array("next_target", next_target, ndim=2, dtypes=[f32]).shape
-    rows = 2 * b if double_q else b
-    check_like("q_both", q_both, like="next_target", dtype=f32, shape=(rows, num_actions))
-    check_like("actions", actions, like="next_target's rows", dtype=np.dtype(np.int64), shape=(b,))
-    check_like("rewards", rewards, like="next_target", dtype=f32, shape=(b,))
-    check_like("discounts", discounts, like="next_target", dtype=f32, shape=(b,))
-    if weights is not None:
-        check_like("weights", weights, like="next_target", dtype=f32, shape=(b,))
-    check_like("d_out", d_out, like="next_target", dtype=f32, shape=(b, num_actions))
-    check_like("out", out, like="next_target", dtype=f32, shape=(3 + b,))
-    if next_mask is not None:
-        check_like("next_mask", next_mask, like="next_target", dtype=np.dtype(np.bool_), shape=(b, num_actions))
+    num_actions, next_mask = check_loss_head(q_both, next_target, actions, rewards, discounts, weights, double_q,
+                                             d_out, out, next_mask)
     bad = _dqn_td_grads(q_both, next_target, actions, rewards, discounts, rewards if weights is None else weights,
                         weights is not None, bool(double_q), d_out, out,
-                        _NO_MASK if next_mask is None else next_mask, next_mask is not None)
-    if bad >= 0:
-        raise ValueError(f"actions must lie in [0, {num_actions}), got actions[{bad}] = {actions[bad]}")
+                        NO_MASK if next_mask is None else next_mask, next_mask is not None)
+    refuse_bad_action(bad, actions, num_actions)

@@ -2,7 +2,8 @@
 
 The setting is ``configs/variants/ppo_cartpole_throughput.toml`` (1024 CartPole envs x 16 steps, 2 epochs of
 minibatches of 4096, separate 64x64 tanh actor and critic MLPs, the fused collector and the compiled update). Each
-part of an iteration is timed alone, as the median of ``repeats`` calls after a warm-up, on the model's own arrays:
+part of an iteration is timed alone, as the median of ``repeats`` calls after a warm-up, on the model's own arrays
+and under the process settings ``learn`` holds (``harness.as_in_learn``):
 
 - the iteration: collection, GAE and the update as ``learn`` runs them (``_rollout`` and ``_train``);
 - collection: the fused collector's one compiled call, split into env stepping (the same envs stepped ``T`` times
@@ -64,6 +65,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
     """Seconds per iteration of each part, FLOPs and the lower bounds (see the module docstring). ``settings``
     override the preset's algorithm settings (a test runs a small one)."""
     import rapidrl as rr
+    from rapidrl.benchmarks.harness import as_in_learn
     from rapidrl.envs import make_vec
     from rapidrl.kernels.ppo_update import _adam
     from rapidrl.nn.numba_mlp import MLPForward
@@ -84,10 +86,11 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
         model._rollout()
         model._train()
 
-    seconds = {"iteration": _median_seconds(iteration, repeats),
-               "collect": _median_seconds(model._collect, repeats),
-               "gae": _median_seconds(model._advantages, repeats),
-               "update": _median_seconds(model._train, repeats)}
+    def timed(fn) -> float:  # under the process settings learn holds (torch threads, denormal flushing)
+        return _median_seconds(as_in_learn(model, fn), repeats)
+
+    seconds = {"iteration": timed(iteration), "collect": timed(model._collect), "gae": timed(model._advantages),
+               "update": timed(model._train)}
 
     env = make_vec("CartPole-v1", c.num_envs, seed=seed)
     env.reset(seed=seed)
@@ -97,7 +100,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
         for _ in range(c.num_steps):
             env.step(actions)
 
-    seconds["env"] = _median_seconds(env_steps, repeats)
+    seconds["env"] = timed(env_steps)
     actor, critic = MLPForward(policy.actor, policy.activation), MLPForward(policy.critic, policy.activation)
     obs = np.random.default_rng(seed).standard_normal((c.num_envs, actor.in_dim)).astype(np.float32)
 
@@ -106,7 +109,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
             actor(obs)
             critic(obs)
 
-    seconds["acting_forward"] = _median_seconds(acting, repeats)
+    seconds["acting_forward"] = timed(acting)
     minibatches = c.update_epochs * (steps // c.minibatch_size)
     batch = np.random.default_rng(seed).standard_normal((c.minibatch_size, actor.in_dim)).astype(np.float32)
 
@@ -115,7 +118,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
             actor(batch)
             critic(batch)
 
-    seconds["update_forward"] = _median_seconds(update_forward, repeats)
+    seconds["update_forward"] = timed(update_forward)
     params = tuple(p.detach().clone().view(-1).numpy() for p in policy.parameters())  # tuples, as the epoch has them
     grads = tuple(np.full_like(p, 1e-3) for p in params)
     ms, vs = tuple(np.zeros_like(p) for p in params), tuple(np.zeros_like(p) for p in params)
@@ -125,7 +128,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
         for _ in range(minibatches):
             _adam(params, grads, ms, vs, counts, 1e-3, 0.9, 0.999, 1e-8)
 
-    seconds["adam"] = _median_seconds(adam, repeats)
+    seconds["adam"] = timed(adam)
     env.close()
 
     forward_macs = mlp_macs(layer_sizes(policy.actor)) + mlp_macs(layer_sizes(policy.critic))  # per sample

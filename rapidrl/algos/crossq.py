@@ -27,19 +27,20 @@ import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, soft_actor_loss, soft_target, temperature_loss
+from rapidrl.algos.offpolicy_networks import NetworkConfig, network_optimizer
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import EntropyConfig, SquashedGaussianActorCritic
 from rapidrl.nn.batch_renorm import BatchRenorm, batch_renorm_mode, interleave_batch_renorm
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.train.compile import maybe_compile
-from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, with_defaults
+from rapidrl.train.config import check_hidden, check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
 @with_defaults(learning_rate=1e-3)
-class CrossQConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig):
+class CrossQConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, NetworkConfig):
     """sb3-contrib's CrossQ defaults (sb3_contrib/crossq/crossq.py, policies.py). ``tau`` is not used (no target
     networks)."""
 
@@ -61,6 +62,10 @@ class CrossQConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig):
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
+        self.validate_network()
+        require(self.network == "mlp", "CrossQ's critics are MLPs with Batch Renormalization and no target networks "
+                "(its method); network='simba' (LayerNorm residual critics with targets) trains with SAC, TQC, TD3 or "
+                "DDPG. normalize_obs and weight_decay apply to CrossQ")
         check_hidden(self.critic_hidden)
         self.validate_critics()
         check_positive(self, "policy_delay", "batch_norm_eps")
@@ -109,8 +114,8 @@ class CrossQ(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         for net in (self.actor, self.critic):  # evaluation mode except inside a training pass (batch_renorm_mode)
             net.eval()
         betas = (c.adam_beta1, 0.999)
-        self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate, betas=betas)
-        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate, betas=betas)
+        self.actor_optimizer = network_optimizer(self.actor.parameters(), c, betas=betas)
+        self.critic_optimizer = network_optimizer(self.critic.parameters(), c, betas=betas)
         self.alpha_optimizer = adam([self.log_alpha], c.learning_rate) if self.tune_alpha else None
         self._actor_update_fn = maybe_compile(self._actor_update, c.torch_compile)
         self._last_actor_stats = torch.zeros(4, device=self.device)

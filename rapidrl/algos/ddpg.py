@@ -23,6 +23,7 @@ import torch
 
 from rapidrl.algos.deterministic_actor_critic import DeterministicActorConfig, DeterministicActorCritic
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
+from rapidrl.algos.offpolicy_networks import NetworkConfig
 from rapidrl.algos.registry import register
 from rapidrl.algos.td3 import td3_steps
 from rapidrl.train.config import with_defaults
@@ -31,13 +32,14 @@ from rapidrl.train.path_settings import HandwrittenBackend
 
 @dataclass
 @with_defaults(learning_starts=25_000)
-class DDPGConfig(OffPolicyConfig, DeterministicActorConfig):
+class DDPGConfig(OffPolicyConfig, DeterministicActorConfig, NetworkConfig):
     """CleanRL's ddpg_continuous_action.py defaults (its policy_frequency is ``policy_delay``; learning_starts 25,000
     is its MuJoCo setting; the presets say theirs)."""
 
     def validate(self) -> None:
         super().validate()
         self.validate_deterministic_actor()
+        self.validate_network()
 
     # CleanRL's name, used by older rapidrl versions
     renamed_settings: ClassVar[dict[str, str]] = {"policy_frequency": "policy_delay"}

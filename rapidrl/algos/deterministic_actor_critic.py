@@ -19,10 +19,11 @@ import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, td3_target
+from rapidrl.algos.offpolicy_networks import actor_trunk, critic_ensemble, network_optimizer, simba_without_handwritten
 from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, DeterministicActor
 from rapidrl.train.config import check_positive
 
@@ -80,16 +81,26 @@ class DeterministicActorCritic:
         """The actor, ``n_critics`` critics (one ``CriticEnsemble``), their targets and Adams."""
         space, c = self.action_space, self.config
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-        self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden).to(self.device)
+        trunk = actor_trunk(c, self.obs_dim)  # network="simba": SimBa's trunk and head gain
+        simba = dict(trunk=trunk, head_gain=1.0) if trunk is not None else {}
+        if trunk is not None:  # SimBa's bf16 learning is untested: precision="auto" keeps float32
+            self.bf16_learning_tested = False
+        self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden, **simba).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic = CriticEnsemble(n_critics, self.obs_dim, int(space.shape[0]), c.hidden).to(self.device)
+        self.critic = critic_ensemble(c, n_critics, self.obs_dim, int(space.shape[0]), c.hidden).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optimizer = adam(self.actor.parameters(), c.learning_rate)
-        self.critic_optimizer = adam(self.critic.parameters(), c.learning_rate)
+        self.actor_optimizer = network_optimizer(self.actor.parameters(), c)
+        self.critic_optimizer = network_optimizer(self.critic.parameters(), c)
         self._online_params = [*self.actor.parameters(), *self.critic.parameters()]
         self._target_params = [*self.actor_target.parameters(), *self.critic_target.parameters()]
         self._last_actor_loss = torch.zeros((), device=self.device)  # the latest actor step's (a statistic)
         self._half_range = ((high - low) / 2).numpy()
+
+    def _gradient_backends(self) -> dict:
+        """The handwritten backend where the algorithm has one, refused for the SimBa networks."""
+        if self.handwritten is None:
+            return super()._gradient_backends()
+        return self._handwritten_or_torch(lambda: simba_without_handwritten(self.config))
 
     def _bind_backend(self) -> None:
         """The handwritten backend: the actor's forward and backward for the update (``MLPGrad``), another compiled
@@ -116,7 +127,7 @@ class DeterministicActorCritic:
         one, else the PyTorch actor (``_act``)."""
         if self._acting_forward is None or obs.shape[0] > ACTING_FORWARD_MAX_ROWS:
             return super()._policy_actions(obs, deterministic)
-        raw = self._acting_forward(obs.reshape(obs.shape[0], -1))
+        raw = self._acting_forward(self._normalized_obs(obs).reshape(obs.shape[0], -1))
         actions = self._center_np + self._scale_np * np.tanh(raw)
         return actions if deterministic else self._exploration_noise(actions)
 

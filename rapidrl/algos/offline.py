@@ -33,7 +33,6 @@ import torch
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.buffers import ReplayBatch
 from rapidrl.buffers.dataset import DatasetError, OfflineDataset, load_dataset, read_header
-from rapidrl.nn.deploy import NormalizeObs
 from rapidrl.nn.normalize import ObsNormalizer
 from rapidrl.train.config import check_positive, require
 from rapidrl.train.paths import fixed
@@ -114,6 +113,7 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     # every offline algorithm's learning test in tests/test_offline.py runs in bf16 too (a test there checks that
     # each subclass has one)
     bf16_learning_tested = True
+    updates_obs_statistics = False  # normalize_obs: the dataset's statistics, kept when fine-tuning online
     discrete_instead = "discrete_cql or bc, which train on Discrete datasets"
 
     def __init__(self, env=None, config=None, *, dataset=None, eval_env=None, env_kwargs: dict | None = None,
@@ -139,7 +139,6 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     # -- set-up ----------------------------------------------------------------------------------------------------
     def _build(self) -> None:
         c = self.config
-        self.obs_normalizer = ObsNormalizer(self.observation_space.shape, clip=np.inf, eps=0.0)
         self.reward_scale = 1.0
         self.dataset: OfflineDataset | None = None
         self._dataset_sampler = self._mix_sampler = None
@@ -148,7 +147,6 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         self._online_now = False
         self._steps_now = 0
         super()._build()
-        self._refresh_normalization()
         if c.offline_steps is None:
             self.paths["collection"] = fixed("collection", "dataset", "offline: minibatches from the dataset, no env "
                                                                       "steps")
@@ -177,8 +175,8 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
             raise DatasetError(f"{ds.dataset_id} holds {len(ds)} transitions, fewer than batch_size={c.batch_size}")
         self.dataset = ds
         if self.num_timesteps == 0 and self.num_gradient_steps == 0:
-            rms = self.obs_normalizer.rms
             if c.normalize_obs:
+                rms = self.obs_normalizer.rms
                 rms.mean, rms.var = ds.obs_mean.copy(), np.square(ds.obs_std + OBS_STD_EPS)
             if c.normalize_reward:
                 span = float(ds.episode_returns.max() - ds.episode_returns.min())
@@ -194,14 +192,12 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
             self._restore_mix = self._pending_draws
             self._pending_draws = None
 
-    def _refresh_normalization(self) -> None:
-        """The update's tensors of the observation normalisation: x * scale + shift (None: identity)."""
-        self._obs_scale = self._obs_shift = None
-        if self.config.normalize_obs:
-            rms = self.obs_normalizer.rms
-            inv = 1.0 / np.sqrt(rms.var + self.obs_normalizer.eps)
-            self._obs_scale = torch.as_tensor(inv.reshape(-1), dtype=torch.float32, device=self.device)
-            self._obs_shift = torch.as_tensor((-rms.mean * inv).reshape(-1), dtype=torch.float32, device=self.device)
+    def _make_obs_normalizer(self) -> ObsNormalizer | None:
+        """The dataset's statistics (set when it is bound, ``_bind_dataset``; no clipping, no eps: the std already has
+        OBS_STD_EPS added), None without ``normalize_obs``."""
+        if not self.config.normalize_obs:
+            return None
+        return ObsNormalizer(self.observation_space.shape, clip=np.inf, eps=0.0)
 
     def _check_spaces(self) -> None:
         super()._check_spaces()
@@ -259,9 +255,7 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
 
     def _prepare(self, batch: ReplayBatch) -> ReplayBatch:
         """Normalise a sampled minibatch in place (the sampler's arrays, overwritten by its next call anyway)."""
-        if self._obs_scale is not None:
-            batch.obs.mul_(self._obs_scale).add_(self._obs_shift)
-            batch.next_obs.mul_(self._obs_scale).add_(self._obs_shift)
+        self._normalize_batch(batch)
         if self.reward_scale != 1.0:
             batch.rewards.mul_(self.reward_scale)
         return batch
@@ -291,20 +285,7 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         old = self._mix_sampler(as_torch=True)
         return ReplayBatch(*(torch.cat([a, b]) for a, b in zip(old, new)))
 
-    # -- acting ------------------------------------------------------------------------------------------------------
-    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """Raw observations [B, ...] -> normalised float32 tensor [B, O] on the device."""
-        x = obs.reshape(obs.shape[0], -1)
-        if self.config.normalize_obs:
-            x = self.obs_normalizer(x)
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.device)
-
-    def deterministic_module(self) -> torch.nn.Module:
-        actor = self._actor_module()
-        if not self.config.normalize_obs:
-            return actor
-        return torch.nn.Sequential(NormalizeObs(self.obs_normalizer), actor)
-
+    # -- scores ------------------------------------------------------------------------------------------------------
     def normalized_score(self, returns) -> np.ndarray:
         """D4RL's normalised score of ``returns`` with the dataset's reference scores (``OfflineDataset``)."""
         if self.dataset is None:
@@ -313,14 +294,11 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
 
     # -- persistence -------------------------------------------------------------------------------------------------
     def _state(self) -> dict:
-        return {**super()._state(), "obs_normalizer": self.obs_normalizer.state_dict(),
-                "reward_scale": float(self.reward_scale)}
+        return {**super()._state(), "reward_scale": float(self.reward_scale)}
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
-        self.obs_normalizer.load_state_dict(state["obs_normalizer"])
         self.reward_scale = float(state["reward_scale"])
-        self._refresh_normalization()
 
     @classmethod
     def load(cls, path: str | os.PathLike, env=None, device: str | None = None, *, include_buffer: bool = False,

@@ -43,6 +43,8 @@ from rapidrl.buffers import FrameReplayBuffer, ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
 from rapidrl.kernels.distributions import nth_valid
+from rapidrl.nn.deploy import NormalizeObs
+from rapidrl.nn.normalize import ObsNormalizer
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.compile import maybe_compile
@@ -229,6 +231,9 @@ class OffPolicyAlgorithm(Algorithm):
     _acting_forward: MLPForward | None = None
     """The compiled MLP forward that acts on a few observations, where ``_bind_backend`` made one (DQN, SAC, TD3,
     DDPG)."""
+    updates_obs_statistics = True
+    """With ``normalize_obs``, the statistics follow the observations acted on while training (False for the offline
+    algorithms: theirs are the dataset's, ``rapidrl.algos.offline``)."""
     multi_input = False
     """True when the networks take Dict/Tuple observations with images (a CNN on each image: DQN)."""
     box_actions_only = False
@@ -250,6 +255,8 @@ class OffPolicyAlgorithm(Algorithm):
         self._obs = np.zeros((c.num_envs, *self._stored_obs_shape()), self._obs_dtype)
         self._next_obs = np.zeros_like(self._obs)  # next_obs as stored: final obs where an episode ended
         self._needs_reset = True
+        self.obs_normalizer = self._make_obs_normalizer()
+        self._refresh_normalization()
         self._build_networks()
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
         self.paths["collection"] = fixed("collection", "step", "the only one: a vector-env step per call, into replay")
@@ -320,6 +327,40 @@ class OffPolicyAlgorithm(Algorithm):
         check_replay_fits(cls.storage_bytes(*args, **kwargs), c.buffer_size, c.replay_storage, path)
         return cls(*args, **kwargs, storage=c.replay_storage, path=path)
 
+    # -- observation normalisation (normalize_obs) ------------------------------------------------
+    def _make_obs_normalizer(self) -> ObsNormalizer | None:
+        """The statistics of ``normalize_obs`` (SimBa's RSNorm: no clipping, eps 1e-8), None without it. Every network
+        input is normalised with them: acting (``_obs_tensor``, ``_normalized_obs``), the update's minibatch
+        (``_normalize_batch``) and the exported policy (``deterministic_module``)."""
+        if not getattr(self.config, "normalize_obs", False):
+            return None
+        return ObsNormalizer(self.observation_space.shape, clip=np.inf, eps=1e-8)
+
+    def _refresh_normalization(self) -> None:
+        """The update's tensors of the observation normalisation from the statistics now: x * scale + shift (None:
+        identity)."""
+        self._obs_scale = self._obs_shift = None
+        if self.obs_normalizer is not None:
+            rms = self.obs_normalizer.rms
+            inv = 1.0 / np.sqrt(rms.var + self.obs_normalizer.eps)
+            self._obs_scale = torch.as_tensor(inv.reshape(-1), dtype=torch.float32, device=self.device)
+            self._obs_shift = torch.as_tensor((-rms.mean * inv).reshape(-1), dtype=torch.float32, device=self.device)
+
+    def _normalized_obs(self, obs: np.ndarray) -> np.ndarray:
+        """Observations [B, ...] as the networks take them: normalised float32 [B, O] with ``normalize_obs``, else the
+        observations as they are."""
+        if self.obs_normalizer is None:
+            return obs
+        return self.obs_normalizer(obs.reshape(obs.shape[0], -1))
+
+    def _normalize_batch(self, batch):
+        """A sampled minibatch with its observations normalised in place (the sampler's own arrays, which its next
+        call overwrites anyway); the batch as it is without ``normalize_obs``."""
+        if self._obs_scale is not None:
+            batch.obs.mul_(self._obs_scale).add_(self._obs_shift)
+            batch.next_obs.mul_(self._obs_scale).add_(self._obs_shift)
+        return batch
+
     # -- to be supplied by DQN/SAC/TD3 -----------------------------------------------------------
     def _check_spaces(self) -> None:
         """Raise TypeError for observation or action spaces the algorithm cannot train on (called first)."""
@@ -359,8 +400,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     # -- acting ----------------------------------------------------------------------------------
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """Observations [B, ...] -> float32 tensor [B, O] on the device (offline algorithms normalise them)."""
-        x = np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)
+        """Observations [B, ...] -> float32 tensor [B, O] on the device (normalised with ``normalize_obs``)."""
+        x = np.ascontiguousarray(self._normalized_obs(obs).reshape(obs.shape[0], -1), dtype=np.float32)
         return torch.from_numpy(x).to(self.device)
 
     def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:
@@ -381,7 +422,11 @@ class OffPolicyAlgorithm(Algorithm):
         raise NotImplementedError
 
     def deterministic_module(self) -> torch.nn.Module:
-        return self._actor_module()
+        """The exported policy: ``_actor_module()``, after the observation normalisation of ``normalize_obs``."""
+        actor = self._actor_module()
+        if self.obs_normalizer is None:
+            return actor
+        return torch.nn.Sequential(NormalizeObs(self.obs_normalizer), actor)
 
     # -- collection ------------------------------------------------------------------------------
     def _random_actions(self) -> np.ndarray:
@@ -397,6 +442,8 @@ class OffPolicyAlgorithm(Algorithm):
         """One vector-env step: act, step, store (final obs as next_obs where an episode ended)."""
         timer = self.timer
         with timer.phase("policy"):
+            if self.obs_normalizer is not None and self.updates_obs_statistics:
+                self.obs_normalizer.rms.update(self._obs)  # as SimBa: every observation acted on, warm-up included
             if steps_so_far < self.config.learning_starts:
                 actions = self._random_actions()
             elif self.action_mask_size:
@@ -431,6 +478,8 @@ class OffPolicyAlgorithm(Algorithm):
         c = self.config
         if self.num_timesteps >= c.learning_starts and len(self.buffer) >= c.batch_size:
             with self.timer.phase("update"):
+                if self.obs_normalizer is not None and self.updates_obs_statistics:
+                    self._refresh_normalization()  # the statistics of the observations collected so far
                 for _ in range(c.gradient_steps):
                     self._train_step()
 
@@ -446,7 +495,7 @@ class OffPolicyAlgorithm(Algorithm):
     def _sample_batch(self):
         """The minibatch of the next update (tensors on the device): the replay buffer's (offline algorithms draw
         from their dataset, ``rapidrl.algos.offline``)."""
-        return self.buffer.sample(self.config.batch_size, as_torch=True)
+        return self._normalize_batch(self.buffer.sample(self.config.batch_size, as_torch=True))
 
     def _report_statistics(self) -> None:
         """The means of the statistics of the gradient steps since the last report (one host read)."""
@@ -485,7 +534,10 @@ class OffPolicyAlgorithm(Algorithm):
         return model
 
     def _state(self) -> dict[str, Any]:
-        return {name: _state_of(getattr(self, name)) for name in self.saved_state if getattr(self, name) is not None}
+        state = {name: _state_of(getattr(self, name)) for name in self.saved_state if getattr(self, name) is not None}
+        if self.obs_normalizer is not None:
+            state["obs_normalizer"] = self.obs_normalizer.state_dict()
+        return state
 
     def _load_state(self, state: dict[str, Any]) -> None:
         for name in self.saved_state:
@@ -495,6 +547,9 @@ class OffPolicyAlgorithm(Algorithm):
                     target.copy_(state[name])
             elif target is not None:
                 target.load_state_dict(state[name])
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.load_state_dict(state["obs_normalizer"])
+            self._refresh_normalization()
 
     def _extra_training_state(self) -> dict[str, Any]:
         return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,

@@ -29,6 +29,7 @@ import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, soft_actor_loss, soft_target, temperature_loss
+from rapidrl.algos.offpolicy_networks import NetworkConfig
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import (
     EntropyConfig,
@@ -47,11 +48,12 @@ from rapidrl.train.path_settings import HandwrittenBackend
 
 @dataclass
 @with_defaults(learning_rate=1e-3)
-class SACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig):
+class SACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, NetworkConfig):
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
         self.validate_critics()
+        self.validate_network()
 
 
 @register
@@ -80,7 +82,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         is per-call overhead, which bf16 autocast adds to (SAC HalfCheetah acted through the PyTorch actor lost
         most of bf16's gain end to end)."""
         self._acting_forward = None
-        bf16_on_cpu = self.precision == "bf16" and self.device.type == "cpu"
+        bf16_on_cpu = self.precision == "bf16" and self.device.type == "cpu" and self.config.network == "mlp"
         if self.gradient_backend == "handwritten" or bf16_on_cpu:
             self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
@@ -161,7 +163,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         if self._acting_forward is None or obs.shape[0] > ACTING_FORWARD_MAX_ROWS:
             return super()._policy_actions(obs, deterministic)
         actor = self.actor
-        head = self._acting_forward(obs.reshape(obs.shape[0], -1))
+        head = self._acting_forward(self._normalized_obs(obs).reshape(obs.shape[0], -1))
         noise = np.zeros((obs.shape[0], head.shape[1] // 2), np.float32)
         if not deterministic:
             noise[:] = torch.randn(noise.shape, generator=self.torch_rng).numpy()  # as the PyTorch path draws

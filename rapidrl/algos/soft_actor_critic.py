@@ -18,8 +18,15 @@ import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy_losses import polyak_update
+from rapidrl.algos.offpolicy_networks import (
+    SIMBA_LOG_STD_MIN,
+    actor_trunk,
+    critic_ensemble,
+    network_optimizer,
+    simba_without_handwritten,
+)
 from rapidrl.nn.deploy import SquashedMean
-from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
 from rapidrl.train.config import check_positive, require
 
@@ -113,9 +120,13 @@ class SquashedGaussianActorCritic:
         space, c = self.action_space, self.config
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         act_dim = int(space.shape[0])
-        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden).to(self.device)
-        self.critic = CriticEnsemble(c.n_critics, self.obs_dim, act_dim, c.hidden if critic_hidden is None
-                                     else critic_hidden, out_dim=out_dim, batch_renorm=batch_renorm).to(self.device)
+        trunk = actor_trunk(c, self.obs_dim)  # network="simba": SimBa's trunk, head gain and log-std floor
+        simba = dict(trunk=trunk, head_gain=1.0, log_std_min=SIMBA_LOG_STD_MIN) if trunk is not None else {}
+        if trunk is not None:  # SimBa's bf16 learning is untested: precision="auto" keeps float32
+            self.bf16_learning_tested = False
+        self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden, **simba).to(self.device)
+        self.critic = critic_ensemble(c, c.n_critics, self.obs_dim, act_dim, c.hidden if critic_hidden is None
+                                      else critic_hidden, out_dim=out_dim, batch_renorm=batch_renorm).to(self.device)
         if target:
             self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
             self._critic_params = list(self.critic.parameters())
@@ -125,7 +136,13 @@ class SquashedGaussianActorCritic:
     def _build_joint_optimizer(self) -> None:
         """self.optimizer: one Adam over actor, critics and (when tuned) the temperature (SAC's and TQC's)."""
         params = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, self.config.learning_rate)
+        self.optimizer = network_optimizer(params, self.config, undecayed=[self.log_alpha] if self.tune_alpha else [])
+
+    def _gradient_backends(self) -> dict:
+        """The handwritten backend where the algorithm has one, refused for the SimBa networks."""
+        if self.handwritten is None:
+            return super()._gradient_backends()
+        return self._handwritten_or_torch(lambda: simba_without_handwritten(self.config))
 
     # -- acting ----------------------------------------------------------------------------------------------------
     def _act(self, x: torch.Tensor, deterministic: bool) -> np.ndarray:

@@ -31,6 +31,7 @@ from rapidrl.algos.deterministic_actor_critic import (
 )
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, smoothed_target_actions, td3_target
+from rapidrl.algos.offpolicy_networks import NetworkConfig
 from rapidrl.algos.registry import register
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble
@@ -40,11 +41,12 @@ from rapidrl.train.path_settings import HandwrittenBackend
 
 @dataclass
 @with_defaults(learning_rate=1e-3)
-class TD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmoothingConfig):
+class TD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmoothingConfig, NetworkConfig):
     def validate(self) -> None:
         super().validate()
         self.validate_deterministic_actor()
         self.validate_target_smoothing()
+        self.validate_network()
 
 
 @register

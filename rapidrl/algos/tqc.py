@@ -32,6 +32,7 @@ import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import quantile_huber_loss, temperature_loss
+from rapidrl.algos.offpolicy_networks import NetworkConfig
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import (
     EntropyConfig,
@@ -46,7 +47,7 @@ from rapidrl.train.path_settings import HandwrittenBackend
 
 
 @dataclass
-class TQCConfig(OffPolicyConfig, EntropyConfig):
+class TQCConfig(OffPolicyConfig, EntropyConfig, NetworkConfig):
     """sb3-contrib's TQC defaults (sb3_contrib/tqc/tqc.py, policies.py)."""
 
     n_critics: int = 5
@@ -59,6 +60,7 @@ class TQCConfig(OffPolicyConfig, EntropyConfig):
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
+        self.validate_network()
         check_positive(self, "n_critics", "n_quantiles")
         check_positive(self, "top_quantiles_to_drop_per_net", allow_zero=True)
         require(self.top_quantiles_to_drop_per_net < self.n_quantiles,

@@ -19,7 +19,8 @@ Cases: ``ppo/minatar/b512``, ``dqn/minatar/b64`` (the MinAtar presets' batches),
 64x64 tanh: the small networks "auto" keeps in float32), ``ppo/nature/b256`` (CleanRL's ppo_atari minibatch:
 Breakout, Nature CNN, batch 256), ``dqn/nature/b32`` (CleanRL's dqn_atari batch), ``ppo/mlp256/b64`` (rl-zoo3's
 PPO HalfCheetah minibatch: 256x256 ReLU, batch 64), ``ppo/mlp256/b256``, ``sac/mlp256/b256`` (HalfCheetah,
-256x256 actor and twin critics, batch 256). Results and what was adopted: docs/precision.md.
+256x256 actor and twin critics, batch 256), ``sac/simba/b256`` (the SAC preset's MLP against the SimBa variant's
+networks, fp32 and bf16: docs/simba.md). Results and what was adopted: docs/precision.md.
 
     rapidrl bench precision [--quick] [--filter nature] [--torch-threads 1]
 """
@@ -144,3 +145,9 @@ def cases(ctx: Context) -> Iterator[Case]:
         "rapidrl/bf16": _offpolicy("SAC", MUJOCO, 256, precision="bf16"),
         "rapidrl/compile": _offpolicy("SAC", MUJOCO, 256, gradient_backend="torch", torch_compile=True),
     }, {"env": MUJOCO, "network": "256x256", "batch": 256})
+    simba = dict(network="simba", normalize_obs=True, weight_decay=0.01)  # the SimBa preset's networks (docs/simba.md)
+    yield _case("sac/simba/b256", {
+        "rapidrl": _offpolicy("SAC", MUJOCO, 256),
+        "rapidrl/simba": _offpolicy("SAC", MUJOCO, 256, **simba),
+        "rapidrl/simba-bf16": _offpolicy("SAC", MUJOCO, 256, precision="bf16", **simba),
+    }, {"env": MUJOCO, "network": "256x256 MLP vs SimBa 128x1 actor, 512x2 critics", "batch": 256})

@@ -12,14 +12,29 @@ from rapidrl._unsafe.torch_private import adam_kernel_step, cached_numpy_views, 
 from rapidrl.kernels.adam import check_arrays, clip_and_count_unchecked
 
 
-def adam(params, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
+def adam(params, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999), *,
+         weight_decay: float = 0.0, undecayed=()) -> torch.optim.Adam:
     """Adam as one kernel per step (PyTorch's ``fused=True``) where torch has it for the device (CPU included), else
     foreach. ("Fused" is PyTorch's word here; in rapidrl it names the collection path, ``collection="fused"``.)
 
     For the small networks of RL the one-kernel step is ~3x faster than foreach on this CPU (measured: 13 tensors
     of two 64x64 MLPs, 0.33 ms vs 1.0 ms per step, one thread).
+
+    weight_decay > 0: AdamW (decoupled weight decay, Loshchilov & Hutter 2019) of ``params``, with the tensors of
+    ``undecayed`` in a second group without decay. Otherwise one Adam group over ``params`` then ``undecayed``.
     """
-    params = list(params)
+    params, undecayed = list(params), list(undecayed)
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    if weight_decay > 0:
+        groups = [{"params": params, "weight_decay": weight_decay}]
+        if undecayed:
+            groups.append({"params": undecayed, "weight_decay": 0.0})
+        try:
+            return torch.optim.AdamW(groups, lr=lr, eps=eps, betas=betas, fused=True)
+        except RuntimeError:
+            return torch.optim.AdamW(groups, lr=lr, eps=eps, betas=betas, foreach=True)
+    params = params + undecayed
     try:
         return torch.optim.Adam(params, lr=lr, eps=eps, betas=betas, fused=True)
     except RuntimeError:

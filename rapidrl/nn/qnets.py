@@ -161,11 +161,15 @@ class SquashedGaussianActor(nn.Module):
     """
 
     def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int],
-                 log_std_min: float = -5.0, log_std_max: float = 2.0):
+                 log_std_min: float = -5.0, log_std_max: float = 2.0, *, trunk: nn.Module | None = None,
+                 head_gain: float = 0.01):
+        """trunk: the network before the head (a module with ``out_dim``: ``rapidrl.nn.simba.SimbaEncoder``), in place
+        of the ReLU MLP of ``hidden``; head_gain: the orthogonal gain of the head's [width, 2A] layer."""
         super().__init__()
         act_dim = int(low.shape[0])
-        self.trunk = mlp(obs_dim, hidden, None, "relu")
-        self.head = orthogonal_init(nn.Linear(hidden[-1], 2 * act_dim), 0.01)
+        self.trunk = mlp(obs_dim, hidden, None, "relu") if trunk is None else trunk
+        width = hidden[-1] if trunk is None else trunk.out_dim
+        self.head = orthogonal_init(nn.Linear(width, 2 * act_dim), head_gain)
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("center", (high + low).float() / 2)
@@ -204,9 +208,16 @@ def squashed_gaussian(head: torch.Tensor, noise: torch.Tensor, scale: torch.Tens
 class DeterministicActor(nn.Module):
     """TD3 policy: obs [B, O] -> actions [B, A] = center + scale * tanh(MLP(obs))."""
 
-    def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int]):
+    def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int], *,
+                 trunk: nn.Module | None = None, head_gain: float = 0.01):
+        """trunk: the network before the [width, A] output layer (a module with ``out_dim``:
+        ``rapidrl.nn.simba.SimbaEncoder``), in place of the ReLU MLP of ``hidden``; head_gain: that layer's
+        orthogonal gain."""
         super().__init__()
-        self.net = mlp(obs_dim, hidden, int(low.shape[0]), "relu", out_gain=0.01)
+        if trunk is None:
+            self.net = mlp(obs_dim, hidden, int(low.shape[0]), "relu", out_gain=head_gain)
+        else:
+            self.net = nn.Sequential(trunk, orthogonal_init(nn.Linear(trunk.out_dim, int(low.shape[0])), head_gain))
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("center", (high + low).float() / 2)
 

@@ -47,6 +47,7 @@ _LAZY = {
     "QRDQN": "rapidrl.algos",
     "IQN": "rapidrl.algos",
     "SACDiscrete": "rapidrl.algos",
+    "R2D2": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -77,6 +78,7 @@ if TYPE_CHECKING:  # pragma: no cover
         PPO,
         PQN,
         QRDQN,
+        R2D2,
         SAC,
         TD3,
         TD3BC,

@@ -209,7 +209,7 @@ def test_simba_refuses_the_handwritten_backend_with_the_reason():
 
 
 def test_crossq_refuses_simba_and_says_where_it_trains():
-    with pytest.raises(ConfigError, match="Batch Renormalization.*SAC, TQC, TD3 or DDPG"):
+    with pytest.raises(ConfigError, match=r"Batch Renormalization.*SAC, TQC, TD3 or DDPG"):
         CrossQ("Pendulum-v1", network="simba")
     assert CrossQ("Pendulum-v1", normalize_obs=True, critic_hidden=(32, 32), hidden=(16, 16)).obs_normalizer
 

@@ -289,11 +289,11 @@ class OffPolicyAlgorithm(Algorithm):
         np.copyto(out[:, self.obs_dim:], masks, where=where)
 
     def _split_rows(self, rows):
-        """Stored rows [B, O + M] (NumPy or torch) -> (observations [B, O], masks [B, M] bool), or (rows, None) for an
-        env without action masks."""
+        """Stored rows [..., O + M] (NumPy or torch; [B, O + M], or R2D2's sequences [L, B, O + M]) -> (observations
+        [..., O], masks [..., M] bool), or (rows, None) for an env without action masks."""
         if not self.action_mask_size:
             return rows, None
-        return rows[:, :self.obs_dim], rows[:, self.obs_dim:] > 0.5
+        return rows[..., :self.obs_dim], rows[..., self.obs_dim:] > 0.5
 
     def _buffer_kwargs(self) -> dict[str, Any]:
         c = self.config
@@ -459,9 +459,15 @@ class OffPolicyAlgorithm(Algorithm):
             if final is not None and final.any():
                 self._store_rows(self._next_obs, info["final_obs"], info.get("final_action_mask"),
                                  where=final.reshape(-1, *[1] * (next_obs.ndim - 1)))
-            self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated)
+            self._add_to_replay(actions, rewards, terminated, truncated)
             self._store_rows(self._obs, next_obs, masks)
             self._track_episodes(info)
+
+    def _add_to_replay(self, actions: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
+                       truncated: np.ndarray) -> None:
+        """Store the step just taken: (``_obs``, actions, rewards, ``_next_obs``, terminated, truncated) of every env
+        (R2D2 adds the recurrent states its policy acted with)."""
+        self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated)
 
     def _rollout(self) -> int:
         c = self.config

@@ -15,9 +15,27 @@ import torch
 from rapidrl._unsafe.torch_private import polyak
 from rapidrl.nn.distributions import apply_action_mask
 
-__all__ = ["c51_loss", "categorical_projection", "critic_loss", "dqn_loss", "polyak_update", "projection_dense",
-           "quantile_greedy_next", "quantile_huber_loss", "quantile_huber_terms", "quantile_regression_loss",
-           "smoothed_target_actions", "soft_actor_loss", "soft_target", "td3_target", "temperature_loss"]
+__all__ = [
+    "c51_loss",
+    "categorical_projection",
+    "critic_loss",
+    "dqn_loss",
+    "polyak_update",
+    "projection_dense",
+    "quantile_greedy_next",
+    "quantile_huber_loss",
+    "quantile_huber_terms",
+    "quantile_regression_loss",
+    "r2d2_priority",
+    "sequence_nstep_returns",
+    "smoothed_target_actions",
+    "soft_actor_loss",
+    "soft_target",
+    "td3_target",
+    "temperature_loss",
+    "value_rescale",
+    "value_rescale_inverse",
+]
 
 
 def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
@@ -187,3 +205,48 @@ def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor, weights: torch.Te
     per_sample = -(target_probs * torch.log_softmax(logits, -1)).sum(-1)  # [B]
     loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
     return loss, per_sample.detach()
+
+
+# -- R2D2 (Kapturowski et al. 2019) ------------------------------------------------------------------------------------
+def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x (Pohlen et al. 2018): the value rescaling of R2D2's targets."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def value_rescale_inverse(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h^-1(x) = sign(x) (((sqrt(1 + 4 eps (|x| + 1 + eps)) - 1) / (2 eps))^2 - 1), the inverse of ``value_rescale``."""
+    root = (torch.sqrt(1.0 + 4.0 * eps * (x.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)
+    return torch.sign(x) * (root.square() - 1.0)
+
+
+def sequence_nstep_returns(rewards: torch.Tensor, discounts: torch.Tensor, ends: torch.Tensor,
+                           next_values: torch.Tensor, n: int) -> torch.Tensor:
+    """n-step returns of every step of sequences, all [L, B] (time-major):
+
+        G_t = sum_{k<m} (prod_{j<k} d_{t+j}) r_{t+k} + (prod_{j<m} d_{t+j}) v_{t+m-1}
+
+    where m is the smallest of n, the steps left in the sequence (L - t) and 1 + the steps to the first episode end
+    at or after t (``ends``: terminated or truncated). discounts d = gamma, 0 after a termination; next_values v_t:
+    the value of the observation to bootstrap from after step t (the true final observation after a truncation)."""
+    length = rewards.shape[0]
+    returns = torch.zeros_like(rewards)
+    coef = torch.ones_like(rewards)
+    active = torch.ones_like(ends)
+    for k in range(n):
+        steps = length - k  # the t whose step t + k lies in the sequence
+        r, d, v, e = rewards[k:], discounts[k:], next_values[k:], ends[k:].clone()
+        if k == n - 1:
+            e[:] = True
+        e[-1] = True  # the sequence's last step
+        a = active[:steps]
+        returns[:steps] += torch.where(a, coef[:steps] * r, 0.0)
+        returns[:steps] += torch.where(a & e, coef[:steps] * d * v, 0.0)
+        coef[:steps] = coef[:steps] * d
+        active[:steps] = a & ~e
+    return returns
+
+
+def r2d2_priority(td: torch.Tensor, eta: float = 0.9) -> torch.Tensor:
+    """R2D2's sequence priority eta max_t |td| + (1 - eta) mean_t |td|: td [L, B] -> [B]."""
+    a = td.abs()
+    return eta * a.max(0).values + (1.0 - eta) * a.mean(0)

@@ -39,6 +39,31 @@ from rapidrl.nn.policies import ActorCritic, flat_obs_dim, mlp, orthogonal_init
 CELLS = ("lstm", "gru")
 
 
+def make_cell(cell: str, features: int, size: int) -> nn.Module:
+    """One LSTM or GRU layer (``nn.LSTM``/``nn.GRU``) of ``size`` units on ``features`` inputs: orthogonal weights
+    (gain 1), zero biases."""
+    rnn = (nn.LSTM if cell == "lstm" else nn.GRU)(features, size)
+    for name, param in rnn.named_parameters():
+        if name.startswith("weight"):
+            nn.init.orthogonal_(param, 1.0)
+        else:
+            nn.init.zeros_(param)
+    return rnn
+
+
+def cell_step(rnn: nn.Module, cell: str, size: int, x: torch.Tensor, state: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of one layer ``rnn`` (``make_cell``'s): x [B, F], its state [B, S] ([h | c] for an LSTM, h for a GRU)
+    -> (output [B, size], new state [B, S]). Calls the cell's single-step function with the layer's weights (the
+    mathematics of ``nn.LSTM``/``nn.GRU`` over one step; a fraction of their call overhead)."""
+    if cell == "lstm":
+        h, c = torch.lstm_cell(x, (state[:, :size], state[:, size:]), rnn.weight_ih_l0, rnn.weight_hh_l0,
+                               rnn.bias_ih_l0, rnn.bias_hh_l0)
+        return h, torch.cat([h, c], -1)
+    h = torch.gru_cell(x, state, rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0)
+    return h, h
+
+
 class RecurrentActorCritic(ActorCritic):
     """Actor-critic with an LSTM or GRU between the encoder and the heads.
 
@@ -108,14 +133,8 @@ class RecurrentActorCritic(ActorCritic):
         self._setup_gaussian(action_space, out_dim, log_std_init)
 
     def _make_core(self, features: int) -> nn.Module:
-        """One LSTM or GRU layer of ``size`` units: orthogonal weights (gain 1), zero biases."""
-        rnn = (nn.LSTM if self.cell == "lstm" else nn.GRU)(features, self.size)
-        for name, param in rnn.named_parameters():
-            if name.startswith("weight"):
-                nn.init.orthogonal_(param, 1.0)
-            else:
-                nn.init.zeros_(param)
-        return rnn
+        """One LSTM or GRU layer of ``size`` units (``make_cell``)."""
+        return make_cell(self.cell, features, self.size)
 
     # -- state ------------------------------------------------------------------------------------
     def initial_state(self, batch: int, device=None) -> torch.Tensor:
@@ -192,15 +211,9 @@ class RecurrentActorCritic(ActorCritic):
 
     # -- acting -----------------------------------------------------------------------------------
     def _step_core(self, r: nn.Module, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of one layer: x [B, F], its state [B, core_state_size] -> (output [B, size], new state). Calls
-        the cell's single-step function with the layer's weights (the same mathematics as ``_run_core``; a fraction
-        of ``nn.LSTM``'s call overhead)."""
-        if self.cell == "lstm":
-            h, c = torch.lstm_cell(x, (state[:, :self.size], state[:, self.size:]), r.weight_ih_l0, r.weight_hh_l0,
-                                   r.bias_ih_l0, r.bias_hh_l0)
-            return h, torch.cat([h, c], -1)
-        h = torch.gru_cell(x, state, r.weight_ih_l0, r.weight_hh_l0, r.bias_ih_l0, r.bias_hh_l0)
-        return h, h
+        """One step of one layer: x [B, F], its state [B, core_state_size] -> (output [B, size], new state)
+        (``cell_step``: the same mathematics as ``_run_core``)."""
+        return cell_step(r, self.cell, self.size, x, state)
 
     def _entering(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,301 @@
+"""R2D2 (Kapturowski et al. 2019, "Recurrent Experience Replay in Distributed Reinforcement Learning"): DQN with an
+LSTM or GRU, trained on sequences from replay, for partially observed tasks with discrete actions.
+
+Read top to bottom: the config, one update, acting. The pieces:
+- the network: ``rapidrl.nn.recurrent_q.RecurrentQNetwork`` (MLP -> LSTM/GRU -> Q head, optionally dueling);
+- the replay: ``rapidrl.buffers.sequence.SequenceReplayBuffer`` (sequences of one env's consecutive steps with the
+  state the policy acted with; uniform or prioritized);
+- the maths, pure functions of ``rapidrl.algos.offpolicy_losses``: ``value_rescale`` and its inverse,
+  ``sequence_nstep_returns``, ``r2d2_priority``.
+
+One update, on B sequences of L = ``sequence_length`` steps:
+1. burn-in: the online and the target network run over the first ``burn_in`` steps from the stored state, without
+   gradients (R2D2's "stored state with burn-in");
+2. both unroll over the remaining steps (the online one with gradients), resetting the state where an episode starts
+   inside the sequence, and keep the state after every step;
+3. for every step t, Q(next_obs_t) one cell step after the state after step t: the next observation inside an
+   episode, the true final observation after a time limit (bootstrapped exactly), nothing after a termination;
+4. the double-Q target: a* = argmax over the valid actions of the online network's Q(next_obs_t), valued by the
+   target network, through h^-1; the n-step return within the sequence, stopped at episode ends
+   (``sequence_nstep_returns``), back through h: y_t = h(G_t) (``value_rescaling``; off: G_t itself);
+5. the loss: mean over steps of 0.5 (Q(s_t, a_t) - y_t)^2 weighted per sequence by the importance weights; one Adam
+   step with the gradient's norm clipped; new priorities eta max |td| + (1 - eta) mean |td|.
+The target network is copied every ``target_update_interval`` env steps (DQN's ``tau`` = 1: a copy).
+
+Acting is epsilon-greedy (DQN's schedule) on the online network, carrying each env's state; the state entering each
+step is stored with it. ``predict(obs, state, episode_start)`` acts with a state as recurrent PPO does.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rapidrl.algos.dqn import DQNConfig
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, check_replay_fits, uniform_valid
+from rapidrl.algos.offpolicy_losses import (
+    polyak_update,
+    r2d2_priority,
+    sequence_nstep_returns,
+    value_rescale,
+    value_rescale_inverse,
+)
+from rapidrl.algos.registry import register
+from rapidrl.buffers.sequence import SequenceReplayBuffer
+from rapidrl.nn.distributions import apply_action_mask, masked_max
+from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.recurrent import CELLS
+from rapidrl.nn.recurrent_q import RecurrentQNetwork
+from rapidrl.train.config import ConfigError, check_positive, check_unit_interval, require, with_defaults
+from rapidrl.train.recurrent import RecurrentActor, predict_with_state
+from rapidrl.train.schedules import linear_decay
+from rapidrl.train.spaces import check_discrete_actions
+
+
+@dataclass
+@with_defaults(learning_rate=1e-4, buffer_size=100_000, learning_starts=2_000, batch_size=64, tau=1.0, gamma=0.997,
+               n_step=5, train_freq=4, gradient_steps=1, max_grad_norm=40.0, target_update_interval=2_500,
+               exploration_fraction=0.1, exploration_final_eps=0.01, hidden=(64,), double_q=True, per_alpha=0.9,
+               per_beta=0.6, adam_eps=1e-3, encoder="mlp")
+class R2D2Config(DQNConfig):
+    """DQN's settings (exploration, target updates, double Q, dueling, prioritized replay) with R2D2's defaults where
+    the paper gives them (lr 1e-4, Adam eps 1e-3, batch 64, n 5, gamma 0.997, priority exponents 0.9 and 0.6, eta
+    0.9, value rescaling eps 1e-3, gradient norm 40), plus the sequences' and the memory's settings."""
+
+    cell: str = "lstm"
+    """The recurrent layer: "lstm" or "gru"."""
+    recurrent_size: int = 128
+    """Units of the recurrent layer (R2D2's 512 on Atari)."""
+    sequence_length: int = 40
+    """Steps of one replayed sequence, burn-in included (R2D2: 80)."""
+    burn_in: int = 10
+    """First steps of a sequence that only warm the state up, no loss (R2D2: 40)."""
+    value_rescaling: bool = True
+    """Train towards h(G) with bootstrap values h^-1(Q') (R2D2's rescaling; False: plain n-step targets)."""
+    rescale_eps: float = 1e-3
+    """The eps of h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x."""
+    priority_eta: float = 0.9
+    """A sequence's priority: eta max |td| + (1 - eta) mean |td| over its trained steps."""
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.cell in CELLS, f"cell must be one of {CELLS}, got {self.cell!r}")
+        require(self.encoder in ("auto", "mlp"), f"R2D2's networks are MLPs before the recurrent layer, got encoder="
+                f"{self.encoder!r}: image observations with memory train with recurrent PPO")
+        check_positive(self, "recurrent_size", "sequence_length", "rescale_eps")
+        check_positive(self, "burn_in", allow_zero=True)
+        check_unit_interval(self, "priority_eta")
+        require(self.burn_in < self.sequence_length,
+                f"burn_in={self.burn_in} must be below sequence_length={self.sequence_length} (steps must remain to "
+                "train on)")
+
+
+@register
+class R2D2(OffPolicyAlgorithm):
+    """Recurrent replay DQN for Discrete actions on flat observations. ``R2D2(env, **hyperparameters)``; see
+    R2D2Config."""
+
+    name = "r2d2"
+    config_class = R2D2Config
+    saved_state = ("q_net", "q_target", "optimizer")
+    supports_action_masks = True
+    stat_names = ("loss", "q_values", "td_abs")
+
+    def _check_spaces(self) -> None:
+        super()._check_spaces()
+        check_discrete_actions(type(self).__name__, self.action_space)
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def _build_networks(self) -> None:
+        c = self.config
+        self.q_net = RecurrentQNetwork(self.obs_dim, int(self.action_space.n), c.hidden, cell=c.cell,
+                                       size=c.recurrent_size, dueling=c.dueling).to(self.device)
+        self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.optimizer = adam(self.q_net.parameters(), c.learning_rate,
+                              eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
+        self._params, self._target_params = list(self.q_net.parameters()), list(self.q_target.parameters())
+        self._last_target_update = 0
+        self._hidden = self.q_net.initial_state(c.num_envs, self.device)  # each env's state entering its next step
+        self._starts = np.ones(c.num_envs, bool)  # the next step begins an episode
+
+    def _make_buffer(self) -> SequenceReplayBuffer:
+        c = self.config
+        if c.her:
+            raise ConfigError("R2D2 replays sequences; her=True relabels transitions (use DQN with her=True)")
+        shape, state_size = self._stored_obs_shape(), (2 if c.cell == "lstm" else 1) * c.recurrent_size
+        row = 2 * int(np.prod(shape)) * 4 + 8 + 4 + 3 + 4 * state_size
+        check_replay_fits(row * c.buffer_size, c.buffer_size, "memory", None)
+        if c.replay_storage != "memory":
+            raise ConfigError("R2D2's sequence replay is kept in memory (replay_storage='memory')")
+        return SequenceReplayBuffer(c.buffer_size, c.num_envs, shape, state_size, c.sequence_length, seed=c.seed,
+                                    prioritized=c.prioritized, alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps,
+                                    device=c.device)
+
+    def _update_batch(self) -> int:
+        c = self.config
+        return c.batch_size * (c.sequence_length - c.burn_in)
+
+    # -- update ----------------------------------------------------------------------------------
+    def _train(self) -> None:
+        c = self.config
+        if self.num_timesteps >= c.learning_starts and self.buffer.can_sample():
+            with self.timer.phase("update"):
+                for _ in range(c.gradient_steps):
+                    self._train_step()
+        now = self.num_timesteps
+        if now >= c.learning_starts and now - self._last_target_update >= c.target_update_interval:
+            polyak_update(self._target_params, self._params, c.tau)
+            self._last_target_update = now
+        self.record({"charts/epsilon": self.epsilon()})
+
+    def _sample_batch(self):
+        return self.buffer.sample(self.config.batch_size)
+
+    def _update_step(self, batch) -> torch.Tensor:
+        """One update on B sequences (module docstring); returns [loss, mean Q, mean |td|, priorities [B]...]."""
+        c = self.config
+        k = c.burn_in
+        obs, obs_mask = self._split_rows(batch.obs)  # [L, B, O], masks [L, B, A] or None
+        next_obs, next_mask = self._split_rows(batch.next_obs)
+        state, target_state = batch.state, batch.state
+        if k:  # burn-in: warm both states up without gradients
+            with torch.no_grad():
+                _, states = self.q_net.unroll(obs[:k], state, batch.starts[:k])
+                _, target_states = self.q_target.unroll(obs[:k], target_state, batch.starts[:k])
+            state, target_state = states[-1], target_states[-1]
+        obs, next_obs, starts = obs[k:], next_obs[k:], batch.starts[k:]
+        actions, rewards = batch.actions[k:], batch.rewards[k:]
+        terminated, truncated = batch.terminated[k:], batch.truncated[k:]
+        next_mask = None if next_mask is None else next_mask[k:]
+        length, b = obs.shape[0], obs.shape[1]
+        q_all, states = self.q_net.unroll(obs, state, starts)  # [T, B, A], [T, B, S]
+        q = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
+        with torch.no_grad():
+            _, target_states = self.q_target.unroll(obs, target_state, starts)
+            flat_next = next_obs.reshape(length * b, -1)
+            next_q_target = self.q_target.q_from_states(flat_next, target_states.reshape(length * b, -1))
+            mask = None if next_mask is None else next_mask.reshape(length * b, -1)
+            if c.double_q:
+                next_q_online = self.q_net.q_from_states(flat_next, states.detach().reshape(length * b, -1))
+                best = apply_action_mask(next_q_online, mask).argmax(-1, keepdim=True)
+                next_value = next_q_target.gather(-1, best).squeeze(-1)
+                if mask is not None:  # a state without a valid action is worth 0
+                    next_value = torch.where(mask.any(-1), next_value, torch.zeros_like(next_value))
+            else:
+                next_value = masked_max(next_q_target, mask)
+            next_value = next_value.view(length, b)
+            if c.value_rescaling:
+                next_value = value_rescale_inverse(next_value, c.rescale_eps)
+            discounts = c.gamma * (~terminated).float()
+            returns = sequence_nstep_returns(rewards, discounts, terminated | truncated, next_value, c.n_step)
+            target = value_rescale(returns, c.rescale_eps) if c.value_rescaling else returns
+        td = q - target  # [T, B]
+        loss = (0.5 * td.square().mean(0) * batch.weights).mean()
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        optimizer_step(self.optimizer, c.max_grad_norm)
+        td = td.detach()
+        return torch.cat([torch.stack([loss.detach(), q.detach().mean(), td.abs().mean()]),
+                          r2d2_priority(td, c.priority_eta)])
+
+    def _after_update(self, batch, out: torch.Tensor) -> torch.Tensor:
+        if self.config.prioritized:
+            self.buffer.update_priorities(batch.indices, out[3:].cpu().numpy())
+        return out[:3]
+
+    # -- acting ----------------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        """Current exploration rate: linear from initial to final over exploration_fraction of ``learn``."""
+        c = self.config
+        return linear_decay(c.exploration_initial_eps, c.exploration_final_eps, c.exploration_fraction,
+                            self.progress_remaining())
+
+    def _rollout(self) -> int:
+        if self._needs_reset:  # a (re)started env: every env begins an episode
+            self._starts[:] = True
+        return super()._rollout()
+
+    def _step_state(self, obs: np.ndarray) -> torch.Tensor:
+        """Advance each env's state over its observation (reset where an episode starts); keeps the state entering
+        the step for the replay; returns Q [N, A]."""
+        starts = torch.from_numpy(self._starts).to(self.device)
+        self._entering = self._hidden * (~starts).unsqueeze(-1).to(self._hidden.dtype)
+        x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)).to(self.device)
+        with torch.no_grad():
+            q, self._hidden = self.q_net.step(x, self._entering)
+        return q
+
+    def _random_actions(self) -> np.ndarray:
+        self._step_state(self._split_rows(self._obs)[0])  # the stored states stay those of the acting network
+        return super()._random_actions()
+
+    def _explore_actions(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+        q = self._step_state(obs)
+        mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
+        actions = apply_action_mask(q, mask).argmax(-1).cpu().numpy()
+        explore = self.np_rng.random(actions.shape[0]) < self.epsilon()
+        if explore.any():
+            if action_masks is None:
+                actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
+            else:
+                actions[explore] = uniform_valid(action_masks[explore], self.np_rng.random(int(explore.sum())))
+        return actions
+
+    def _add_to_replay(self, actions, rewards, terminated, truncated) -> None:
+        self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated,
+                        self._entering.cpu().numpy(), self._starts.copy())
+        self._starts = np.logical_or(terminated, truncated)
+
+    def predict(self, obs, state=None, episode_start=None, deterministic: bool = True, action_masks=None):
+        """``(actions, state)`` for ``obs`` ([B, *obs_shape] or one observation), as recurrent PPO's ``predict``:
+        state is the float32 array [B, S] of the previous call (None: fresh episodes), episode_start [B] bool marks
+        observations that begin an episode. Greedy among the valid actions of ``action_masks``; with
+        ``deterministic=False``, epsilon-greedy at the current epsilon."""
+        obs, shape = np.asarray(obs), self.observation_space.shape
+        single = obs.shape == shape
+        batch = obs[None] if single else obs
+        if batch.shape[1:] != shape:
+            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
+        x = np.ascontiguousarray(batch.reshape(batch.shape[0], -1), dtype=np.float32)
+        actions, state = predict_with_state(self.q_net, x, state, episode_start, True, self.device, masks)
+        if not deterministic:
+            explore = self.np_rng.random(actions.shape[0]) < self.epsilon()
+            actions[explore] = (self.np_rng.integers(self.action_space.n, size=int(explore.sum())) if masks is None
+                                else uniform_valid(masks[explore], self.np_rng.random(int(explore.sum()))))
+        return (actions[0], state) if single else (actions, state)
+
+    def _episode_actor(self, n: int, deterministic: bool):
+        """Greedy acting that carries each evaluation env's state (``RecurrentActor``)."""
+        actor = RecurrentActor(self.q_net, n, self.device, True)
+
+        def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+            x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32))
+            masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks))
+            return actor(x.to(self.device), torch.from_numpy(np.asarray(starts, bool)).to(self.device),
+                         None if masks is None else masks.to(self.device)).cpu().numpy()
+
+        return act
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None):
+        """One step from fresh states (a recurrent policy's actions depend on its state: ``predict`` with a state,
+        or evaluation, which carries it)."""
+        return self.predict(obs, None, None, deterministic, action_masks)[0]
+
+    def deterministic_module(self) -> torch.nn.Module:
+        raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the state "
+                         "as an input and an output), as for recurrent PPO")
+
+    # -- persistence -----------------------------------------------------------------------------
+    def _extra_training_state(self) -> dict:
+        return {**super()._extra_training_state(), "last_target_update": self._last_target_update,
+                "state": self._hidden.detach().cpu().clone(), "starts": torch.from_numpy(self._starts.copy())}
+
+    def _load_extra_training_state(self, state: dict) -> None:
+        super()._load_extra_training_state(state)
+        self._last_target_update = int(state["last_target_update"])
+        self._hidden = state["state"].to(self.device).clone()
+        self._starts = state["starts"].numpy().copy()

@@ -1,0 +1,116 @@
+"""The recurrent Q network of R2D2 (``rapidrl.algos.r2d2``): observation -> ReLU MLP of ``hidden`` -> one LSTM or GRU
+layer of ``size`` units -> a linear Q head (or dueling value and advantage heads), Q [B, A].
+
+The state of B envs is one tensor [B, S] as in ``rapidrl.nn.recurrent`` ([h | c] for an LSTM, h for a GRU), and
+``starts[t, b]`` True zeroes the state entering step t of column b (an episode begins there). ``unroll`` steps the
+cell one step at a time and returns the state after every step: the target of step t bootstraps from
+Q(next_obs_t), one more cell step from the state after step t (``q_from_states``), which is exactly Q of the next
+step's observation inside an episode, and Q of the true final observation where a time limit cut it.
+
+``act``, ``initial_state``, ``check_state`` and ``to_env_action`` are the interface of a recurrent policy
+(``rapidrl.train.recurrent.predict_with_state`` and ``RecurrentActor``): acting is greedy, among the valid actions of
+``action_masks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rapidrl.nn.distributions import apply_action_mask
+from rapidrl.nn.policies import mlp, orthogonal_init
+from rapidrl.nn.recurrent import CELLS, cell_step, make_cell
+
+__all__ = ["RecurrentQNetwork"]
+
+
+class RecurrentQNetwork(nn.Module):
+    """Q values of every discrete action with memory: ``step(obs [B, O], state [B, S]) -> (Q [B, A], state)``,
+    ``unroll(obs [L, B, O], state [B, S], starts [L, B]) -> (Q [L, B, A], states after each step [L, B, S])``."""
+
+    recurrent = True
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, cell: str = "lstm",
+                 size: int = 128, dueling: bool = False):
+        super().__init__()
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.cell, self.size, self.dueling, self.num_actions = cell, int(size), bool(dueling), int(num_actions)
+        self.trunk = mlp(obs_dim, hidden, None, "relu")  # empty hidden: the observation straight into the cell
+        self.rnn = make_cell(cell, hidden[-1] if hidden else obs_dim, self.size)
+        if dueling:
+            self.value = orthogonal_init(nn.Linear(self.size, 1), 1.0)
+            self.advantage = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
+        else:
+            self.head = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
+        self.state_size = 2 * self.size if cell == "lstm" else self.size
+        """Width S of the state [B, S]."""
+
+    # -- state ------------------------------------------------------------------------------------
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        """The state of fresh episodes: zeros [batch, S]."""
+        return torch.zeros(batch, self.state_size, device=device)
+
+    def check_state(self, state: torch.Tensor, batch: int) -> None:
+        """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
+        if not isinstance(state, torch.Tensor):
+            raise TypeError(f"state must be a torch.Tensor [B, {self.state_size}] (from a previous call), "
+                            f"got {type(state).__name__}")
+        if tuple(state.shape) != (batch, self.state_size) or not state.dtype.is_floating_point:
+            raise ValueError(f"state must be a float tensor of shape ({batch}, {self.state_size}), got "
+                             f"{tuple(state.shape)} {state.dtype}")
+
+    # -- forward ----------------------------------------------------------------------------------
+    def q_of(self, h: torch.Tensor) -> torch.Tensor:
+        """Q [..., A] from the cell's outputs h [..., size] (dueling: V + A - mean_a A)."""
+        if not self.dueling:
+            return self.head(h)
+        adv = self.advantage(h)
+        return self.value(h) + adv - adv.mean(-1, keepdim=True)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of B envs: obs [B, O], state [B, S] entering it (zeroed where ``starts`` [B] bool) -> (Q [B, A],
+        the state after it [B, S])."""
+        if starts is not None:
+            state = state * (~starts).unsqueeze(-1).to(state.dtype)
+        h, state = cell_step(self.rnn, self.cell, self.size, self.trunk(obs), state)
+        return self.q_of(h), state
+
+    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [L, B, O] from state [B, S] (entering step 0), starts [L, B] bool -> (Q [L, B, A], states [L, B, S]
+        after each step). The trunk runs once on all L * B rows, the cell step by step."""
+        length, batch = obs.shape[0], obs.shape[1]
+        features = self.trunk(obs.reshape(length * batch, -1)).view(length, batch, -1)
+        keep = (~starts).unsqueeze(-1).to(state.dtype)  # [L, B, 1]
+        outputs, states = [], []
+        for t in range(length):
+            h, state = cell_step(self.rnn, self.cell, self.size, features[t], state * keep[t])
+            outputs.append(h)
+            states.append(state)
+        return self.q_of(torch.stack(outputs)), torch.stack(states)
+
+    def q_from_states(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """Q [M, A] of observations obs [M, O] each one cell step after its state [M, S] (no reset)."""
+        h, _ = cell_step(self.rnn, self.cell, self.size, self.trunk(obs), states)
+        return self.q_of(h)
+
+    # -- acting (the recurrent-policy interface) --------------------------------------------------
+    def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
+            deterministic: bool = True, action_masks: torch.Tensor | None = None,
+            generator: torch.Generator | None = None):
+        """(greedy actions [B] among the valid ones of ``action_masks`` [B, A] bool, None, None, new state [B, S]):
+        ``RecurrentActorCritic.act``'s signature (a Q network's action does not depend on ``deterministic`` or
+        ``generator``; exploration is the algorithm's)."""
+        self.check_state(state, obs.shape[0])
+        q, state = self.step(obs, state, episode_starts)
+        return apply_action_mask(q, action_masks).argmax(-1), None, None, state
+
+    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
+        """The env's actions (discrete: the argmax itself)."""
+        return raw

@@ -1,0 +1,283 @@
+"""R2D2 and sequence replay: the pure functions on hand-computed cases, the sequence buffer's invariants, the recurrent
+Q network's unroll against step-by-step stepping, one update against a plain per-sequence reference, acting with a
+state, masks, save/load/resume, bad input, and learning a memory task that a feed-forward DQN cannot."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import rapidrl as rr
+from rapidrl.algos.offpolicy_losses import (
+    r2d2_priority,
+    sequence_nstep_returns,
+    value_rescale,
+    value_rescale_inverse,
+)
+from rapidrl.buffers.sequence import SequenceReplayBuffer
+from rapidrl.nn.recurrent_q import RecurrentQNetwork
+from rapidrl.train.config import ConfigError
+
+SMALL = dict(num_envs=4, learning_starts=64, buffer_size=2_000, batch_size=8, sequence_length=6, burn_in=2, n_step=2,
+             hidden=(16,), recurrent_size=8, train_freq=1, gradient_steps=1, log_every_steps=50)
+
+
+# -- the pure functions ---------------------------------------------------------------------------------------------------
+def test_value_rescale_by_hand_and_its_inverse():
+    x = torch.tensor([0.0, 3.0, -8.0])
+    # h(3) = sqrt(4) - 1 + 3e-3; h(-8) = -(sqrt(9) - 1) - 8e-3
+    torch.testing.assert_close(value_rescale(x), torch.tensor([0.0, 1.003, -2.008]))
+    big = torch.linspace(-1000, 1000, 41, dtype=torch.float64)
+    torch.testing.assert_close(value_rescale_inverse(value_rescale(big)), big)
+    torch.testing.assert_close(value_rescale(value_rescale_inverse(big)), big)
+
+
+def test_sequence_nstep_returns_stop_at_episode_ends_and_bootstrap_truncations():
+    r = torch.tensor([1.0, 2, 3, 4, 5, 6]).unsqueeze(1)
+    term = torch.tensor([0, 0, 1, 0, 0, 0]).bool().unsqueeze(1)
+    trunc = torch.tensor([0, 0, 0, 0, 1, 0]).bool().unsqueeze(1)
+    v = torch.tensor([10.0, 20, 30, 40, 50, 60]).unsqueeze(1)
+    g = 0.5
+    out = sequence_nstep_returns(r, g * (~term).float(), term | trunc, v, n=3).squeeze(1)
+    # t0: 1 + .5*2 + .25*3 (terminated: no bootstrap); t1: 2 + .5*3; t2: 3; t3: 4 + .5*5 + .25*50 (truncated at 4:
+    # the final observation's value 50); t4: 5 + .5*50; t5: the sequence's last step, 6 + .5*60
+    torch.testing.assert_close(out, torch.tensor([2.75, 3.5, 3.0, 19.0, 30.0, 36.0]))
+    one = sequence_nstep_returns(r, g * (~term).float(), term | trunc, v, n=1).squeeze(1)
+    torch.testing.assert_close(one, r.squeeze(1) + g * (~term).float().squeeze(1) * v.squeeze(1))
+
+
+def test_r2d2_priority_mixes_max_and_mean():
+    td = torch.tensor([[1.0, -2.0], [-3.0, 0.0]])  # [L=2, B=2]
+    torch.testing.assert_close(r2d2_priority(td, 0.9), torch.tensor([0.9 * 3 + 0.1 * 2, 0.9 * 2 + 0.1 * 1]))
+
+
+# -- sequence replay ------------------------------------------------------------------------------------------------------
+def fill(buf: SequenceReplayBuffer, steps: int, n: int) -> None:
+    """obs of env e at time t = t * 10 + e; state = the same number repeated; a start every 5 steps."""
+    for t in range(steps):
+        code = t * 10 + np.arange(n, dtype=np.float32)
+        buf.add(code[:, None], np.full(n, t), np.ones(n), code[:, None] + 10, np.zeros(n, bool), np.zeros(n, bool),
+                np.repeat(code[:, None], buf.state_size, 1), np.full(n, t % 5 == 0))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_sequences_are_consecutive_steps_of_one_env_and_never_cross_the_newest_step(prioritized):
+    buf = SequenceReplayBuffer(30, 3, (1,), 2, sequence_length=4, seed=0, prioritized=prioritized)
+    fill(buf, 27, 3)  # the ring (10 steps per env) has wrapped twice
+    for _ in range(20):
+        b = buf.sample(16)
+        codes = b.obs[..., 0].numpy()  # [L, B]
+        np.testing.assert_array_equal(np.diff(codes, axis=0), 10)  # consecutive steps of one env
+        assert (codes[0] >= 170).all() and (codes[-1] <= 269).all()  # only the 10 newest steps per env
+        np.testing.assert_array_equal(b.state.numpy()[:, 0], codes[0])  # the state entering the first step
+        np.testing.assert_array_equal(b.next_obs[..., 0].numpy(), codes + 10)
+        np.testing.assert_array_equal(b.starts.numpy(), (codes // 10) % 5 == 0)
+
+
+def test_prioritized_sequences_new_at_max_invalid_at_zero_and_sampled_by_priority():
+    buf = SequenceReplayBuffer(20, 1, (1,), 1, sequence_length=3, seed=0, prioritized=True, alpha=1.0, eps=0.0)
+    fill(buf, 6, 1)
+    slots = np.arange(20)
+    p = buf.tree.get(slots)
+    np.testing.assert_array_equal(p[:4], 1.0)  # starts 0..3: their sequences are whole
+    np.testing.assert_array_equal(p[4:], 0.0)  # starts 4, 5 would run past the newest step; 6.. are empty
+    buf.update_priorities(np.array([0, 1, 2]), np.array([0.0, 0.0, 0.0]))
+    assert set(buf.sample(64).indices.tolist()) == {3}
+    buf.update_priorities(np.array([3]), np.array([5.0]))
+    fill(buf, 1, 1)  # a new whole sequence (start 4) enters at the largest priority so far
+    assert buf.tree.get(np.array([4]))[0] == 5.0
+    w = buf.sample(32).weights.numpy()
+    assert w.max() == 1.0 and (w > 0).all()
+
+
+def test_sequence_buffer_save_and_load_round_trip(tmp_path):
+    buf = SequenceReplayBuffer(40, 2, (1,), 3, sequence_length=4, seed=3, prioritized=True)
+    fill(buf, 25, 2)
+    buf.update_priorities(np.array([2, 5]), np.array([3.0, 0.5]))
+    buf.save(tmp_path / "seq")
+    other = SequenceReplayBuffer(40, 2, (1,), 3, sequence_length=4, seed=99, prioritized=True).load(tmp_path / "seq")
+    a, b = buf.sample(8), other.sample(8)
+    for x, y in zip(a[:-1], b[:-1]):
+        torch.testing.assert_close(x, y)
+    with pytest.raises(ValueError, match="not this buffer's"):
+        SequenceReplayBuffer(40, 2, (1,), 3, sequence_length=5).load(tmp_path / "seq")
+
+
+def test_sequence_buffer_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="multiple of num_envs"):
+        SequenceReplayBuffer(10, 3, (1,), 2, sequence_length=2)
+    with pytest.raises(ValueError, match="below the 5 steps"):
+        SequenceReplayBuffer(10, 2, (1,), 2, sequence_length=5)
+    buf = SequenceReplayBuffer(10, 2, (1,), 2, sequence_length=2)
+    with pytest.raises(ValueError, match="whole sequence"):
+        buf.sample(2)
+    with pytest.raises(ValueError, match="states must have shape"):
+        buf.add(np.zeros((2, 1)), np.zeros(2), np.zeros(2), np.zeros((2, 1)), np.zeros(2, bool), np.zeros(2, bool),
+                np.zeros((2, 3)), np.zeros(2, bool))
+
+
+# -- the recurrent Q network ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cell, dueling", [("lstm", False), ("gru", True)])
+def test_unroll_equals_stepping_with_resets_and_q_from_states_is_the_next_step(cell, dueling):
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(3, 4, (8,), cell=cell, size=5, dueling=dueling)
+    obs, starts = torch.randn(6, 2, 3), torch.zeros(6, 2, dtype=torch.bool)
+    starts[3, 1] = True
+    state = torch.randn(2, net.state_size)
+    q, states = net.unroll(obs, state, starts)
+    s = state
+    for t in range(6):
+        qt, s = net.step(obs[t], s, starts[t])
+        torch.testing.assert_close(q[t], qt)
+        torch.testing.assert_close(states[t], s)
+    torch.testing.assert_close(net.q_from_states(obs[4], states[3]), q[4])  # no start at step 4
+    with pytest.raises(ValueError, match="state must be a float tensor"):
+        net.act(obs[0], torch.zeros(2, net.state_size + 1))
+
+
+# -- the algorithm ------------------------------------------------------------------------------------------------------
+def reference_update_loss(model, batch) -> torch.Tensor:
+    """The R2D2 loss of ``batch`` written out per sequence and step with ``step`` calls (no unroll, no vectorised
+    n-step returns)."""
+    c = model.config
+    L, B = batch.rewards.shape
+    h, hinv = (lambda x: value_rescale(x, c.rescale_eps)), (lambda x: value_rescale_inverse(x, c.rescale_eps))
+    total = torch.zeros(())
+    for b in range(B):
+        s_on, s_tg = batch.state[b:b + 1], batch.state[b:b + 1]
+        qs, next_vals = [], []
+        for t in range(L):
+            start = batch.starts[t, b:b + 1]
+            q_t, s_on = model.q_net.step(batch.obs[t, b:b + 1], s_on, start)
+            with torch.no_grad():
+                _, s_tg = model.q_target.step(batch.obs[t, b:b + 1], s_tg, start)
+                q_next_online, _ = model.q_net.step(batch.next_obs[t, b:b + 1], s_on.detach())
+                q_next_target, _ = model.q_target.step(batch.next_obs[t, b:b + 1], s_tg)
+                next_vals.append(hinv(q_next_target[0, q_next_online.argmax()]))
+            qs.append(q_t[0, batch.actions[t, b]])
+        terms = []
+        for t in range(c.burn_in, L):
+            g, coef = 0.0, 1.0
+            for k in range(c.n_step):
+                j = t + k
+                g = g + coef * batch.rewards[j, b]
+                last = k == c.n_step - 1 or j == L - 1 or bool(batch.terminated[j, b] or batch.truncated[j, b])
+                d = 0.0 if batch.terminated[j, b] else c.gamma
+                if last:
+                    g = g + coef * d * next_vals[j]
+                    break
+                coef = coef * d
+            terms.append(0.5 * (qs[t] - h(torch.as_tensor(g))) ** 2)
+        total = total + torch.stack(terms).mean() * batch.weights[b]
+    return total / B
+
+
+def test_one_update_equals_a_plain_per_sequence_reference():
+    model = rr.R2D2("MemoryCue-v0", seed=0, env_kwargs={"delay": 2}, **SMALL)
+    model.learn(100, progress_bar=False)  # replay with episode ends inside sequences
+    batch = model.buffer.sample(4)
+    assert batch.terminated.any() and batch.starts[1:].any()
+    expect = reference_update_loss(model, batch)
+    params = [p.detach().clone() for p in model.q_net.parameters()]
+    out = model._update_step(batch)
+    torch.testing.assert_close(out[0], expect.detach(), rtol=1e-5, atol=1e-6)
+    assert any(not torch.equal(a, b) for a, b in zip(params, model.q_net.parameters()))
+    assert out.shape == (3 + 4,)  # loss, mean Q, mean |td|, one priority per sequence
+
+
+def test_replay_holds_the_states_the_policy_acted_with():
+    """The state stored with a step is the one the acting network entered it with, also during the random warm-up
+    (no update yet here, so the network is the one that acted)."""
+    model = rr.R2D2("MemoryCue-v0", seed=1, **{**SMALL, "learning_starts": 400})
+    with pytest.warns(UserWarning, match="warm-up"):
+        model.learn(120, progress_bar=False)
+    assert model.num_gradient_steps == 0 and model._hidden.abs().sum() > 0
+    buf, t = model.buffer, (model.buffer.pos - 1) % model.buffer.steps  # the newest stored step
+    obs = torch.from_numpy(buf.obs[t])
+    _, after = model.q_net.step(obs, torch.from_numpy(buf.states[t]))
+    starts = torch.from_numpy(model._starts)
+    torch.testing.assert_close(model._hidden * (~starts).unsqueeze(-1).float(), after * (~starts).unsqueeze(-1).float())
+
+
+def test_predict_carries_the_state_and_episode_start_resets_it(tmp_path):
+    model = rr.R2D2("MemoryCue-v0", seed=0, **SMALL)
+    model.learn(100, progress_bar=False)
+    obs = np.eye(5, dtype=np.float32)[:2]
+    a1, s1 = model.predict(obs)
+    a2, s2 = model.predict(obs, state=s1)
+    net_state = torch.zeros(2, model.q_net.state_size)
+    for want_a, want_s in ((a1, s1), (a2, s2)):
+        q, net_state = model.q_net.step(torch.from_numpy(obs), net_state)
+        np.testing.assert_array_equal(want_a, q.argmax(-1).numpy())
+        np.testing.assert_allclose(want_s, net_state.detach().numpy(), rtol=1e-6)
+    a3, s3 = model.predict(obs, state=s2, episode_start=np.array([True, True]))
+    np.testing.assert_allclose(s3, s1, rtol=1e-6)
+    model.save(tmp_path / "r2d2.pt")
+    loaded = rr.R2D2.load(tmp_path / "r2d2.pt")
+    np.testing.assert_allclose(loaded.predict(obs, state=s1)[1], s2, rtol=1e-6)
+    with pytest.raises(ValueError, match="exporting recurrent policies"):
+        model.deterministic_module()
+
+
+def test_resumed_training_equals_the_uninterrupted_run(tmp_path):
+    """A checkpoint mid-run (replay, each env's state and episode starts included) continued to the end equals the
+    uninterrupted run bit for bit (on CartPoleNoVel, whose state the checkpoint holds; MemoryCue's it does not)."""
+    one = rr.R2D2("CartPoleNoVel-v1", seed=2, prioritized=True, **SMALL)
+    one.learn(200, progress_bar=False)
+    two = rr.R2D2("CartPoleNoVel-v1", seed=2, prioritized=True, **SMALL)
+    two.learn(200, progress_bar=False, callback=lambda m: m.num_timesteps < 100)
+    two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
+    three = rr.R2D2.load(tmp_path / "half.pt", include_buffer=True)
+    three.learn(200, progress_bar=False, resume=True)
+    assert three.num_timesteps == 200 and three.num_gradient_steps == one.num_gradient_steps
+    for a, b in zip(one.q_net.parameters(), three.q_net.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_action_masks_pick_valid_actions_when_acting_and_in_the_target():
+    model = rr.R2D2("MaskedCue-v0", seed=0, **SMALL)
+    model.learn(150, progress_bar=False)
+    assert model.num_gradient_steps > 0 and model.action_mask_size > 0
+    batch = model.buffer.sample(4)
+    obs, masks = model._split_rows(batch.obs)
+    assert obs.shape[-1] == model.obs_dim and masks.shape[-1] == model.action_space.n
+    acts = batch.actions[masks.any(-1)]
+    assert masks.gather(-1, batch.actions.unsqueeze(-1)).squeeze(-1)[masks.any(-1)].all(), acts
+    one = np.zeros((1, model.obs_dim), np.float32)
+    only = np.zeros((1, model.action_space.n), bool)
+    only[0, 1] = True
+    assert model.predict(one, action_masks=only)[0][0] == 1
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(burn_in=6), "burn_in=6 must be below sequence_length=6"),
+    (dict(cell="rnn"), "cell must be one of"),
+    (dict(encoder="nature"), "recurrent PPO"),
+    (dict(replay_storage="mmap"), "kept in memory"),
+])
+def test_bad_settings_are_clear_errors(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        rr.R2D2("MemoryCue-v0", **{**SMALL, **bad})
+
+
+def test_continuous_actions_are_refused_with_the_alternative():
+    with pytest.raises(TypeError, match="Discrete"):
+        rr.R2D2("Pendulum-v1", **SMALL)
+
+
+@pytest.mark.slow
+def test_r2d2_remembers_the_cue_where_a_feed_forward_dqn_cannot():
+    """MemoryCue-v0 with the answer asked 4 steps after the cue: R2D2 names the cue (mean reward of 100 greedy
+    episodes >= 0.9); DQN, which sees only the present observation, stays at chance (1/4 of the cues: <= 0.4)."""
+    settings = dict(num_envs=8, learning_starts=1_000, buffer_size=40_000, batch_size=32, sequence_length=20,
+                    burn_in=4, n_step=3, gamma=0.99, learning_rate=1e-3, target_update_interval=400,
+                    exploration_fraction=0.2, hidden=(64,), recurrent_size=64, train_freq=1, gradient_steps=2)
+    model = rr.R2D2("MemoryCue-v0", seed=0, env_kwargs={"delay": 4}, **settings)
+    model.learn(20_000, progress_bar=False)
+    memory = model.evaluate(100)[0]
+    dqn = rr.DQN("MemoryCue-v0", seed=0, env_kwargs={"delay": 4}, hidden=(64, 64), learning_starts=1_000)
+    dqn.learn(20_000, progress_bar=False)
+    assert memory >= 0.9 and dqn.evaluate(100)[0] <= 0.4 + math.ulp(1.0), (memory, dqn.evaluate(100)[0])

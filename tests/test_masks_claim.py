@@ -37,5 +37,9 @@ def test_an_algorithm_without_masks_refuses_an_env_that_states_them(algo):
 
     env = rr.make_vec("InvalidActionDiscrete-v0", 1, seed=0, dim=8, n_invalid_actions=3)
     assert isinstance(env.single_action_space, gym.spaces.Discrete) and env.action_mask_size
-    with pytest.raises(ConfigError, match="does not use action masks"):
+    with pytest.raises(ConfigError, match="does not use action masks") as refused:
         getattr(rr, algo)(env, dataset="none/none-v0")
+    takers = [cls.__name__ for cls in registry.algorithms().values()
+              if cls.supports_action_masks and cls.__module__.startswith("rapidrl.")]
+    named = {n for n in takers if re.search(rf"\b{n}\b", str(refused.value))}
+    assert named == set(takers), "the refusal names every algorithm that takes masks"

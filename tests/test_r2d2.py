@@ -25,7 +25,7 @@ SMALL = dict(num_envs=4, learning_starts=64, buffer_size=2_000, batch_size=8, se
              hidden=(16,), recurrent_size=8, train_freq=1, gradient_steps=1, log_every_steps=50)
 
 
-# -- the pure functions ---------------------------------------------------------------------------------------------------
+# -- the pure functions ------------------------------------------------------------------------------------------------
 def test_value_rescale_by_hand_and_its_inverse():
     x = torch.tensor([0.0, 3.0, -8.0])
     # h(3) = sqrt(4) - 1 + 3e-3; h(-8) = -(sqrt(9) - 1) - 8e-3
@@ -54,7 +54,7 @@ def test_r2d2_priority_mixes_max_and_mean():
     torch.testing.assert_close(r2d2_priority(td, 0.9), torch.tensor([0.9 * 3 + 0.1 * 2, 0.9 * 2 + 0.1 * 1]))
 
 
-# -- sequence replay ------------------------------------------------------------------------------------------------------
+# -- sequence replay ---------------------------------------------------------------------------------------------------
 def fill(buf: SequenceReplayBuffer, steps: int, n: int) -> None:
     """obs of env e at time t = t * 10 + e; state = the same number repeated; a start every 5 steps."""
     for t in range(steps):
@@ -119,7 +119,7 @@ def test_sequence_buffer_bad_input_is_a_clear_error():
                 np.zeros((2, 3)), np.zeros(2, bool))
 
 
-# -- the recurrent Q network ------------------------------------------------------------------------------------------
+# -- the recurrent Q network -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cell, dueling", [("lstm", False), ("gru", True)])
 def test_unroll_equals_stepping_with_resets_and_q_from_states_is_the_next_step(cell, dueling):
     torch.manual_seed(0)
@@ -138,7 +138,7 @@ def test_unroll_equals_stepping_with_resets_and_q_from_states_is_the_next_step(c
         net.act(obs[0], torch.zeros(2, net.state_size + 1))
 
 
-# -- the algorithm ------------------------------------------------------------------------------------------------------
+# -- the algorithm -----------------------------------------------------------------------------------------------------
 def reference_update_loss(model, batch) -> torch.Tensor:
     """The R2D2 loss of ``batch`` written out per sequence and step with ``step`` calls (no unroll, no vectorised
     n-step returns)."""
@@ -213,7 +213,7 @@ def test_predict_carries_the_state_and_episode_start_resets_it(tmp_path):
         q, net_state = model.q_net.step(torch.from_numpy(obs), net_state)
         np.testing.assert_array_equal(want_a, q.argmax(-1).numpy())
         np.testing.assert_allclose(want_s, net_state.detach().numpy(), rtol=1e-6)
-    a3, s3 = model.predict(obs, state=s2, episode_start=np.array([True, True]))
+    _, s3 = model.predict(obs, state=s2, episode_start=np.array([True, True]))
     np.testing.assert_allclose(s3, s1, rtol=1e-6)
     model.save(tmp_path / "r2d2.pt")
     loaded = rr.R2D2.load(tmp_path / "r2d2.pt")
@@ -281,3 +281,12 @@ def test_r2d2_remembers_the_cue_where_a_feed_forward_dqn_cannot():
     dqn = rr.DQN("MemoryCue-v0", seed=0, env_kwargs={"delay": 4}, hidden=(64, 64), learning_starts=1_000)
     dqn.learn(20_000, progress_bar=False)
     assert memory >= 0.9 and dqn.evaluate(100)[0] <= 0.4 + math.ulp(1.0), (memory, dqn.evaluate(100)[0])
+
+
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """Every python example of docs/r2d2.md runs, in order, in one namespace (in a scratch directory)."""
+    from docs_examples import run_examples
+
+    monkeypatch.chdir(tmp_path)
+    ns = run_examples("r2d2.md", 1)
+    assert ns["model"].num_gradient_steps > 0 and ns["state"].shape == (2, ns["model"].q_net.state_size)

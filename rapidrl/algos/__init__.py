@@ -10,10 +10,11 @@ import importlib
 from typing import TYPE_CHECKING
 
 __all__ = ["A2C", "ALGORITHMS", "BC", "C51", "CQL", "DDPG", "DQN", "IMPALA", "IPPO", "IQL", "IQN", "MAPPO", "PPO",
-           "PQN", "QRDQN", "R2D2", "SAC", "TD3", "TD3BC", "TQC", "A2CConfig", "BCConfig", "C51Config", "CQLConfig", "CrossQ",
-           "CrossQConfig", "DDPGConfig", "DQNConfig", "DiscreteCQL", "DiscreteCQLConfig", "IMPALAConfig", "IPPOConfig",
-           "IQLConfig", "IQNConfig", "MAPPOConfig", "PPOConfig", "PQNConfig", "QRDQNConfig", "R2D2Config", "Rainbow",
-           "RainbowConfig", "SACConfig", "SACDiscrete", "SACDiscreteConfig", "TD3BCConfig", "TD3Config", "TQCConfig"]
+           "PQN", "QRDQN", "R2D2", "SAC", "TD3", "TD3BC", "TQC", "A2CConfig", "BCConfig", "C51Config", "CQLConfig",
+           "CrossQ", "CrossQConfig", "DDPGConfig", "DQNConfig", "DiscreteCQL", "DiscreteCQLConfig", "IMPALAConfig",
+           "IPPOConfig", "IQLConfig", "IQNConfig", "MAPPOConfig", "PPOConfig", "PQNConfig", "QRDQNConfig", "R2D2Config",
+           "Rainbow", "RainbowConfig", "SACConfig", "SACDiscrete", "SACDiscreteConfig", "TD3BCConfig", "TD3Config",
+           "TQCConfig"]
 """Every algorithm shipped in this package and its config (``tests/test_extending.py`` checks it against the
 registry)."""
 

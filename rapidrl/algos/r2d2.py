@@ -158,7 +158,7 @@ class R2D2(OffPolicyAlgorithm):
         """One update on B sequences (module docstring); returns [loss, mean Q, mean |td|, priorities [B]...]."""
         c = self.config
         k = c.burn_in
-        obs, obs_mask = self._split_rows(batch.obs)  # [L, B, O], masks [L, B, A] or None
+        obs, _ = self._split_rows(batch.obs)  # [L, B, O] (the masks of s' matter, below)
         next_obs, next_mask = self._split_rows(batch.next_obs)
         state, target_state = batch.state, batch.state
         if k:  # burn-in: warm both states up without gradients

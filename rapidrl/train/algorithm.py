@@ -124,8 +124,8 @@ class Algorithm(PathSettings, Evaluation):
         action_masks=...)`` act on the valid actions only, and the exported policy takes the masks as an input."""
         if self.action_mask_size and not self.supports_action_masks:
             raise ConfigError(f"{self.name.upper()} does not use action masks, and {self.env_id or 'the env'} states "
-                              "them: train it with PPO, A2C, IMPALA, MAPPO, IPPO, DQN, PQN, C51, Rainbow, QRDQN, IQN "
-                              "or SACDiscrete (docs/masks.md)")
+                              "them: train it with PPO, A2C, IMPALA, MAPPO, IPPO, DQN, PQN, C51, Rainbow, QRDQN, IQN, "
+                              "SACDiscrete or R2D2 (docs/masks.md)")
         self._eval_env = eval_env
         self.num_timesteps = 0
         self.num_episodes = 0

@@ -126,6 +126,21 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
                                                         target_update_interval=1), 320),
     "sac_discrete_cnn": ("SACDiscrete", "MinAtar/Breakout-v1", dict(learning_starts=64, batch_size=32, train_freq=16,
                                                                     gradient_steps=4, buffer_size=2000), 256),
+    # SimBa networks, running observation statistics and AdamW (torch backend)
+    "sac_simba": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, buffer_size=2000, network="simba",
+                                             actor_width=16, critic_width=16, critic_blocks=2, normalize_obs=True,
+                                             weight_decay=0.01), 160),
+    "td3_simba": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, buffer_size=2000, network="simba",
+                                             actor_width=16, critic_width=16, normalize_obs=True), 160),
+    # R2D2: sequence replay with burn-in (uniform; prioritized sequences with a GRU)
+    "r2d2": ("R2D2", "CartPoleNoVel-v1", dict(num_envs=4, learning_starts=64, buffer_size=2000, batch_size=8,
+                                              sequence_length=8, burn_in=2, n_step=3, hidden=(16,), recurrent_size=8,
+                                              target_update_interval=64), 320),
+    "r2d2_prioritized_gru": ("R2D2", "CartPoleNoVel-v1", dict(num_envs=4, learning_starts=64, buffer_size=2000,
+                                                              batch_size=8, sequence_length=8, burn_in=2, n_step=3,
+                                                              hidden=(16,), recurrent_size=8, cell="gru",
+                                                              prioritized=True, dueling=True,
+                                                              target_update_interval=64), 320),
     "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
     "crossq_torch": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32),
@@ -261,7 +276,7 @@ def capability() -> str:
 
 
 SAMPLING_FOLLOWS_VALUES = frozenset({"dqn_prioritized_nstep", "qrdqn_prioritized_nstep_double", "rainbow",
-                                     "rainbow_cnn"})
+                                     "rainbow_cnn", "r2d2_prioritized_gru"})
 """Runs whose sampled rows depend on computed values: bitwise per CPU, not comparable across CPUs (module doc)."""
 
 

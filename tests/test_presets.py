@@ -147,7 +147,7 @@ def test_preset_trains_saves_evaluates_and_resumes(name, tmp_path, capsys, monke
 
 def act(model, obs: np.ndarray) -> np.ndarray:
     """Deterministic actions for obs [B, ...] (a recurrent policy from a fresh state)."""
-    if getattr(getattr(model, "policy", None), "recurrent", False):
+    if getattr(model, "recurrent", False) or getattr(getattr(model, "policy", None), "recurrent", False):
         return model.predict(obs, deterministic=True)[0]
     return model.predict(obs, deterministic=True)
 

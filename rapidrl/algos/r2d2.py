@@ -102,6 +102,8 @@ class R2D2(OffPolicyAlgorithm):
     config_class = R2D2Config
     saved_state = ("q_net", "q_target", "optimizer")
     supports_action_masks = True
+    recurrent = True
+    """``predict`` takes and returns a state (as a recurrent PPO policy's)."""
     stat_names = ("loss", "q_values", "td_abs")
 
     def _check_spaces(self) -> None:

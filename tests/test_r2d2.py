@@ -290,3 +290,13 @@ def test_docs_examples_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ns = run_examples("r2d2.md", 1)
     assert ns["model"].num_gradient_steps > 0 and ns["state"].shape == (2, ns["model"].q_net.state_size)
+
+
+def test_a_video_of_a_recurrent_policy_carries_its_state(tmp_path):
+    """``rapidrl.monitor.video.record`` acts as evaluation does: R2D2 (``predict`` returns a state) records whole
+    episodes."""
+    from rapidrl.monitor.video import record
+
+    model = rr.R2D2("CartPoleNoVel-v1", seed=0, **SMALL)
+    path, returns = record(model, "CartPoleNoVel-v1", tmp_path / "r2d2.gif", episodes=1, max_frames=600)
+    assert path.is_file() and len(returns) == 1 and returns[0] > 0

@@ -45,10 +45,16 @@ def record(model, env_id: str, path: Path, *, episodes: int = 1, seed: int = 0, 
         frame = frame[0] if frame.ndim == 4 else frame
         frames.append(frame[::2, ::2] if gif else frame)
 
+    act = model._episode_actor(1, deterministic)  # evaluation's acting: a recurrent policy carries its state
+    masked = bool(getattr(env, "action_mask_size", 0))
     obs, _ = env.reset(seed=seed)
+    starts = np.ones(1, bool)
     grab()
     while len(returns) < episodes and len(frames) < max_frames:
-        obs, reward, term, trunc, _ = env.step(model.predict(obs, deterministic=deterministic))
+        obs = np.asarray(obs)
+        actions = act(obs, starts, env.action_masks()) if masked else act(obs, starts)
+        obs, reward, term, trunc, _ = env.step(actions)
+        starts = np.logical_or(term, trunc)
         total += float(reward[0])
         if term[0] or trunc[0]:
             returns.append(total)

@@ -222,12 +222,13 @@ def test_predict_carries_the_state_and_episode_start_resets_it(tmp_path):
         model.deterministic_module()
 
 
-def test_resumed_training_equals_the_uninterrupted_run(tmp_path):
-    """A checkpoint mid-run (replay, each env's state and episode starts included) continued to the end equals the
-    uninterrupted run bit for bit (on CartPoleNoVel, whose state the checkpoint holds; MemoryCue's it does not)."""
-    one = rr.R2D2("CartPoleNoVel-v1", seed=2, prioritized=True, **SMALL)
+@pytest.mark.parametrize("env_id", ["CartPoleNoVel-v1", "MemoryCue-v0"])
+def test_resumed_training_equals_the_uninterrupted_run(tmp_path, env_id):
+    """A checkpoint mid-run (replay, each env's state and episode starts, the env's own state included) continued to
+    the end equals the uninterrupted run bit for bit."""
+    one = rr.R2D2(env_id, seed=2, prioritized=True, **SMALL)
     one.learn(200, progress_bar=False)
-    two = rr.R2D2("CartPoleNoVel-v1", seed=2, prioritized=True, **SMALL)
+    two = rr.R2D2(env_id, seed=2, prioritized=True, **SMALL)
     two.learn(200, progress_bar=False, callback=lambda m: m.num_timesteps < 100)
     two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
     three = rr.R2D2.load(tmp_path / "half.pt", include_buffer=True)

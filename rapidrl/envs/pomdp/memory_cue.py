@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode
 
 from rapidrl.envs.core.base import VecEnvBase
@@ -82,6 +83,28 @@ class MemoryCueVecEnv(VecEnvBase):
         rows = np.arange(out.shape[0])[idx]
         out[rows, cue] = np.where(t == 0, 1.0, 0.0)
         out[rows, -1] = np.where(t == self.delay, 1.0, 0.0)
+
+    # -- exact resume ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything that fixes the future: the arena (last outputs, episode statistics, autoreset flags), each
+        env's cue and step, each env's random stream, and whether the envs have been reset."""
+        return {"arena": torch.from_numpy(self.arena.copy()), "ready": self._ready,
+                "cue": torch.from_numpy(self._cue.copy()), "t": torch.from_numpy(self._t.copy()),
+                "rngs": [g.bit_generator.state for g in self._rngs]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._check_open()
+        arena = state["arena"]
+        arena = arena.numpy() if isinstance(arena, torch.Tensor) else np.asarray(arena)
+        self.layout.check(arena, "the stored arena")
+        if len(state["rngs"]) != self.num_envs:
+            raise ValueError(f"the stored state is of {len(state['rngs'])} envs, this env has {self.num_envs}")
+        np.copyto(self.arena, arena)
+        np.copyto(self._cue, np.asarray(state["cue"]))
+        np.copyto(self._t, np.asarray(state["t"]))
+        for g, saved in zip(self._rngs, state["rngs"]):
+            g.bit_generator.state = saved
+        self._ready = bool(state["ready"])
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         self._check_open()

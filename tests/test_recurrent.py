@@ -52,6 +52,40 @@ def test_cartpole_novel_equals_gymnasium_cartpole_with_velocities_masked():
     assert ended["terminated"] > 0 and ended["truncated"] > 0
 
 
+def test_pendulum_novel_equals_gymnasium_pendulum_with_the_velocity_masked():
+    """Same states (copied from the batched env at each episode start) and actions: observations (cos, sin) and rewards
+    are Gymnasium's Pendulum-v1 with the angular velocity column dropped, truncations at the same step."""
+    n = 3
+    vec = rr.make_vec("PendulumNoVel-v1", n, seed=3, max_episode_steps=50)
+    refs = [gym.make("PendulumNoVel-v1", max_episode_steps=50) for _ in range(n)]
+    assert vec.single_observation_space == refs[0].observation_space
+    assert vec.single_observation_space.shape == (2,)
+    obs, _ = vec.reset(seed=3)
+
+    def sync(i):
+        refs[i].reset(seed=0)
+        refs[i].unwrapped.state = vec.get_state()[:, i].astype(np.float64)
+
+    for i in range(n):
+        sync(i)
+        th = refs[i].unwrapped.state[0]
+        np.testing.assert_allclose(obs[i], [np.cos(th), np.sin(th)], rtol=1e-6, atol=1e-6)
+    rng = np.random.default_rng(0)
+    truncations = 0
+    for _ in range(120):
+        actions = rng.uniform(-2, 2, (n, 1)).astype(np.float32)
+        obs, rewards, terminated, truncated, info = vec.step(actions)
+        for i in range(n):
+            o, r, te, tr, _ = refs[i].step(actions[i])
+            assert (te, tr) == (terminated[i], truncated[i])
+            np.testing.assert_allclose(rewards[i], r, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(info["final_obs"][i] if tr else obs[i], o, rtol=1e-6, atol=1e-6)
+            if tr:
+                truncations += 1
+                sync(i)
+    assert truncations == 2 * n
+
+
 def test_memory_cue_vec_equals_the_single_env_resets_included():
     n = 3
     vec = rr.make_vec("MemoryCue-v0", n, seed=11, num_cues=3, delay=4)

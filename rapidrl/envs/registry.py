@@ -211,6 +211,8 @@ def _register_minatar_gymnasium_ids() -> None:
 def _make_pomdp(env_id: str, num_envs: int, *, vectorization: str, device, **kwargs):
     if env_id == "CartPoleNoVel-v1":
         return _load("rapidrl.envs.pomdp.cartpole_novel:CartPoleNoVelVecEnv")(num_envs, **kwargs)
+    if env_id == "PendulumNoVel-v1":
+        return _load("rapidrl.envs.pomdp.pendulum_novel:PendulumNoVelVecEnv")(num_envs, **kwargs)
     return _load("rapidrl.envs.pomdp.memory_cue:MemoryCueVecEnv")(num_envs, **kwargs)
 
 
@@ -238,7 +240,7 @@ FAMILIES: list[Family] = [
            device_vectorization="torch", gymnasium=True, builtin=True),
     Family("MinAtar", lambda: MINATAR_ENVS, _make_minatar, ("numba",), gymnasium=True, builtin=True,
            gymnasium_setup=_register_minatar_gymnasium_ids),
-    Family("partially observed", lambda: ("CartPoleNoVel-v1", "MemoryCue-v0"), _make_pomdp, ("numba",),
+    Family("partially observed", lambda: ("CartPoleNoVel-v1", "PendulumNoVel-v1", "MemoryCue-v0"), _make_pomdp, ("numba",),
            gymnasium=True),
     Family("multi-agent (MPE)", lambda: ("MPE/simple_spread-v3",), _make_mpe, ("numba",)),
     Family("Atari (ale-py)", lambda: ("ALE/<Game>-v5", "<Game>NoFrameskip-v4"), _make_atari, ("ale",),

@@ -18,7 +18,7 @@ from rapidrl.algos.offpolicy_losses import (
     value_rescale_inverse,
 )
 from rapidrl.buffers.sequence import SequenceReplayBuffer
-from rapidrl.nn.recurrent_q import RecurrentQNetwork
+from rapidrl.nn.recurrent_offpolicy import RecurrentQNetwork
 from rapidrl.train.config import ConfigError
 
 SMALL = dict(num_envs=4, learning_starts=64, buffer_size=2_000, batch_size=8, sequence_length=6, burn_in=2, n_step=2,
@@ -206,18 +206,18 @@ def test_predict_carries_the_state_and_episode_start_resets_it(tmp_path):
     model = rr.R2D2("MemoryCue-v0", seed=0, **SMALL)
     model.learn(100, progress_bar=False)
     obs = np.eye(5, dtype=np.float32)[:2]
-    a1, s1 = model.predict(obs)
-    a2, s2 = model.predict(obs, state=s1)
+    a1, s1 = model.predict(obs, deterministic=True)
+    a2, s2 = model.predict(obs, state=s1, deterministic=True)
     net_state = torch.zeros(2, model.q_net.state_size)
     for want_a, want_s in ((a1, s1), (a2, s2)):
         q, net_state = model.q_net.step(torch.from_numpy(obs), net_state)
         np.testing.assert_array_equal(want_a, q.argmax(-1).numpy())
         np.testing.assert_allclose(want_s, net_state.detach().numpy(), rtol=1e-6)
-    _, s3 = model.predict(obs, state=s2, episode_start=np.array([True, True]))
+    _, s3 = model.predict(obs, state=s2, episode_start=np.array([True, True]), deterministic=True)
     np.testing.assert_allclose(s3, s1, rtol=1e-6)
     model.save(tmp_path / "r2d2.pt")
     loaded = rr.R2D2.load(tmp_path / "r2d2.pt")
-    np.testing.assert_allclose(loaded.predict(obs, state=s1)[1], s2, rtol=1e-6)
+    np.testing.assert_allclose(loaded.predict(obs, state=s1, deterministic=True)[1], s2, rtol=1e-6)
     with pytest.raises(ValueError, match="exporting recurrent policies"):
         model.deterministic_module()
 
@@ -250,7 +250,8 @@ def test_action_masks_pick_valid_actions_when_acting_and_in_the_target():
     one = np.zeros((1, model.obs_dim), np.float32)
     only = np.zeros((1, model.action_space.n), bool)
     only[0, 1] = True
-    assert model.predict(one, action_masks=only)[0][0] == 1
+    assert model.predict(one, action_masks=only)[0][0] == 1  # epsilon-greedy, among the valid actions
+    assert model.predict(one, action_masks=only, deterministic=True)[0][0] == 1
 
 
 @pytest.mark.parametrize("bad, match", [

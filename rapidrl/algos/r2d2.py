@@ -2,7 +2,7 @@
 LSTM or GRU, trained on sequences from replay, for partially observed tasks with discrete actions.
 
 Read top to bottom: the config, one update, acting. The pieces:
-- the network: ``rapidrl.nn.recurrent_q.RecurrentQNetwork`` (MLP -> LSTM/GRU -> Q head, optionally dueling);
+- the network: ``rapidrl.nn.recurrent_offpolicy.RecurrentQNetwork`` (MLP -> LSTM/GRU -> Q head, optionally dueling);
 - the replay: ``rapidrl.buffers.sequence.SequenceReplayBuffer`` (sequences of one env's consecutive steps with the
   state the policy acted with; uniform or prioritized);
 - the maths, pure functions of ``rapidrl.algos.offpolicy_losses``: ``value_rescale`` and its inverse,
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from rapidrl.algos.dqn import DQNConfig
-from rapidrl.algos.offpolicy import OffPolicyAlgorithm, check_replay_fits, uniform_valid
+from rapidrl.algos.offpolicy import OffPolicyAlgorithm, uniform_valid
 from rapidrl.algos.offpolicy_losses import (
     polyak_update,
     r2d2_priority,
@@ -43,14 +43,14 @@ from rapidrl.algos.offpolicy_losses import (
     value_rescale,
     value_rescale_inverse,
 )
+from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, burn_in
 from rapidrl.algos.registry import register
 from rapidrl.buffers.sequence import SequenceReplayBuffer
 from rapidrl.nn.distributions import apply_action_mask, masked_max
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.recurrent import CELLS
-from rapidrl.nn.recurrent_q import RecurrentQNetwork
-from rapidrl.train.config import ConfigError, check_positive, check_unit_interval, require, with_defaults
-from rapidrl.train.recurrent import RecurrentActor, predict_with_state
+from rapidrl.nn.recurrent_offpolicy import RecurrentQNetwork
+from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.schedules import linear_decay
 from rapidrl.train.spaces import check_discrete_actions
 
@@ -94,7 +94,7 @@ class R2D2Config(DQNConfig):
 
 
 @register
-class R2D2(OffPolicyAlgorithm):
+class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
     """Recurrent replay DQN for Discrete actions on flat observations. ``R2D2(env, **hyperparameters)``; see
     R2D2Config."""
 
@@ -102,8 +102,6 @@ class R2D2(OffPolicyAlgorithm):
     config_class = R2D2Config
     saved_state = ("q_net", "q_target", "optimizer")
     supports_action_masks = True
-    recurrent = True
-    """``predict`` takes and returns a state (as a recurrent PPO policy's)."""
     stat_names = ("loss", "q_values", "td_abs")
 
     def _check_spaces(self) -> None:
@@ -120,21 +118,12 @@ class R2D2(OffPolicyAlgorithm):
                               eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
         self._params, self._target_params = list(self.q_net.parameters()), list(self.q_target.parameters())
         self._last_target_update = 0
-        self._hidden = self.q_net.initial_state(c.num_envs, self.device)  # each env's state entering its next step
-        self._starts = np.ones(c.num_envs, bool)  # the next step begins an episode
 
     def _make_buffer(self) -> SequenceReplayBuffer:
         c = self.config
-        if c.her:
-            raise ConfigError("R2D2 replays sequences; her=True relabels transitions (use DQN with her=True)")
-        shape, state_size = self._stored_obs_shape(), (2 if c.cell == "lstm" else 1) * c.recurrent_size
-        row = 2 * int(np.prod(shape)) * 4 + 8 + 4 + 3 + 4 * state_size
-        check_replay_fits(row * c.buffer_size, c.buffer_size, "memory", None)
-        if c.replay_storage != "memory":
-            raise ConfigError("R2D2's sequence replay is kept in memory (replay_storage='memory')")
-        return SequenceReplayBuffer(c.buffer_size, c.num_envs, shape, state_size, c.sequence_length, seed=c.seed,
-                                    prioritized=c.prioritized, alpha=c.per_alpha, beta=c.per_beta, eps=c.per_eps,
-                                    device=c.device)
+        state_size = (2 if c.cell == "lstm" else 1) * c.recurrent_size
+        return self._sequence_buffer(state_size, prioritized=c.prioritized, alpha=c.per_alpha, beta=c.per_beta,
+                                     eps=c.per_eps)
 
     def _update_batch(self) -> int:
         c = self.config
@@ -162,12 +151,8 @@ class R2D2(OffPolicyAlgorithm):
         k = c.burn_in
         obs, _ = self._split_rows(batch.obs)  # [L, B, O] (the masks of s' matter, below)
         next_obs, next_mask = self._split_rows(batch.next_obs)
-        state, target_state = batch.state, batch.state
-        if k:  # burn-in: warm both states up without gradients
-            with torch.no_grad():
-                _, states = self.q_net.unroll(obs[:k], state, batch.starts[:k])
-                _, target_states = self.q_target.unroll(obs[:k], target_state, batch.starts[:k])
-            state, target_state = states[-1], target_states[-1]
+        state, target_state = burn_in([self.q_net.encoder, self.q_target.encoder], obs[:k],
+                                      [batch.state, batch.state], batch.starts[:k])
         obs, next_obs, starts = obs[k:], next_obs[k:], batch.starts[k:]
         actions, rewards = batch.actions[k:], batch.rewards[k:]
         terminated, truncated = batch.terminated[k:], batch.truncated[k:]
@@ -215,89 +200,32 @@ class R2D2(OffPolicyAlgorithm):
         return linear_decay(c.exploration_initial_eps, c.exploration_final_eps, c.exploration_fraction,
                             self.progress_remaining())
 
-    def _rollout(self) -> int:
-        if self._needs_reset:  # a (re)started env: every env begins an episode
-            self._starts[:] = True
-        return super()._rollout()
+    def _advance(self, x: torch.Tensor, entering: torch.Tensor):
+        return self.q_net.step(x, entering)
 
-    def _step_state(self, obs: np.ndarray) -> torch.Tensor:
-        """Advance each env's state over its observation (reset where an episode starts); keeps the state entering
-        the step for the replay; returns Q [N, A]."""
-        starts = torch.from_numpy(self._starts).to(self.device)
-        self._entering = self._hidden * (~starts).unsqueeze(-1).to(self._hidden.dtype)
-        x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)).to(self.device)
-        with torch.no_grad():
-            q, self._hidden = self.q_net.step(x, self._entering)
-        return q
+    def _acting_policy(self) -> torch.nn.Module:
+        return self.q_net
 
-    def _random_actions(self) -> np.ndarray:
-        self._step_state(self._split_rows(self._obs)[0])  # the stored states stay those of the acting network
-        return super()._random_actions()
-
-    def _explore_actions(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
-        q = self._step_state(obs)
+    def _explore_from(self, q: torch.Tensor, obs: np.ndarray, action_masks: np.ndarray | None) -> np.ndarray:
         mask = None if action_masks is None else torch.from_numpy(action_masks).to(q.device)
-        actions = apply_action_mask(q, mask).argmax(-1).cpu().numpy()
+        return self._predicted(apply_action_mask(q, mask).argmax(-1).cpu().numpy(), False, action_masks)
+
+    def _predicted(self, actions: np.ndarray, deterministic: bool, masks: np.ndarray | None) -> np.ndarray:
+        """Greedy actions, or (not deterministic) epsilon-greedy at the current epsilon among the valid actions."""
+        if deterministic:
+            return actions
         explore = self.np_rng.random(actions.shape[0]) < self.epsilon()
         if explore.any():
-            if action_masks is None:
+            if masks is None:
                 actions[explore] = self.np_rng.integers(self.action_space.n, size=int(explore.sum()))
             else:
-                actions[explore] = uniform_valid(action_masks[explore], self.np_rng.random(int(explore.sum())))
+                actions[explore] = uniform_valid(masks[explore], self.np_rng.random(int(explore.sum())))
         return actions
-
-    def _add_to_replay(self, actions, rewards, terminated, truncated) -> None:
-        self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated,
-                        self._entering.cpu().numpy(), self._starts.copy())
-        self._starts = np.logical_or(terminated, truncated)
-
-    def predict(self, obs, state=None, episode_start=None, deterministic: bool = True, action_masks=None):
-        """``(actions, state)`` for ``obs`` ([B, *obs_shape] or one observation), as recurrent PPO's ``predict``:
-        state is the float32 array [B, S] of the previous call (None: fresh episodes), episode_start [B] bool marks
-        observations that begin an episode. Greedy among the valid actions of ``action_masks``; with
-        ``deterministic=False``, epsilon-greedy at the current epsilon."""
-        obs, shape = np.asarray(obs), self.observation_space.shape
-        single = obs.shape == shape
-        batch = obs[None] if single else obs
-        if batch.shape[1:] != shape:
-            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
-        masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
-        x = np.ascontiguousarray(batch.reshape(batch.shape[0], -1), dtype=np.float32)
-        actions, state = predict_with_state(self.q_net, x, state, episode_start, True, self.device, masks)
-        if not deterministic:
-            explore = self.np_rng.random(actions.shape[0]) < self.epsilon()
-            actions[explore] = (self.np_rng.integers(self.action_space.n, size=int(explore.sum())) if masks is None
-                                else uniform_valid(masks[explore], self.np_rng.random(int(explore.sum()))))
-        return (actions[0], state) if single else (actions, state)
-
-    def _episode_actor(self, n: int, deterministic: bool):
-        """Greedy acting that carries each evaluation env's state (``RecurrentActor``)."""
-        actor = RecurrentActor(self.q_net, n, self.device, True)
-
-        def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
-            x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32))
-            masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks))
-            return actor(x.to(self.device), torch.from_numpy(np.asarray(starts, bool)).to(self.device),
-                         None if masks is None else masks.to(self.device)).cpu().numpy()
-
-        return act
-
-    def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None):
-        """One step from fresh states (a recurrent policy's actions depend on its state: ``predict`` with a state,
-        or evaluation, which carries it)."""
-        return self.predict(obs, None, None, deterministic, action_masks)[0]
-
-    def deterministic_module(self) -> torch.nn.Module:
-        raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the state "
-                         "as an input and an output), as for recurrent PPO")
 
     # -- persistence -----------------------------------------------------------------------------
     def _extra_training_state(self) -> dict:
-        return {**super()._extra_training_state(), "last_target_update": self._last_target_update,
-                "state": self._hidden.detach().cpu().clone(), "starts": torch.from_numpy(self._starts.copy())}
+        return {**super()._extra_training_state(), "last_target_update": self._last_target_update}
 
     def _load_extra_training_state(self, state: dict) -> None:
         super()._load_extra_training_state(state)
         self._last_target_update = int(state["last_target_update"])
-        self._hidden = state["state"].to(self.device).clone()
-        self._starts = state["starts"].numpy().copy()

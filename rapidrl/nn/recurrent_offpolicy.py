@@ -1,5 +1,6 @@
-"""The recurrent Q network of R2D2 (``rapidrl.algos.r2d2``): observation -> ReLU MLP of ``hidden`` -> one LSTM or GRU
-layer of ``size`` units -> a linear Q head (or dueling value and advantage heads), Q [B, A].
+"""Recurrent off-policy networks: ``RecurrentEncoder`` (observation -> ReLU MLP of ``hidden`` -> one LSTM or GRU layer of
+``size`` units) and R2D2's Q network on it (``rapidrl.algos.r2d2``: a linear Q head, or dueling value and advantage
+heads, Q [B, A]); recurrent SAC's actor and critic (``rapidrl.algos.recurrent_sac``) use the encoder too.
 
 The state of B envs is one tensor [B, S] as in ``rapidrl.nn.recurrent`` ([h | c] for an LSTM, h for a GRU), and
 ``starts[t, b]`` True zeroes the state entering step t of column b (an episode begins there). ``unroll`` steps the
@@ -23,34 +24,29 @@ from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.policies import mlp, orthogonal_init
 from rapidrl.nn.recurrent import CELLS, cell_step, make_cell
 
-__all__ = ["RecurrentQNetwork"]
+__all__ = ["RecurrentEncoder", "RecurrentQNetwork"]
 
 
-class RecurrentQNetwork(nn.Module):
-    """Q values of every discrete action with memory: ``step(obs [B, O], state [B, S]) -> (Q [B, A], state)``,
-    ``unroll(obs [L, B, O], state [B, S], starts [L, B]) -> (Q [L, B, A], states after each step [L, B, S])``."""
+class RecurrentEncoder(nn.Module):
+    """observation -> ReLU MLP of ``hidden`` -> one LSTM/GRU layer of ``size`` units: features h [.., size] with a
+    state [B, S]. R2D2's Q network and recurrent SAC's actor and critic put their heads on it.
 
-    recurrent = True
+    ``step(obs [B, O], state, starts [B]) -> (h [B, size], state after)``; ``unroll(obs [L, B, O], state, starts
+    [L, B]) -> (h [L, B, size], states after each step [L, B, S])``; ``step_from(obs [M, O], states [M, S]) -> h``:
+    one step from given states, no reset (the bootstrap observations)."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, cell: str = "lstm",
-                 size: int = 128, dueling: bool = False):
+    def __init__(self, obs_dim: int, hidden: Sequence[int], *, cell: str = "lstm", size: int = 128):
         super().__init__()
         if cell not in CELLS:
             raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
-        self.cell, self.size, self.dueling, self.num_actions = cell, int(size), bool(dueling), int(num_actions)
+        self.cell, self.size = cell, int(size)
         self.trunk = mlp(obs_dim, hidden, None, "relu")  # empty hidden: the observation straight into the cell
         self.rnn = make_cell(cell, hidden[-1] if hidden else obs_dim, self.size)
-        if dueling:
-            self.value = orthogonal_init(nn.Linear(self.size, 1), 1.0)
-            self.advantage = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
-        else:
-            self.head = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
         self.state_size = 2 * self.size if cell == "lstm" else self.size
         """Width S of the state [B, S]."""
 
-    # -- state ------------------------------------------------------------------------------------
     def initial_state(self, batch: int, device=None) -> torch.Tensor:
         """The state of fresh episodes: zeros [batch, S]."""
         return torch.zeros(batch, self.state_size, device=device)
@@ -64,26 +60,17 @@ class RecurrentQNetwork(nn.Module):
             raise ValueError(f"state must be a float tensor of shape ({batch}, {self.state_size}), got "
                              f"{tuple(state.shape)} {state.dtype}")
 
-    # -- forward ----------------------------------------------------------------------------------
-    def q_of(self, h: torch.Tensor) -> torch.Tensor:
-        """Q [..., A] from the cell's outputs h [..., size] (dueling: V + A - mean_a A)."""
-        if not self.dueling:
-            return self.head(h)
-        adv = self.advantage(h)
-        return self.value(h) + adv - adv.mean(-1, keepdim=True)
-
     def step(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None
              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of B envs: obs [B, O], state [B, S] entering it (zeroed where ``starts`` [B] bool) -> (Q [B, A],
+        """One step of B envs: obs [B, O], state [B, S] entering it (zeroed where ``starts`` [B] bool) -> (h [B, size],
         the state after it [B, S])."""
         if starts is not None:
             state = state * (~starts).unsqueeze(-1).to(state.dtype)
-        h, state = cell_step(self.rnn, self.cell, self.size, self.trunk(obs), state)
-        return self.q_of(h), state
+        return cell_step(self.rnn, self.cell, self.size, self.trunk(obs), state)
 
     def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [L, B, O] from state [B, S] (entering step 0), starts [L, B] bool -> (Q [L, B, A], states [L, B, S]
+        """obs [L, B, O] from state [B, S] (entering step 0), starts [L, B] bool -> (h [L, B, size], states [L, B, S]
         after each step). The trunk runs once on all L * B rows, the cell step by step."""
         length, batch = obs.shape[0], obs.shape[1]
         features = self.trunk(obs.reshape(length * batch, -1)).view(length, batch, -1)
@@ -93,12 +80,63 @@ class RecurrentQNetwork(nn.Module):
             h, state = cell_step(self.rnn, self.cell, self.size, features[t], state * keep[t])
             outputs.append(h)
             states.append(state)
-        return self.q_of(torch.stack(outputs)), torch.stack(states)
+        return torch.stack(outputs), torch.stack(states)
+
+    def step_from(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """h [M, size] of observations obs [M, O], each one cell step after its state [M, S] (no reset)."""
+        return cell_step(self.rnn, self.cell, self.size, self.trunk(obs), states)[0]
+
+
+class RecurrentQNetwork(nn.Module):
+    """Q values of every discrete action with memory: a ``RecurrentEncoder`` and a linear Q head (or dueling heads).
+    ``step(obs [B, O], state [B, S]) -> (Q [B, A], state)``, ``unroll(obs [L, B, O], state [B, S], starts [L, B]) ->
+    (Q [L, B, A], states after each step [L, B, S])``."""
+
+    recurrent = True
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, cell: str = "lstm",
+                 size: int = 128, dueling: bool = False):
+        super().__init__()
+        self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size)
+        self.cell, self.size, self.dueling, self.num_actions = cell, int(size), bool(dueling), int(num_actions)
+        if dueling:
+            self.value = orthogonal_init(nn.Linear(self.size, 1), 1.0)
+            self.advantage = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
+        else:
+            self.head = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
+        self.state_size = self.encoder.state_size
+        """Width S of the state [B, S]."""
+
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        """The state of fresh episodes: zeros [batch, S]."""
+        return self.encoder.initial_state(batch, device)
+
+    def check_state(self, state: torch.Tensor, batch: int) -> None:
+        """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
+        self.encoder.check_state(state, batch)
+
+    def q_of(self, h: torch.Tensor) -> torch.Tensor:
+        """Q [..., A] from the cell's outputs h [..., size] (dueling: V + A - mean_a A)."""
+        if not self.dueling:
+            return self.head(h)
+        adv = self.advantage(h)
+        return self.value(h) + adv - adv.mean(-1, keepdim=True)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of B envs -> (Q [B, A], the state after it [B, S]) (``RecurrentEncoder.step``)."""
+        h, state = self.encoder.step(obs, state, starts)
+        return self.q_of(h), state
+
+    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q [L, B, A], states [L, B, S] after each step) (``RecurrentEncoder.unroll``)."""
+        h, states = self.encoder.unroll(obs, state, starts)
+        return self.q_of(h), states
 
     def q_from_states(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """Q [M, A] of observations obs [M, O] each one cell step after its state [M, S] (no reset)."""
-        h, _ = cell_step(self.rnn, self.cell, self.size, self.trunk(obs), states)
-        return self.q_of(h)
+        return self.q_of(self.encoder.step_from(obs, states))
 
     # -- acting (the recurrent-policy interface) --------------------------------------------------
     def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,

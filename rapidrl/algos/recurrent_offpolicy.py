@@ -1,0 +1,156 @@
+"""What every recurrent off-policy algorithm (R2D2, recurrent SAC) shares that is not its update: the sequence replay,
+each env's recurrent state while collecting (stored with every step), burn-in, acting with a state (``predict``,
+evaluation, videos) and the state in checkpoints.
+
+``RecurrentOffPolicy`` is a mixin placed before ``OffPolicyAlgorithm``. A subclass provides:
+- ``_advance(x [N, O], entering [N, S]) -> (output, state after [N, S])``: one step of all its recurrent networks for
+  the N envs (R2D2: the Q network, output Q; recurrent SAC: actor and critic, output the actor's features);
+- ``_acting_policy()``: the module that acts with a state (``act``, ``initial_state``, ``check_state``,
+  ``to_env_action``: the recurrent-policy interface of ``rapidrl.train.recurrent.predict_with_state``);
+- ``_explore_from(output, obs, action_masks)``: training actions from ``_advance``'s output.
+
+The state of the N envs while collecting is one tensor [N, S] (``_hidden``); the replay stores the state each step was
+entered with (zero where an episode starts), so a sequence can be replayed from the state the policy had.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rapidrl.algos.offpolicy import check_replay_fits
+from rapidrl.buffers.sequence import SequenceReplayBuffer
+from rapidrl.train.config import ConfigError
+from rapidrl.train.recurrent import RecurrentActor, predict_with_state
+
+__all__ = ["RecurrentOffPolicy", "burn_in"]
+
+
+def burn_in(encoders, obs: torch.Tensor, states, starts: torch.Tensor) -> list[torch.Tensor]:
+    """The states after running each of ``encoders`` (modules with ``unroll``) over obs [K, B, O] from its state in
+    ``states`` ([B, S_i] each) without gradients: R2D2's burn-in. K = 0 returns the states as they are."""
+    if obs.shape[0] == 0:
+        return list(states)
+    with torch.no_grad():
+        return [enc.unroll(obs, s, starts)[1][-1] for enc, s in zip(encoders, states)]
+
+
+class RecurrentOffPolicy:
+    """The mixin of the module docstring."""
+
+    recurrent = True
+    """``predict`` takes and returns a state (as a recurrent PPO policy's)."""
+
+    # -- to be supplied ----------------------------------------------------------------------------
+    def _advance(self, x: torch.Tensor, entering: torch.Tensor):
+        raise NotImplementedError
+
+    def _acting_policy(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def _explore_from(self, output, obs: np.ndarray, action_masks: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError
+
+    # -- replay and collection state ----------------------------------------------------------------
+    def _sequence_buffer(self, state_size: int, *, prioritized: bool = False, alpha: float = 0.9, beta: float = 0.6,
+                         eps: float = 1e-6) -> SequenceReplayBuffer:
+        """The sequence replay of ``buffer_size`` steps and ``sequence_length``, checked to fit in memory (sets the
+        collection state ``_hidden`` [N, state_size] and ``_starts`` [N] too)."""
+        c = self.config
+        if c.her:
+            raise ConfigError(f"{self.name.upper()} replays sequences; her=True relabels transitions")
+        if c.replay_storage != "memory":
+            raise ConfigError(f"{self.name.upper()}'s sequence replay is kept in memory (replay_storage='memory')")
+        shape = self._stored_obs_shape()
+        row = 2 * int(np.prod(shape)) * 4 + 8 + 4 + 3 + 4 * state_size
+        check_replay_fits(row * c.buffer_size, c.buffer_size, "memory", None)
+        self._hidden = torch.zeros(c.num_envs, state_size, device=self.device)  # entering each env's next step
+        self._starts = np.ones(c.num_envs, bool)  # the next step begins an episode
+        action_shape = () if self.discrete else self.action_space.shape
+        return SequenceReplayBuffer(c.buffer_size, c.num_envs, shape, state_size, c.sequence_length,
+                                    action_shape=action_shape, action_dtype=np.int64 if self.discrete else np.float32,
+                                    seed=c.seed, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
+                                    device=c.device)
+
+    def _rollout(self) -> int:
+        if self._needs_reset:  # a (re)started env: every env begins an episode
+            self._starts[:] = True
+        return super()._rollout()
+
+    def _step_state(self, obs: np.ndarray):
+        """Advance each env's state over its observation (reset where an episode starts); keeps the state entering
+        the step for the replay (``_entering``); returns ``_advance``'s output."""
+        starts = torch.from_numpy(self._starts).to(self.device)
+        self._entering = self._hidden * (~starts).unsqueeze(-1).to(self._hidden.dtype)
+        x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)).to(self.device)
+        with torch.no_grad():
+            output, self._hidden = self._advance(x, self._entering)
+        return output
+
+    def _random_actions(self) -> np.ndarray:
+        self._step_state(self._split_rows(self._obs)[0])  # the stored states stay those of the acting networks
+        return super()._random_actions()
+
+    def _explore_actions(self, obs: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+        return self._explore_from(self._step_state(obs), obs, action_masks)
+
+    def _add_to_replay(self, actions, rewards, terminated, truncated) -> None:
+        self.buffer.add(self._obs, actions, rewards, self._next_obs, terminated, truncated,
+                        self._entering.cpu().numpy(), self._starts.copy())
+        self._starts = np.logical_or(terminated, truncated)
+
+    # -- acting with a state ------------------------------------------------------------------------
+    def predict(self, obs, state=None, episode_start=None, deterministic: bool = False, action_masks=None):
+        """``(actions, state)`` for ``obs`` ([B, *obs_shape] or one observation), as recurrent PPO's ``predict``
+        (sb3-contrib's convention): state is the float32 array [B, S] of the previous call (None: fresh episodes),
+        episode_start [B] bool marks observations that begin an episode; among the valid actions of
+        ``action_masks`` when given."""
+        obs, shape = np.asarray(obs), self.observation_space.shape
+        single = obs.shape == shape
+        batch = obs[None] if single else obs
+        if batch.shape[1:] != shape:
+            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
+        x = np.ascontiguousarray(batch.reshape(batch.shape[0], -1), dtype=np.float32)
+        actions, state = predict_with_state(self._acting_policy(), x, state, episode_start, deterministic,
+                                            self.device, masks, generator=self.torch_rng)
+        actions = self._predicted(actions, deterministic, masks)
+        return (actions[0], state) if single else (actions, state)
+
+    def _predicted(self, actions: np.ndarray, deterministic: bool, masks: np.ndarray | None) -> np.ndarray:
+        """``predict``'s actions from the acting policy's (R2D2 adds epsilon-greedy exploration when not
+        deterministic)."""
+        return actions
+
+    def _episode_actor(self, n: int, deterministic: bool):
+        """Acting that carries each evaluation env's state (``RecurrentActor``)."""
+        actor = RecurrentActor(self._acting_policy(), n, self.device, deterministic, self.torch_rng)
+        policy = self._acting_policy()
+
+        def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
+            x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32))
+            masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks))
+            raw = actor(x.to(self.device), torch.from_numpy(np.asarray(starts, bool)).to(self.device),
+                        None if masks is None else masks.to(self.device))
+            return policy.to_env_action(raw).cpu().numpy()
+
+        return act
+
+    def _policy_actions(self, obs: np.ndarray, deterministic: bool, action_masks: np.ndarray | None = None):
+        """One step from fresh states (a recurrent policy's actions depend on its state: ``predict`` with a state,
+        or evaluation, which carries it)."""
+        return self.predict(obs, None, None, deterministic, action_masks)[0]
+
+    def deterministic_module(self) -> torch.nn.Module:
+        raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the state "
+                         "as an input and an output), as for recurrent PPO")
+
+    # -- persistence ----------------------------------------------------------------------------------
+    def _extra_training_state(self) -> dict:
+        return {**super()._extra_training_state(), "recurrent_state": self._hidden.detach().cpu().clone(),
+                "starts": torch.from_numpy(self._starts.copy())}
+
+    def _load_extra_training_state(self, state: dict) -> None:
+        super()._load_extra_training_state(state)
+        self._hidden = state["recurrent_state"].to(self.device).clone()
+        self._starts = state["starts"].numpy().copy()

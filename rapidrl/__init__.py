@@ -48,6 +48,7 @@ _LAZY = {
     "IQN": "rapidrl.algos",
     "SACDiscrete": "rapidrl.algos",
     "R2D2": "rapidrl.algos",
+    "RecurrentSAC": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -86,6 +87,7 @@ if TYPE_CHECKING:  # pragma: no cover
         CrossQ,
         DiscreteCQL,
         Rainbow,
+        RecurrentSAC,
         SACDiscrete,
     )
     from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, RolloutBuffer  # noqa: F401

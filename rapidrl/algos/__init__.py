@@ -9,12 +9,57 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__all__ = ["A2C", "ALGORITHMS", "BC", "C51", "CQL", "DDPG", "DQN", "IMPALA", "IPPO", "IQL", "IQN", "MAPPO", "PPO",
-           "PQN", "QRDQN", "R2D2", "SAC", "TD3", "TD3BC", "TQC", "A2CConfig", "BCConfig", "C51Config", "CQLConfig",
-           "CrossQ", "CrossQConfig", "DDPGConfig", "DQNConfig", "DiscreteCQL", "DiscreteCQLConfig", "IMPALAConfig",
-           "IPPOConfig", "IQLConfig", "IQNConfig", "MAPPOConfig", "PPOConfig", "PQNConfig", "QRDQNConfig", "R2D2Config",
-           "Rainbow", "RainbowConfig", "SACConfig", "SACDiscrete", "SACDiscreteConfig", "TD3BCConfig", "TD3Config",
-           "TQCConfig"]
+__all__ = [
+    "A2C",
+    "ALGORITHMS",
+    "BC",
+    "C51",
+    "CQL",
+    "DDPG",
+    "DQN",
+    "IMPALA",
+    "IPPO",
+    "IQL",
+    "IQN",
+    "MAPPO",
+    "PPO",
+    "PQN",
+    "QRDQN",
+    "R2D2",
+    "SAC",
+    "TD3",
+    "TD3BC",
+    "TQC",
+    "A2CConfig",
+    "BCConfig",
+    "C51Config",
+    "CQLConfig",
+    "CrossQ",
+    "CrossQConfig",
+    "DDPGConfig",
+    "DQNConfig",
+    "DiscreteCQL",
+    "DiscreteCQLConfig",
+    "IMPALAConfig",
+    "IPPOConfig",
+    "IQLConfig",
+    "IQNConfig",
+    "MAPPOConfig",
+    "PPOConfig",
+    "PQNConfig",
+    "QRDQNConfig",
+    "R2D2Config",
+    "Rainbow",
+    "RainbowConfig",
+    "RecurrentSAC",
+    "RecurrentSACConfig",
+    "SACConfig",
+    "SACDiscrete",
+    "SACDiscreteConfig",
+    "TD3BCConfig",
+    "TD3Config",
+    "TQCConfig",
+]
 """Every algorithm shipped in this package and its config (``tests/test_extending.py`` checks it against the
 registry)."""
 
@@ -49,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rapidrl.algos.pqn import PQN, PQNConfig
     from rapidrl.algos.qrdqn import QRDQN, QRDQNConfig
     from rapidrl.algos.r2d2 import R2D2, R2D2Config
+    from rapidrl.algos.recurrent_sac import RecurrentSAC, RecurrentSACConfig
     from rapidrl.algos.sac import SAC, SACConfig
     from rapidrl.algos.sac_discrete import SACDiscrete, SACDiscreteConfig
     from rapidrl.algos.td3 import TD3, TD3Config

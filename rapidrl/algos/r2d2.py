@@ -131,12 +131,8 @@ class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
 
     # -- update ----------------------------------------------------------------------------------
     def _train(self) -> None:
-        c = self.config
-        if self.num_timesteps >= c.learning_starts and self.buffer.can_sample():
-            with self.timer.phase("update"):
-                for _ in range(c.gradient_steps):
-                    self._train_step()
-        now = self.num_timesteps
+        super()._train()
+        c, now = self.config, self.num_timesteps
         if now >= c.learning_starts and now - self._last_target_update >= c.target_update_interval:
             polyak_update(self._target_params, self._params, c.tau)
             self._last_target_update = now

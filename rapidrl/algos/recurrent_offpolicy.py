@@ -72,6 +72,11 @@ class RecurrentOffPolicy:
                                     seed=c.seed, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
                                     device=c.device)
 
+    def _train(self) -> None:
+        """The core's update phase, once a whole sequence is stored."""
+        if self.buffer.can_sample():
+            super()._train()
+
     def _rollout(self) -> int:
         if self._needs_reset:  # a (re)started env: every env begins an episode
             self._starts[:] = True

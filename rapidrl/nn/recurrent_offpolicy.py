@@ -1,6 +1,6 @@
-"""Recurrent off-policy networks: ``RecurrentEncoder`` (observation -> ReLU MLP of ``hidden`` -> one LSTM or GRU layer of
-``size`` units) and R2D2's Q network on it (``rapidrl.algos.r2d2``: a linear Q head, or dueling value and advantage
-heads, Q [B, A]); recurrent SAC's actor and critic (``rapidrl.algos.recurrent_sac``) use the encoder too.
+"""Recurrent off-policy networks: ``RecurrentEncoder`` (observation -> ReLU MLP of ``hidden`` -> one LSTM or GRU layer
+of ``size`` units) and, on it, R2D2's Q network (``rapidrl.algos.r2d2``: a linear Q head, or dueling value and
+advantage heads, Q [B, A]) and recurrent SAC's actor and critic (``rapidrl.algos.recurrent_sac``).
 
 The state of B envs is one tensor [B, S] as in ``rapidrl.nn.recurrent`` ([h | c] for an LSTM, h for a GRU), and
 ``starts[t, b]`` True zeroes the state entering step t of column b (an episode begins there). ``unroll`` steps the
@@ -22,9 +22,10 @@ from torch import nn
 
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.policies import mlp, orthogonal_init
+from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian
 from rapidrl.nn.recurrent import CELLS, cell_step, make_cell
 
-__all__ = ["RecurrentEncoder", "RecurrentQNetwork"]
+__all__ = ["RecurrentCritic", "RecurrentEncoder", "RecurrentQNetwork", "RecurrentSquashedGaussianActor"]
 
 
 class RecurrentEncoder(nn.Module):
@@ -152,3 +153,64 @@ class RecurrentQNetwork(nn.Module):
     def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
         """The env's actions (discrete: the argmax itself)."""
         return raw
+
+
+class RecurrentSquashedGaussianActor(nn.Module):
+    """SAC's squashed Gaussian policy with memory: a ``RecurrentEncoder`` and a [size, 2A] head (gain 0.01), sampled
+    as ``rapidrl.nn.qnets.SquashedGaussianActor`` (``squashed_gaussian``) into the bounds [low, high]."""
+
+    recurrent = True
+
+    def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int], *,
+                 cell: str = "lstm", size: int = 128, log_std_min: float = -5.0, log_std_max: float = 2.0):
+        super().__init__()
+        self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size)
+        self.head = orthogonal_init(nn.Linear(self.encoder.size, 2 * int(low.shape[0])), 0.01)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.register_buffer("scale", (high - low).float() / 2)
+        self.register_buffer("center", (high + low).float() / 2)
+        self.state_size = self.encoder.state_size
+
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        return self.encoder.initial_state(batch, device)
+
+    def check_state(self, state: torch.Tensor, batch: int) -> None:
+        self.encoder.check_state(state, batch)
+
+    def sample(self, h: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions [M, A] in the bounds, log pi [M]) from features h [M, size]: reparameterised samples, or the
+        squashed mean when deterministic."""
+        head = self.head(h)
+        noise = torch.zeros_like(head[:, : head.shape[1] // 2])
+        if not deterministic:
+            noise.normal_(generator=generator)
+        actions, log_prob, _ = squashed_gaussian(head, noise, self.scale, self.center, self.log_std_min,
+                                                 self.log_std_max)
+        return actions, log_prob
+
+    def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
+            deterministic: bool = False, action_masks: torch.Tensor | None = None,
+            generator: torch.Generator | None = None):
+        """(actions [B, A], log pi [B], None, new state [B, S]): the recurrent-policy interface."""
+        self.check_state(state, obs.shape[0])
+        h, state = self.encoder.step(obs, state, episode_starts)
+        actions, log_prob = self.sample(h, deterministic, generator)
+        return actions, log_prob, None, state
+
+    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
+        """The env's actions (already in the bounds)."""
+        return raw
+
+
+class RecurrentCritic(nn.Module):
+    """n critics with one memory: Q_i(s_t, a) = MLP_i([h_t, a]), h_t a ``RecurrentEncoder``'s features of the
+    observations so far, the n MLPs one batched ``CriticEnsemble`` over (h, a). ``heads(h [M, size], a [M, A])``
+    -> [n, M]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n: int, *, cell: str = "lstm",
+                 size: int = 128, head_hidden: Sequence[int] = (256, 256)):
+        super().__init__()
+        self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size)
+        self.heads = CriticEnsemble(n, self.encoder.size, act_dim, head_hidden)
+        self.state_size = self.encoder.state_size

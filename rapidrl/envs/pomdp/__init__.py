@@ -24,8 +24,8 @@ from rapidrl.envs.pomdp.pendulum_novel import MaskPendulumVelocity, make_pendulu
 
 POMDP_ENVS = ("CartPoleNoVel-v1", "PendulumNoVel-v1", "MemoryCue-v0")
 
-__all__ = ["CARTPOLE_POSITIONS", "POMDP_ENVS", "MaskPendulumVelocity", "MaskVelocity", "MemoryCueEnv", "MemoryCueVecEnv",
-           "make_cartpole_novel", "make_pendulum_novel", "register_envs"]
+__all__ = ["CARTPOLE_POSITIONS", "POMDP_ENVS", "MaskPendulumVelocity", "MaskVelocity", "MemoryCueEnv",
+           "MemoryCueVecEnv", "make_cartpole_novel", "make_pendulum_novel", "register_envs"]
 
 
 def register_envs() -> None:

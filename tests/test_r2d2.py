@@ -290,8 +290,9 @@ def test_docs_examples_run(tmp_path, monkeypatch):
     from docs_examples import run_examples
 
     monkeypatch.chdir(tmp_path)
-    ns = run_examples("r2d2.md", 1)
+    ns = run_examples("r2d2.md", 2)
     assert ns["model"].num_gradient_steps > 0 and ns["state"].shape == (2, ns["model"].q_net.state_size)
+    assert ns["sac"].num_gradient_steps > 0 and ns["actor_state"].shape == (1, ns["sac"].actor.state_size)
 
 
 def test_a_video_of_a_recurrent_policy_carries_its_state(tmp_path):

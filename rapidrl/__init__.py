@@ -49,6 +49,7 @@ _LAZY = {
     "SACDiscrete": "rapidrl.algos",
     "R2D2": "rapidrl.algos",
     "RecurrentSAC": "rapidrl.algos",
+    "RecurrentTD3": "rapidrl.algos",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -88,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
         DiscreteCQL,
         Rainbow,
         RecurrentSAC,
+        RecurrentTD3,
         SACDiscrete,
     )
     from rapidrl.buffers import PrioritizedReplayBuffer, ReplayBuffer, RolloutBuffer  # noqa: F401

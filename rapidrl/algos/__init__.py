@@ -53,6 +53,8 @@ __all__ = [
     "RainbowConfig",
     "RecurrentSAC",
     "RecurrentSACConfig",
+    "RecurrentTD3",
+    "RecurrentTD3Config",
     "SACConfig",
     "SACDiscrete",
     "SACDiscreteConfig",
@@ -95,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rapidrl.algos.qrdqn import QRDQN, QRDQNConfig
     from rapidrl.algos.r2d2 import R2D2, R2D2Config
     from rapidrl.algos.recurrent_sac import RecurrentSAC, RecurrentSACConfig
+    from rapidrl.algos.recurrent_td3 import RecurrentTD3, RecurrentTD3Config
     from rapidrl.algos.sac import SAC, SACConfig
     from rapidrl.algos.sac_discrete import SACDiscrete, SACDiscreteConfig
     from rapidrl.algos.td3 import TD3, TD3Config

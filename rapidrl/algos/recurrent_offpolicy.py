@@ -15,15 +15,41 @@ entered with (zero where an episode starts), so a sequence can be replayed from 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import check_replay_fits
 from rapidrl.buffers.sequence import SequenceReplayBuffer
-from rapidrl.train.config import ConfigError
+from rapidrl.nn.recurrent import CELLS
+from rapidrl.train.config import ConfigError, check_positive, require
 from rapidrl.train.recurrent import RecurrentActor, predict_with_state
 
-__all__ = ["RecurrentOffPolicy", "burn_in"]
+__all__ = ["RecurrentOffPolicy", "SequenceConfig", "burn_in"]
+
+
+@dataclass
+class SequenceConfig:
+    """The memory's and the sequences' fields of every recurrent off-policy config (a dataclass mixin; each algorithm
+    sets its defaults with ``with_defaults``)."""
+
+    cell: str = "lstm"
+    """The recurrent layer(s): "lstm" or "gru"."""
+    recurrent_size: int = 128
+    """Units of each recurrent layer."""
+    sequence_length: int = 40
+    """Steps of one replayed sequence, burn-in included."""
+    burn_in: int = 10
+    """First steps of a sequence that only warm the states up from the stored ones, no loss."""
+
+    def validate_sequences(self) -> None:
+        require(self.cell in CELLS, f"cell must be one of {CELLS}, got {self.cell!r}")
+        check_positive(self, "recurrent_size", "sequence_length")
+        check_positive(self, "burn_in", allow_zero=True)
+        require(self.burn_in < self.sequence_length,
+                f"burn_in={self.burn_in} must be below sequence_length={self.sequence_length} (steps must remain to "
+                "train on)")
 
 
 def burn_in(encoders, obs: torch.Tensor, states, starts: torch.Tensor) -> list[torch.Tensor]:

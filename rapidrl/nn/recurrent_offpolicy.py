@@ -25,7 +25,8 @@ from rapidrl.nn.policies import mlp, orthogonal_init
 from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian
 from rapidrl.nn.recurrent import CELLS, cell_step, make_cell
 
-__all__ = ["RecurrentCritic", "RecurrentEncoder", "RecurrentQNetwork", "RecurrentSquashedGaussianActor"]
+__all__ = ["RecurrentCritic", "RecurrentDeterministicActor", "RecurrentEncoder", "RecurrentQNetwork",
+           "RecurrentSquashedGaussianActor"]
 
 
 class RecurrentEncoder(nn.Module):
@@ -214,3 +215,42 @@ class RecurrentCritic(nn.Module):
         self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size)
         self.heads = CriticEnsemble(n, self.encoder.size, act_dim, head_hidden)
         self.state_size = self.encoder.state_size
+
+
+class RecurrentDeterministicActor(nn.Module):
+    """TD3's deterministic policy with memory: a ``RecurrentEncoder`` and a [size, A] output layer (gain 0.01),
+    mu = center + scale * tanh(.), in the bounds [low, high]."""
+
+    recurrent = True
+
+    def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int], *,
+                 cell: str = "lstm", size: int = 128):
+        super().__init__()
+        self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size)
+        self.head = orthogonal_init(nn.Linear(self.encoder.size, int(low.shape[0])), 0.01)
+        self.register_buffer("scale", (high - low).float() / 2)
+        self.register_buffer("center", (high + low).float() / 2)
+        self.state_size = self.encoder.state_size
+
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        return self.encoder.initial_state(batch, device)
+
+    def check_state(self, state: torch.Tensor, batch: int) -> None:
+        self.encoder.check_state(state, batch)
+
+    def mu(self, h: torch.Tensor) -> torch.Tensor:
+        """Actions [M, A] from features h [M, size]."""
+        return self.center + self.scale * torch.tanh(self.head(h))
+
+    def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
+            deterministic: bool = True, action_masks: torch.Tensor | None = None,
+            generator: torch.Generator | None = None):
+        """(mu [B, A], None, None, new state [B, S]): the recurrent-policy interface (exploration noise is the
+        algorithm's)."""
+        self.check_state(state, obs.shape[0])
+        h, state = self.encoder.step(obs, state, episode_starts)
+        return self.mu(h), None, None, state
+
+    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
+        """The env's actions (already in the bounds)."""
+        return raw

@@ -3,6 +3,8 @@ exact resume, bad settings, and (slow) learning the velocity-hidden Pendulum whe
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -147,3 +149,100 @@ def test_recurrent_sac_swings_up_the_pendulum_without_its_velocity():
     plain.learn(9_000, callback=ev_plain, progress_bar=False)
     feed_forward = max(mean for _, mean, _, _ in ev_plain.history)
     assert memory >= -300 and feed_forward < -500, (ev.history, ev_plain.history)
+
+
+# -- recurrent TD3 --------------------------------------------------------------------------------------------------
+TD3_SMALL = {**SMALL, "policy_delay": 2}
+
+
+def test_recurrent_td3_update_equals_a_plain_per_step_reference():
+    """The critic loss with smoothed target actions, then (every policy_delay-th update) the actor loss through the
+    first critic head after the critic's step, written out with one ``step`` call per sequence and time step."""
+    from rapidrl.algos.offpolicy_losses import smoothed_target_actions, td3_target
+
+    model = rr.RecurrentTD3("PendulumNoVel-v1", seed=0, env_kwargs={"max_episode_steps": 20}, **TD3_SMALL)
+    model.learn(120, progress_bar=False)
+    if model.num_gradient_steps % 2 == 0:
+        model._train_step()
+    assert model.num_gradient_steps % 2 == 1  # the next update steps the actor too
+    batch = model.buffer.sample(SMALL["batch_size"])
+    c, actor, critic = model.config, model.actor, model.critic
+    sa, k = actor.state_size, c.burn_in
+    L, B = batch.rewards.shape
+    T = L - k
+    gen = model.torch_rng.get_state()
+    noise = torch.randn(T * B, 1, generator=model.torch_rng)
+    model.torch_rng.set_state(gen)
+    ys, qs, h_a = [], [], {}
+    for b in range(B):
+        s = {name: batch.state[b:b + 1, :sa] if "actor" in name else batch.state[b:b + 1, sa:]
+             for name in ("actor", "critic", "actor_target", "critic_target")}
+        for t in range(L):
+            start = batch.starts[t, b:b + 1]
+            out = {}
+            for name in s:
+                out[name], s[name] = getattr(model, name).encoder.step(batch.obs[t, b:b + 1], s[name], start)
+            if t < k:
+                s = {name: v.detach() for name, v in s.items()}
+                continue
+            i = (t - k) * B + b
+            with torch.no_grad():
+                mu_next = model.actor_target.mu(model.actor_target.encoder.step_from(batch.next_obs[t, b:b + 1],
+                                                                                     s["actor_target"]))
+                a_next = smoothed_target_actions(mu_next, noise[i:i + 1], actor.scale, actor.center,
+                                                 c.target_policy_noise, c.target_noise_clip)
+                q_next = model.critic_target.heads(model.critic_target.encoder.step_from(batch.next_obs[t, b:b + 1],
+                                                                                         s["critic_target"]), a_next)
+                d = torch.tensor([c.gamma * float(not batch.terminated[t, b])])
+                ys.append((i, td3_target(batch.rewards[t, b:b + 1], d, q_next)))
+            qs.append((i, critic.heads(out["critic"], batch.actions[t, b:b + 1])))
+            h_a[i] = out["actor"]
+    order = [i for i, _ in sorted(ys, key=lambda x: x[0])]
+    y = torch.cat([v for _, v in sorted(ys, key=lambda x: x[0])])
+    q = torch.cat([v for _, v in sorted(qs, key=lambda x: x[0])], 1)
+    expect_q = critic_loss(q, y)
+    actor_before = copy.deepcopy(actor)
+    stats = model._update_step(batch)
+    torch.testing.assert_close(stats[0], expect_q.detach(), rtol=1e-5, atol=1e-6)
+    # the actor loss: the actor of before this update, the critic after its step
+    q_pi = []
+    for b in range(B):
+        s_a, s_c = batch.state[b:b + 1, :sa], batch.state[b:b + 1, sa:]
+        for t in range(L):
+            start = batch.starts[t, b:b + 1]
+            h, s_a = actor_before.encoder.step(batch.obs[t, b:b + 1], s_a, start)
+            h_c, s_c = critic.encoder.step(batch.obs[t, b:b + 1], s_c, start)
+            if t >= k:
+                q_pi.append(critic.heads(h_c, actor_before.mu(h), members=1))
+    torch.testing.assert_close(stats[2], -torch.cat(q_pi, 1).mean().detach(), rtol=1e-5, atol=1e-6)
+    assert len(order) == T * B
+
+
+def test_recurrent_td3_acts_saves_and_resumes_exactly(tmp_path):
+    model = rr.RecurrentTD3("PendulumNoVel-v1", seed=0, **TD3_SMALL)
+    model.learn(120, progress_bar=False)
+    obs = np.array([[1.0, 0.0]], np.float32)
+    mu, state = model.predict(obs, deterministic=True)
+    noisy, _ = model.predict(obs)
+    assert state.shape == (1, model.actor.state_size) and np.all(np.abs(noisy) <= 2.0) and not np.allclose(mu, noisy)
+    model.save(tmp_path / "m.pt")
+    np.testing.assert_allclose(rr.RecurrentTD3.load(tmp_path / "m.pt").predict(obs, deterministic=True)[0], mu)
+    one = rr.RecurrentTD3("PendulumNoVel-v1", seed=3, **TD3_SMALL)
+    one.learn(160, progress_bar=False)
+    two = rr.RecurrentTD3("PendulumNoVel-v1", seed=3, **TD3_SMALL)
+    two.learn(160, progress_bar=False, callback=lambda m: m.num_timesteps < 100)
+    two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
+    three = rr.RecurrentTD3.load(tmp_path / "half.pt", include_buffer=True)
+    three.learn(160, progress_bar=False, resume=True)
+    for a, b in zip(one.critic.parameters(), three.critic.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(burn_in=6), "burn_in=6 must be below sequence_length=6"),
+    (dict(n_step=2), "one-step targets"),
+    (dict(policy_delay=0), "policy_delay"),
+])
+def test_recurrent_td3_bad_settings_are_clear_errors(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        rr.RecurrentTD3("PendulumNoVel-v1", **{**TD3_SMALL, **bad})

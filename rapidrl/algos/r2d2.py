@@ -43,12 +43,11 @@ from rapidrl.algos.offpolicy_losses import (
     value_rescale,
     value_rescale_inverse,
 )
-from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, burn_in
+from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, SequenceConfig, burn_in
 from rapidrl.algos.registry import register
 from rapidrl.buffers.sequence import SequenceReplayBuffer
 from rapidrl.nn.distributions import apply_action_mask, masked_max
 from rapidrl.nn.optim import adam, optimizer_step
-from rapidrl.nn.recurrent import CELLS
 from rapidrl.nn.recurrent_offpolicy import RecurrentQNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.schedules import linear_decay
@@ -60,19 +59,13 @@ from rapidrl.train.spaces import check_discrete_actions
                n_step=5, train_freq=4, gradient_steps=1, max_grad_norm=40.0, target_update_interval=2_500,
                exploration_fraction=0.1, exploration_final_eps=0.01, hidden=(64,), double_q=True, per_alpha=0.9,
                per_beta=0.6, adam_eps=1e-3, encoder="mlp")
-class R2D2Config(DQNConfig):
+class R2D2Config(DQNConfig, SequenceConfig):
     """DQN's settings (exploration, target updates, double Q, dueling, prioritized replay) with R2D2's defaults where
     the paper gives them (lr 1e-4, Adam eps 1e-3, batch 64, n 5, gamma 0.997, priority exponents 0.9 and 0.6, eta
-    0.9, value rescaling eps 1e-3, gradient norm 40), plus the sequences' and the memory's settings."""
+    0.9, value rescaling eps 1e-3, gradient norm 40), plus the sequences' and the memory's settings
+    (``SequenceConfig``: an LSTM of 128 units, sequences of 40 steps with 10 of burn-in; the paper's are 512, 80 and
+    40 on Atari)."""
 
-    cell: str = "lstm"
-    """The recurrent layer: "lstm" or "gru"."""
-    recurrent_size: int = 128
-    """Units of the recurrent layer (R2D2's 512 on Atari)."""
-    sequence_length: int = 40
-    """Steps of one replayed sequence, burn-in included (R2D2: 80)."""
-    burn_in: int = 10
-    """First steps of a sequence that only warm the state up, no loss (R2D2: 40)."""
     value_rescaling: bool = True
     """Train towards h(G) with bootstrap values h^-1(Q') (R2D2's rescaling; False: plain n-step targets)."""
     rescale_eps: float = 1e-3
@@ -82,15 +75,11 @@ class R2D2Config(DQNConfig):
 
     def validate(self) -> None:
         super().validate()
-        require(self.cell in CELLS, f"cell must be one of {CELLS}, got {self.cell!r}")
+        self.validate_sequences()
         require(self.encoder in ("auto", "mlp"), f"R2D2's networks are MLPs before the recurrent layer, got encoder="
                 f"{self.encoder!r}: image observations with memory train with recurrent PPO")
-        check_positive(self, "recurrent_size", "sequence_length", "rescale_eps")
-        check_positive(self, "burn_in", allow_zero=True)
+        check_positive(self, "rescale_eps")
         check_unit_interval(self, "priority_eta")
-        require(self.burn_in < self.sequence_length,
-                f"burn_in={self.burn_in} must be below sequence_length={self.sequence_length} (steps must remain to "
-                "train on)")
 
 
 @register

@@ -31,42 +31,29 @@ import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, soft_actor_loss, soft_target, temperature_loss
-from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, burn_in
+from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, SequenceConfig, burn_in
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import EntropyConfig, initial_log_alpha, joint_step, soft_stats
 from rapidrl.nn.optim import adam
-from rapidrl.nn.recurrent import CELLS
 from rapidrl.nn.recurrent_offpolicy import RecurrentCritic, RecurrentSquashedGaussianActor
-from rapidrl.train.config import check_hidden, check_positive, require, with_defaults
+from rapidrl.train.config import check_hidden, require, with_defaults
 
 
 @dataclass
-@with_defaults(learning_rate=3e-4, buffer_size=100_000, learning_starts=1_000, batch_size=32, hidden=(64,))
-class RecurrentSACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig):
+@with_defaults(learning_rate=3e-4, buffer_size=100_000, learning_starts=1_000, batch_size=32, hidden=(64,),
+               recurrent_size=64, sequence_length=32, burn_in=8)
+class RecurrentSACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, SequenceConfig):
     """SAC's settings (``hidden``: the MLP before each recurrent layer) plus the memory's and the sequences'."""
 
-    cell: str = "lstm"
-    """The recurrent layer of the actor and of the critics: "lstm" or "gru"."""
-    recurrent_size: int = 64
-    """Units of each recurrent layer."""
     head_hidden: tuple[int, ...] = (256, 256)
     """Hidden sizes of each critic's MLP on [h, a]."""
-    sequence_length: int = 32
-    """Steps of one replayed sequence, burn-in included."""
-    burn_in: int = 8
-    """First steps of a sequence that only warm the states up, no loss."""
 
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
         self.validate_critics()
-        require(self.cell in CELLS, f"cell must be one of {CELLS}, got {self.cell!r}")
-        check_positive(self, "recurrent_size", "sequence_length")
-        check_positive(self, "burn_in", allow_zero=True)
+        self.validate_sequences()
         check_hidden(self.head_hidden)
-        require(self.burn_in < self.sequence_length,
-                f"burn_in={self.burn_in} must be below sequence_length={self.sequence_length} (steps must remain to "
-                "train on)")
         require(self.n_step == 1, f"recurrent SAC trains on one-step targets (n_step=1), got n_step={self.n_step}")
 
 

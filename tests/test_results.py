@@ -4,6 +4,7 @@ to its CSVs, draws its curve and the results page; recorded seeds are kept, not 
 from __future__ import annotations
 
 import csv
+import math
 
 import pytest
 
@@ -406,3 +407,12 @@ def test_rows_are_read_from_toml_with_shared_texts_and_clear_errors(tmp_path):
         path.write_text(head + text)
         with pytest.raises(ValueError, match=f"{path.name}: {message}"):
             results.load_rows(path)
+
+
+def test_wall_clock_at_a_checkpoint_between_logged_steps_is_interpolated():
+    """Off-policy runs log every log_every_steps env steps, which need not fall on a checkpoint's step (R2D2's 8 envs:
+    30,720 between the logged 30,704 and 30,800)."""
+    wall = {30_704: 100.0, 30_800: 106.0, 31_000: 120.0}
+    assert results._wall_at(wall, 30_800) == 106.0
+    assert results._wall_at(wall, 30_720) == pytest.approx(101.0)
+    assert math.isnan(results._wall_at(wall, 40_000)) and math.isnan(results._wall_at(wall, 100))

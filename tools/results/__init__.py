@@ -299,11 +299,25 @@ def _wall_at_steps(cols: dict[str, list[float]]) -> dict[int, float]:
     return {int(x): t for x, t in zip(cols.get("global_step", []), cols.get("time/total", [])) if math.isfinite(t)}
 
 
+def _wall_at(wall: dict[int, float], step: int) -> float:
+    """The wall-clock at ``step`` from the logged (step -> wall-clock) points: the logged value at that step, else
+    linear between the logged steps around it (off-policy runs log every ``log_every_steps`` env steps, which need
+    not fall on a checkpoint's step); NaN outside the logged range."""
+    if step in wall:
+        return wall[step]
+    before = [x for x in wall if x < step]
+    after = [x for x in wall if x > step]
+    if not before or not after:
+        return math.nan
+    lo, hi = max(before), min(after)
+    return wall[lo] + (wall[hi] - wall[lo]) * (step - lo) / (hi - lo)
+
+
 def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int, wall: dict[int, float]
                          ) -> list[tuple[int, float, float]]:
     """(step, evaluation mean, training wall-clock at that step) of every checkpoint of a finished run, oldest
     first: each is loaded and evaluated as ``rapidrl eval`` does (``episodes`` deterministic episodes). wall: the
-    wall-clock at each logged step (``_wall_at_steps``); NaN for a checkpoint step not in it."""
+    wall-clock at each logged step (``_wall_at_steps``), read at a checkpoint's step by ``_wall_at``."""
     from rapidrl.algos.registry import get_algorithm
     from rapidrl.train.checkpoint import list_checkpoints
 
@@ -311,7 +325,7 @@ def evaluate_checkpoints(row: Row, run_dir: Path, episodes: int, wall: dict[int,
     evals = []
     for step, path in list_checkpoints(run_dir / CHECKPOINT_DIR):
         model = cls.load(path)
-        evals.append((step, model.evaluate(episodes)[0], wall.get(step, math.nan)))
+        evals.append((step, model.evaluate(episodes)[0], _wall_at(wall, step)))
         model.env.close()
     return evals
 

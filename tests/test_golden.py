@@ -145,6 +145,10 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
                                                                batch_size=4, sequence_length=6, burn_in=2,
                                                                hidden=(16,), recurrent_size=8, head_hidden=(16, 16)),
                       160),
+    "recurrent_td3": ("RecurrentTD3", "PendulumNoVel-v1", dict(num_envs=2, learning_starts=64, buffer_size=2000,
+                                                               batch_size=4, sequence_length=6, burn_in=2,
+                                                               hidden=(16,), recurrent_size=8, head_hidden=(16, 16)),
+                      160),
     "crossq": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32), buffer_size=2000,
                                              critic_hidden=(32, 32), renorm_warmup_steps=48), 160),  # renorm from 48
     "crossq_torch": ("CrossQ", "Pendulum-v1", dict(learning_starts=64, batch_size=32, hidden=(32, 32),

@@ -49,6 +49,13 @@ def test_sequence_nstep_returns_stop_at_episode_ends_and_bootstrap_truncations()
     torch.testing.assert_close(one, r.squeeze(1) + g * (~term).float().squeeze(1) * v.squeeze(1))
 
 
+def test_sequence_nstep_returns_with_n_past_the_sequence_end_at_its_last_step():
+    r, v = torch.tensor([[1.0], [2.0]]), torch.tensor([[10.0], [20.0]])
+    no_end, d = torch.zeros(2, 1, dtype=torch.bool), torch.full((2, 1), 0.5)
+    out = sequence_nstep_returns(r, d, no_end, v, n=5).squeeze(1)
+    torch.testing.assert_close(out, torch.tensor([1 + 0.5 * 2 + 0.25 * 20, 2 + 0.5 * 20]))
+
+
 def test_r2d2_priority_mixes_max_and_mean():
     td = torch.tensor([[1.0, -2.0], [-3.0, 0.0]])  # [L=2, B=2]
     torch.testing.assert_close(r2d2_priority(td, 0.9), torch.tensor([0.9 * 3 + 0.1 * 2, 0.9 * 2 + 0.1 * 1]))

@@ -246,3 +246,17 @@ def test_recurrent_td3_acts_saves_and_resumes_exactly(tmp_path):
 def test_recurrent_td3_bad_settings_are_clear_errors(bad, match):
     with pytest.raises(ConfigError, match=match):
         rr.RecurrentTD3("PendulumNoVel-v1", **{**TD3_SMALL, **bad})
+
+
+@pytest.mark.parametrize("cls", [rr.RecurrentSAC, rr.RecurrentTD3, rr.R2D2])
+def test_hidden_may_be_empty_for_the_recurrent_learners_only(cls):
+    """hidden=(): the observation goes straight into the recurrent layer (skrl's examples' layout); the feed-forward
+    learners still refuse it."""
+    env = "CartPoleNoVel-v1" if cls is rr.R2D2 else "PendulumNoVel-v1"
+    settings = {k: v for k, v in SMALL.items() if not (cls is rr.R2D2 and k == "head_hidden")}
+    model = cls(env, seed=0, **{**settings, "hidden": ()})
+    encoder = model.q_net.encoder if cls is rr.R2D2 else model.actor.encoder
+    assert len(encoder.trunk) == 0 and encoder.rnn.input_size == model.obs_dim
+    model.learn(80, progress_bar=False)
+    with pytest.raises(ConfigError, match="hidden must be a non-empty"):
+        rr.SAC("Pendulum-v1", hidden=())

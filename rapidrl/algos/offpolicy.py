@@ -108,7 +108,7 @@ class OffPolicyConfig(RuntimeConfig):
         check_positive(self, "learning_starts", allow_zero=True)
         check_unit_interval(self, "gamma", "tau")
         require(self.tau > 0, "tau must be > 0 (tau = 0 would never update the target networks)")
-        check_hidden(self.hidden)
+        check_hidden(self.hidden, allow_empty=self.hidden_may_be_empty)
         require(self.n_step == 1 or self.buffer_size % self.num_envs == 0,
                 f"buffer_size={self.buffer_size} must be a multiple of num_envs={self.num_envs} when n_step > 1")
         require(self.batch_size <= self.buffer_size,
@@ -121,6 +121,8 @@ class OffPolicyConfig(RuntimeConfig):
                 f"her=True needs buffer_size={self.buffer_size} to be a multiple of num_envs={self.num_envs}")
 
     renamed_settings: ClassVar[dict[str, str]] = {"compile": "torch_compile"}  # the name of older rapidrl versions
+    hidden_may_be_empty: ClassVar[bool] = False
+    """``hidden=()`` is allowed (the recurrent learners: the observation goes straight into the recurrent layer)."""
 
     @classmethod
     def upgrade_legacy(cls, values: dict[str, Any]) -> dict[str, Any]:

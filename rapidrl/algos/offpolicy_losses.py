@@ -232,7 +232,7 @@ def sequence_nstep_returns(rewards: torch.Tensor, discounts: torch.Tensor, ends:
     returns = torch.zeros_like(rewards)
     coef = torch.ones_like(rewards)
     active = torch.ones_like(ends)
-    for k in range(n):
+    for k in range(min(n, length)):  # n past the sequence's length: every return ends at its last step
         steps = length - k  # the t whose step t + k lies in the sequence
         r, d, v, e = rewards[k:], discounts[k:], next_values[k:], ends[k:].clone()
         if k == n - 1:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -72,6 +73,7 @@ class R2D2Config(DQNConfig, SequenceConfig):
     """The eps of h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x."""
     priority_eta: float = 0.9
     """A sequence's priority: eta max |td| + (1 - eta) mean |td| over its trained steps."""
+    hidden_may_be_empty: ClassVar[bool] = True  # hidden=(): the observation straight into the recurrent layer
 
     def validate(self) -> None:
         super().validate()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -47,6 +48,7 @@ class RecurrentTD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmooth
 
     head_hidden: tuple[int, ...] = (256, 256)
     """Hidden sizes of each critic's MLP on [h, a]."""
+    hidden_may_be_empty: ClassVar[bool] = True  # hidden=(): the observation straight into the recurrent layer
 
     def validate(self) -> None:
         super().validate()

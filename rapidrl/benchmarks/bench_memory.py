@@ -1,0 +1,105 @@
+"""Recurrent SAC against skrl's ``SAC_RNN`` on PendulumNoVel, each in its own process, at skrl's example settings
+(``rapidrl.benchmarks.peer_skrl_rnn_sac``): an LSTM of 400 units straight on the observation for the actor and the
+critics, heads of 400 and 300, sequences of 20 steps without burn-in, batch 100 sequences, gamma 0.98, learning from
+step 100, replay 15,000, one update per env step. rapidrl's side is ``RecurrentSAC`` with those sizes (its own
+squashed Gaussian head and its critics' one shared encoder; skrl's policy has a state-independent log std and each
+of its four critics its own LSTM).
+
+Per run: env steps per second over the steps from 200 on (each with one update), after 200 warm-up steps timed
+apart. No learning is compared here (one update costs about a second at these sizes here, so 15,000 steps are hours);
+docs/r2d2.md has rapidrl's learning at its preset's smaller sizes.
+
+    python -m rapidrl.benchmarks.bench_memory --steps 400 --seeds 0 1 --threads 1
+
+skrl runs in ``RAPIDRL_SB3_PYTHON``'s interpreter (``peers.sb3_python``: the peers' venv, where skrl is installed),
+rapidrl in this one; seeds and contenders interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from rapidrl.benchmarks.peers import sb3_python
+
+WARMUP = 200
+PEER_SETTINGS = dict(hidden=(), recurrent_size=400, head_hidden=(400, 300), sequence_length=20, burn_in=0,
+                     batch_size=100, gamma=0.98, learning_starts=100, buffer_size=15_000, log_every_steps=1_000)
+"""skrl's example settings as RecurrentSAC's fields."""
+
+
+def job_rapidrl(steps: int, seed: int, threads: int) -> dict:
+    """rapidrl's run in this process: SPS over the steps from ``WARMUP`` on."""
+    import torch
+
+    import rapidrl as rr
+
+    torch.set_num_threads(threads)
+    model = rr.RecurrentSAC("PendulumNoVel-v1", seed=seed, **PEER_SETTINGS)
+    marks: dict[str, float] = {}
+
+    def mark(m) -> bool:
+        if m.num_timesteps >= WARMUP and "timed_from" not in marks:
+            marks["timed_from"], marks["from_step"] = time.perf_counter(), m.num_timesteps
+        return True
+
+    t0 = time.perf_counter()
+    model.learn(steps, callback=mark, progress_bar=False)
+    t2 = time.perf_counter()
+    timed = steps - int(marks["from_step"])
+    return {"lib": "rapidrl", "warmup_s": round(marks["timed_from"] - t0, 2), "timed_steps": timed,
+            "timed_s": round(t2 - marks["timed_from"], 2), "sps": round(timed / (t2 - marks["timed_from"]), 2)}
+
+
+def run(lib: str, steps: int, seed: int, threads: int) -> dict:
+    """One contender in a fresh process; its JSON line."""
+    if lib == "rapidrl":
+        cmd = [sys.executable, "-m", "rapidrl.benchmarks.bench_memory", "--child", "--steps", str(steps), "--seeds",
+               str(seed), "--threads", str(threads)]
+    else:
+        python = sb3_python()
+        if python is None:
+            return {"lib": lib, "skipped": "no peers' interpreter (RAPIDRL_SB3_PYTHON) with skrl"}
+        cmd = [python, "-m", "rapidrl.benchmarks.peer_skrl_rnn_sac", "--steps", str(steps), "--seed", str(seed),
+               "--threads", str(threads)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        return {"lib": lib, "failed": (out.stderr or out.stdout)[-2000:]}
+    return json.loads(lines[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=400, help=f"env steps per run (the first {WARMUP} are the warm-up)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.steps <= WARMUP:
+        p.error(f"--steps must be above the {WARMUP} warm-up steps")
+    if a.child:
+        print(json.dumps(job_rapidrl(a.steps, a.seeds[0], a.threads)), flush=True)
+        return
+    results: dict[str, list[dict]] = {"rapidrl": [], "skrl": []}
+    for seed in a.seeds:
+        for lib in ("rapidrl", "skrl"):
+            r = run(lib, a.steps, seed, a.threads)
+            results[lib].append(r)
+            print(json.dumps({"seed": seed, **r}), flush=True)
+    sps = {lib: [r["sps"] for r in rs if "sps" in r] for lib, rs in results.items()}
+    if sps["rapidrl"] and sps["skrl"]:
+        ratio = statistics.median(sps["rapidrl"]) / statistics.median(sps["skrl"])
+        print(f"RecurrentSAC PendulumNoVel at skrl's example settings, {a.threads} thread(s): rapidrl "
+              f"{statistics.median(sps['rapidrl']):.2f} SPS, skrl {statistics.median(sps['skrl']):.2f} SPS: "
+              f"{ratio:.2f}x (medians over seeds {a.seeds})")
+
+
+if __name__ == "__main__":
+    main()

@@ -116,10 +116,6 @@ class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
         return self._sequence_buffer(state_size, prioritized=c.prioritized, alpha=c.per_alpha, beta=c.per_beta,
                                      eps=c.per_eps)
 
-    def _update_batch(self) -> int:
-        c = self.config
-        return c.batch_size * (c.sequence_length - c.burn_in)
-
     # -- update ----------------------------------------------------------------------------------
     def _train(self) -> None:
         super()._train()
@@ -128,9 +124,6 @@ class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
             polyak_update(self._target_params, self._params, c.tau)
             self._last_target_update = now
         self.record({"charts/epsilon": self.epsilon()})
-
-    def _sample_batch(self):
-        return self.buffer.sample(self.config.batch_size)
 
     def _update_step(self, batch) -> torch.Tensor:
         """One update on B sequences (module docstring); returns [loss, mean Q, mean |td|, priorities [B]...]."""

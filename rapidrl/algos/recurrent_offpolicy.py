@@ -23,10 +23,10 @@ import torch
 from rapidrl.algos.offpolicy import check_replay_fits
 from rapidrl.buffers.sequence import SequenceReplayBuffer
 from rapidrl.nn.recurrent import CELLS
-from rapidrl.train.config import ConfigError, check_positive, require
+from rapidrl.train.config import ConfigError, check_hidden, check_positive, require
 from rapidrl.train.recurrent import RecurrentActor, predict_with_state
 
-__all__ = ["RecurrentOffPolicy", "SequenceConfig", "burn_in"]
+__all__ = ["RecurrentActorCritic", "RecurrentActorCriticConfig", "RecurrentOffPolicy", "SequenceConfig", "burn_in"]
 
 
 @dataclass
@@ -59,6 +59,19 @@ def burn_in(encoders, obs: torch.Tensor, states, starts: torch.Tensor) -> list[t
         return list(states)
     with torch.no_grad():
         return [enc.unroll(obs, s, starts)[1][-1] for enc, s in zip(encoders, states)]
+
+
+@dataclass
+class RecurrentActorCriticConfig(SequenceConfig):
+    """The fields recurrent SAC and recurrent TD3 add to ``SequenceConfig`` (a dataclass mixin)."""
+
+    head_hidden: tuple[int, ...] = (256, 256)
+    """Hidden sizes of each critic's MLP on [h, a]."""
+
+    def validate_recurrent_actor_critic(self, name: str) -> None:
+        self.validate_sequences()
+        check_hidden(self.head_hidden)
+        require(self.n_step == 1, f"{name} trains on one-step targets (n_step=1), got n_step={self.n_step}")
 
 
 class RecurrentOffPolicy:
@@ -130,6 +143,14 @@ class RecurrentOffPolicy:
                         self._entering.cpu().numpy(), self._starts.copy())
         self._starts = np.logical_or(terminated, truncated)
 
+    def _update_batch(self) -> int:
+        """Trained samples of one update: the sequences' steps after the burn-in."""
+        c = self.config
+        return c.batch_size * (c.sequence_length - c.burn_in)
+
+    def _sample_batch(self):
+        return self.buffer.sample(self.config.batch_size)
+
     # -- acting with a state ------------------------------------------------------------------------
     def predict(self, obs, state=None, episode_start=None, deterministic: bool = False, action_masks=None):
         """``(actions, state)`` for ``obs`` ([B, *obs_shape] or one observation), as recurrent PPO's ``predict``
@@ -185,3 +206,29 @@ class RecurrentOffPolicy:
         super()._load_extra_training_state(state)
         self._hidden = state["recurrent_state"].to(self.device).clone()
         self._starts = state["starts"].numpy().copy()
+
+
+class RecurrentActorCritic(RecurrentOffPolicy):
+    """Recurrent SAC and TD3: an ``actor`` and a ``critic`` with a ``RecurrentEncoder`` each, whose states the replay
+    stores side by side ([actor | critic]); the actor acts with its own state."""
+
+    box_actions_only = True
+
+    def _state_sizes(self) -> tuple[int, int]:
+        """(the actor's, the critic's) state widths (one layer of ``cell`` and ``recurrent_size`` each)."""
+        c = self.config
+        one = (2 if c.cell == "lstm" else 1) * c.recurrent_size
+        return one, one
+
+    def _make_buffer(self):
+        return self._sequence_buffer(sum(self._state_sizes()))
+
+    def _advance(self, x: torch.Tensor, entering: torch.Tensor):
+        """Both encoders one step: (the actor's features [N, size], the state after [N, S_actor + S_critic])."""
+        sa = self._state_sizes()[0]
+        h, state_a = self.actor.encoder.step(x, entering[:, :sa])
+        _, state_c = self.critic.encoder.step(x, entering[:, sa:])
+        return h, torch.cat([state_a, state_c], -1)
+
+    def _acting_policy(self) -> torch.nn.Module:
+        return self.actor

@@ -32,51 +32,36 @@ import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, soft_actor_loss, soft_target, temperature_loss
-from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, SequenceConfig, burn_in
+from rapidrl.algos.recurrent_offpolicy import RecurrentActorCritic, RecurrentActorCriticConfig, burn_in
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import EntropyConfig, initial_log_alpha, joint_step, soft_stats
 from rapidrl.nn.optim import adam
 from rapidrl.nn.recurrent_offpolicy import RecurrentCritic, RecurrentSquashedGaussianActor
-from rapidrl.train.config import check_hidden, require, with_defaults
+from rapidrl.train.config import with_defaults
 
 
 @dataclass
 @with_defaults(learning_rate=3e-4, buffer_size=100_000, learning_starts=1_000, batch_size=32, hidden=(64,),
                recurrent_size=64, sequence_length=32, burn_in=8)
-class RecurrentSACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, SequenceConfig):
+class RecurrentSACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, RecurrentActorCriticConfig):
     """SAC's settings (``hidden``: the MLP before each recurrent layer) plus the memory's and the sequences'."""
-
-    head_hidden: tuple[int, ...] = (256, 256)
-    """Hidden sizes of each critic's MLP on [h, a]."""
     hidden_may_be_empty: ClassVar[bool] = True  # hidden=(): the observation straight into the recurrent layer
 
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
         self.validate_critics()
-        self.validate_sequences()
-        check_hidden(self.head_hidden)
-        require(self.n_step == 1, f"recurrent SAC trains on one-step targets (n_step=1), got n_step={self.n_step}")
+        self.validate_recurrent_actor_critic("recurrent SAC")
 
 
 @register
-class RecurrentSAC(RecurrentOffPolicy, OffPolicyAlgorithm):
+class RecurrentSAC(RecurrentActorCritic, OffPolicyAlgorithm):
     """SAC with memory for Box action spaces. ``RecurrentSAC(env, **hyperparameters)``; see RecurrentSACConfig."""
 
     name = "recurrent_sac"
     config_class = RecurrentSACConfig
-    box_actions_only = True
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
-
-    def _state_sizes(self) -> tuple[int, int]:
-        """(the actor's, the critic's) state widths; the replay stores [actor | critic]."""
-        c = self.config
-        one = (2 if c.cell == "lstm" else 1) * c.recurrent_size
-        return one, one
-
-    def _make_buffer(self):
-        return self._sequence_buffer(sum(self._state_sizes()))
 
     def _build_networks(self) -> None:
         c, space = self.config, self.action_space
@@ -91,13 +76,6 @@ class RecurrentSAC(RecurrentOffPolicy, OffPolicyAlgorithm):
         self.log_alpha, self.tune_alpha, self.target_entropy = initial_log_alpha(c, act_dim, self.device)
         params = [*self.actor.parameters(), *self.critic.parameters()]
         self.optimizer = adam([*params, self.log_alpha] if self.tune_alpha else params, c.learning_rate)
-
-    def _update_batch(self) -> int:
-        c = self.config
-        return c.batch_size * (c.sequence_length - c.burn_in)
-
-    def _sample_batch(self):
-        return self.buffer.sample(self.config.batch_size)
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
@@ -133,16 +111,6 @@ class RecurrentSAC(RecurrentOffPolicy, OffPolicyAlgorithm):
         return soft_stats(loss_q, loss_pi, loss_alpha, alpha, q, log_prob)
 
     # -- acting ----------------------------------------------------------------------------------
-    def _advance(self, x: torch.Tensor, entering: torch.Tensor):
-        """Both encoders one step: (the actor's features [N, size], the state after [N, S_actor + S_critic])."""
-        sa = self._state_sizes()[0]
-        h, state_a = self.actor.encoder.step(x, entering[:, :sa])
-        _, state_c = self.critic.encoder.step(x, entering[:, sa:])
-        return h, torch.cat([state_a, state_c], -1)
-
-    def _acting_policy(self) -> torch.nn.Module:
-        return self.actor
-
     def _explore_from(self, h: torch.Tensor, obs: np.ndarray, action_masks: np.ndarray | None) -> np.ndarray:
         with torch.no_grad():
             return self.actor.sample(h, generator=self.torch_rng)[0].cpu().numpy()

@@ -33,50 +33,36 @@ import torch
 from rapidrl.algos.deterministic_actor_critic import DeterministicActorConfig, TargetSmoothingConfig
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, smoothed_target_actions, td3_target
-from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, SequenceConfig, burn_in
+from rapidrl.algos.recurrent_offpolicy import RecurrentActorCritic, RecurrentActorCriticConfig, burn_in
 from rapidrl.algos.registry import register
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.recurrent_offpolicy import RecurrentCritic, RecurrentDeterministicActor
-from rapidrl.train.config import check_hidden, require, with_defaults
+from rapidrl.train.config import with_defaults
 
 
 @dataclass
 @with_defaults(learning_rate=1e-3, buffer_size=100_000, learning_starts=1_000, batch_size=32, hidden=(64,),
                recurrent_size=64, sequence_length=32, burn_in=8)
-class RecurrentTD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmoothingConfig, SequenceConfig):
+class RecurrentTD3Config(OffPolicyConfig, DeterministicActorConfig, TargetSmoothingConfig,
+                         RecurrentActorCriticConfig):
     """TD3's settings (``hidden``: the MLP before each recurrent layer) plus the memory's and the sequences'."""
-
-    head_hidden: tuple[int, ...] = (256, 256)
-    """Hidden sizes of each critic's MLP on [h, a]."""
     hidden_may_be_empty: ClassVar[bool] = True  # hidden=(): the observation straight into the recurrent layer
 
     def validate(self) -> None:
         super().validate()
         self.validate_deterministic_actor()
         self.validate_target_smoothing()
-        self.validate_sequences()
-        check_hidden(self.head_hidden)
-        require(self.n_step == 1, f"recurrent TD3 trains on one-step targets (n_step=1), got n_step={self.n_step}")
+        self.validate_recurrent_actor_critic("recurrent TD3")
 
 
 @register
-class RecurrentTD3(RecurrentOffPolicy, OffPolicyAlgorithm):
+class RecurrentTD3(RecurrentActorCritic, OffPolicyAlgorithm):
     """TD3 with memory for Box action spaces. ``RecurrentTD3(env, **hyperparameters)``; see RecurrentTD3Config."""
 
     name = "recurrent_td3"
     config_class = RecurrentTD3Config
-    box_actions_only = True
     stat_names = ("critic_loss", "q_values", "actor_loss")
     saved_state = ("actor", "actor_target", "critic", "critic_target", "actor_optimizer", "critic_optimizer")
-
-    def _state_sizes(self) -> tuple[int, int]:
-        """(the actor's, the critic's) state widths; the replay stores [actor | critic]."""
-        c = self.config
-        one = (2 if c.cell == "lstm" else 1) * c.recurrent_size
-        return one, one
-
-    def _make_buffer(self):
-        return self._sequence_buffer(sum(self._state_sizes()))
 
     def _build_networks(self) -> None:
         c, space = self.config, self.action_space
@@ -93,13 +79,6 @@ class RecurrentTD3(RecurrentOffPolicy, OffPolicyAlgorithm):
         self._target_params = [*self.actor_target.parameters(), *self.critic_target.parameters()]
         self._last_actor_loss = torch.zeros((), device=self.device)
         self._half_range = ((high - low) / 2).numpy()
-
-    def _update_batch(self) -> int:
-        c = self.config
-        return c.batch_size * (c.sequence_length - c.burn_in)
-
-    def _sample_batch(self):
-        return self.buffer.sample(self.config.batch_size)
 
     # -- update ----------------------------------------------------------------------------------
     def _update_step(self, batch) -> torch.Tensor:
@@ -146,18 +125,9 @@ class RecurrentTD3(RecurrentOffPolicy, OffPolicyAlgorithm):
         return torch.stack([loss_q.detach(), q.detach().mean(), self._last_actor_loss])
 
     # -- acting ----------------------------------------------------------------------------------
-    def _advance(self, x: torch.Tensor, entering: torch.Tensor):
-        """Both encoders one step: (the actor's mu [N, A], the state after [N, S_actor + S_critic])."""
-        sa = self._state_sizes()[0]
-        h, state_a = self.actor.encoder.step(x, entering[:, :sa])
-        _, state_c = self.critic.encoder.step(x, entering[:, sa:])
-        return self.actor.mu(h), torch.cat([state_a, state_c], -1)
-
-    def _acting_policy(self) -> torch.nn.Module:
-        return self.actor
-
-    def _explore_from(self, mu: torch.Tensor, obs: np.ndarray, action_masks: np.ndarray | None) -> np.ndarray:
-        return self._predicted(mu.cpu().numpy(), False, None)
+    def _explore_from(self, h: torch.Tensor, obs: np.ndarray, action_masks: np.ndarray | None) -> np.ndarray:
+        with torch.no_grad():
+            return self._predicted(self.actor.mu(h).cpu().numpy(), False, None)
 
     def _predicted(self, actions: np.ndarray, deterministic: bool, masks: np.ndarray | None) -> np.ndarray:
         """mu, or (not deterministic) mu + Gaussian noise of ``exploration_noise`` times the half-range, clipped."""

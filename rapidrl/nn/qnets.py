@@ -179,12 +179,21 @@ class SquashedGaussianActor(nn.Module):
         """generator: where the noise is drawn from, on the actor's device (an algorithm passes its own,
         ``Algorithm.torch_rng``); None: torch's global generator."""
         head = full_precision(self.head(self.trunk(obs)))  # [B, 2A]: means, then unsquashed log stds
-        noise = torch.zeros_like(head[:, : head.shape[1] // 2])
-        if not deterministic:
-            noise.normal_(generator=generator)
-        actions, log_prob, _ = squashed_gaussian(head, noise, self.scale, self.center, self.log_std_min,
-                                                 self.log_std_max)
-        return actions, log_prob
+        return sample_squashed_gaussian(head, self.scale, self.center, self.log_std_min, self.log_std_max,
+                                        deterministic, generator)
+
+
+def sample_squashed_gaussian(head: torch.Tensor, scale: torch.Tensor, center: torch.Tensor, log_std_min: float,
+                             log_std_max: float, deterministic: bool = False,
+                             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions [B, A] in the bounds, log pi [B]) from a head output [B, 2A] (means, then unsquashed log stds):
+    ``squashed_gaussian`` with standard normal noise drawn from ``generator``, or none (the squashed mean) when
+    deterministic. SAC's actor and recurrent SAC's sample through it."""
+    noise = torch.zeros_like(head[:, : head.shape[1] // 2])
+    if not deterministic:
+        noise.normal_(generator=generator)
+    actions, log_prob, _ = squashed_gaussian(head, noise, scale, center, log_std_min, log_std_max)
+    return actions, log_prob
 
 
 def squashed_gaussian(head: torch.Tensor, noise: torch.Tensor, scale: torch.Tensor, center: torch.Tensor,

@@ -51,6 +51,17 @@ def make_cell(cell: str, features: int, size: int) -> nn.Module:
     return rnn
 
 
+def check_state(state: torch.Tensor, batch: int, state_size: int) -> None:
+    """ValueError/TypeError unless ``state`` is a float tensor [batch, state_size] (a recurrent policy's state from a
+    previous call)."""
+    if not isinstance(state, torch.Tensor):
+        raise TypeError(f"state must be a torch.Tensor [B, {state_size}] (from a previous call), "
+                        f"got {type(state).__name__}")
+    if tuple(state.shape) != (batch, state_size) or not state.dtype.is_floating_point:
+        raise ValueError(f"state must be a float tensor of shape ({batch}, {state_size}), got "
+                         f"{tuple(state.shape)} {state.dtype}")
+
+
 def cell_step(rnn: nn.Module, cell: str, size: int, x: torch.Tensor, state: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of one layer ``rnn`` (``make_cell``'s): x [B, F], its state [B, S] ([h | c] for an LSTM, h for a GRU)
@@ -142,13 +153,8 @@ class RecurrentActorCritic(ActorCritic):
         return torch.zeros(batch, self.state_size, device=device)
 
     def check_state(self, state: torch.Tensor, batch: int) -> None:
-        """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
-        if not isinstance(state, torch.Tensor):
-            raise TypeError(f"state must be a torch.Tensor [B, {self.state_size}] (from a previous call), "
-                            f"got {type(state).__name__}")
-        if tuple(state.shape) != (batch, self.state_size) or not state.dtype.is_floating_point:
-            raise ValueError(f"state must be a float tensor of shape ({batch}, {self.state_size}), got "
-                             f"{tuple(state.shape)} {state.dtype}")
+        """ValueError/TypeError unless ``state`` is a float tensor [batch, S] (``check_state``)."""
+        check_state(state, batch, self.state_size)
 
     def _run_core(self, rnn: nn.Module, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer over x [L, B, F] from its state [B, core_state_size], no resets: (outputs [L, B, size], state)."""

@@ -22,8 +22,8 @@ from torch import nn
 
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.policies import mlp, orthogonal_init
-from rapidrl.nn.qnets import CriticEnsemble, squashed_gaussian
-from rapidrl.nn.recurrent import CELLS, cell_step, make_cell
+from rapidrl.nn.qnets import CriticEnsemble, sample_squashed_gaussian
+from rapidrl.nn.recurrent import CELLS, cell_step, check_state, make_cell
 
 __all__ = ["RecurrentCritic", "RecurrentDeterministicActor", "RecurrentEncoder", "RecurrentQNetwork",
            "RecurrentSquashedGaussianActor"]
@@ -55,12 +55,7 @@ class RecurrentEncoder(nn.Module):
 
     def check_state(self, state: torch.Tensor, batch: int) -> None:
         """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
-        if not isinstance(state, torch.Tensor):
-            raise TypeError(f"state must be a torch.Tensor [B, {self.state_size}] (from a previous call), "
-                            f"got {type(state).__name__}")
-        if tuple(state.shape) != (batch, self.state_size) or not state.dtype.is_floating_point:
-            raise ValueError(f"state must be a float tensor of shape ({batch}, {self.state_size}), got "
-                             f"{tuple(state.shape)} {state.dtype}")
+        check_state(state, batch, self.state_size)
 
     def step(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor | None = None
              ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,12 +84,34 @@ class RecurrentEncoder(nn.Module):
         return cell_step(self.rnn, self.cell, self.size, self.trunk(obs), states)[0]
 
 
-class RecurrentQNetwork(nn.Module):
+class _OnEncoder(nn.Module):
+    """A network on a ``RecurrentEncoder`` (``self.encoder``): its state and the recurrent-policy interface's
+    ``initial_state``, ``check_state`` and ``to_env_action`` are the encoder's."""
+
+    recurrent = True
+
+    @property
+    def state_size(self) -> int:
+        """Width S of the state [B, S]."""
+        return self.encoder.state_size
+
+    def initial_state(self, batch: int, device=None) -> torch.Tensor:
+        """The state of fresh episodes: zeros [batch, S]."""
+        return self.encoder.initial_state(batch, device)
+
+    def check_state(self, state: torch.Tensor, batch: int) -> None:
+        """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
+        self.encoder.check_state(state, batch)
+
+    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
+        """The env's actions: what ``act`` returns (a discrete argmax, or actions already in the bounds)."""
+        return raw
+
+
+class RecurrentQNetwork(_OnEncoder):
     """Q values of every discrete action with memory: a ``RecurrentEncoder`` and a linear Q head (or dueling heads).
     ``step(obs [B, O], state [B, S]) -> (Q [B, A], state)``, ``unroll(obs [L, B, O], state [B, S], starts [L, B]) ->
     (Q [L, B, A], states after each step [L, B, S])``."""
-
-    recurrent = True
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, cell: str = "lstm",
                  size: int = 128, dueling: bool = False):
@@ -106,16 +123,6 @@ class RecurrentQNetwork(nn.Module):
             self.advantage = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
         else:
             self.head = orthogonal_init(nn.Linear(self.size, self.num_actions), 1.0)
-        self.state_size = self.encoder.state_size
-        """Width S of the state [B, S]."""
-
-    def initial_state(self, batch: int, device=None) -> torch.Tensor:
-        """The state of fresh episodes: zeros [batch, S]."""
-        return self.encoder.initial_state(batch, device)
-
-    def check_state(self, state: torch.Tensor, batch: int) -> None:
-        """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
-        self.encoder.check_state(state, batch)
 
     def q_of(self, h: torch.Tensor) -> torch.Tensor:
         """Q [..., A] from the cell's outputs h [..., size] (dueling: V + A - mean_a A)."""
@@ -151,16 +158,10 @@ class RecurrentQNetwork(nn.Module):
         q, state = self.step(obs, state, episode_starts)
         return apply_action_mask(q, action_masks).argmax(-1), None, None, state
 
-    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
-        """The env's actions (discrete: the argmax itself)."""
-        return raw
 
-
-class RecurrentSquashedGaussianActor(nn.Module):
+class RecurrentSquashedGaussianActor(_OnEncoder):
     """SAC's squashed Gaussian policy with memory: a ``RecurrentEncoder`` and a [size, 2A] head (gain 0.01), sampled
     as ``rapidrl.nn.qnets.SquashedGaussianActor`` (``squashed_gaussian``) into the bounds [low, high]."""
-
-    recurrent = True
 
     def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int], *,
                  cell: str = "lstm", size: int = 128, log_std_min: float = -5.0, log_std_max: float = 2.0):
@@ -170,25 +171,13 @@ class RecurrentSquashedGaussianActor(nn.Module):
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("center", (high + low).float() / 2)
-        self.state_size = self.encoder.state_size
-
-    def initial_state(self, batch: int, device=None) -> torch.Tensor:
-        return self.encoder.initial_state(batch, device)
-
-    def check_state(self, state: torch.Tensor, batch: int) -> None:
-        self.encoder.check_state(state, batch)
 
     def sample(self, h: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(actions [M, A] in the bounds, log pi [M]) from features h [M, size]: reparameterised samples, or the
         squashed mean when deterministic."""
-        head = self.head(h)
-        noise = torch.zeros_like(head[:, : head.shape[1] // 2])
-        if not deterministic:
-            noise.normal_(generator=generator)
-        actions, log_prob, _ = squashed_gaussian(head, noise, self.scale, self.center, self.log_std_min,
-                                                 self.log_std_max)
-        return actions, log_prob
+        return sample_squashed_gaussian(self.head(h), self.scale, self.center, self.log_std_min, self.log_std_max,
+                                        deterministic, generator)
 
     def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,
             deterministic: bool = False, action_masks: torch.Tensor | None = None,
@@ -198,10 +187,6 @@ class RecurrentSquashedGaussianActor(nn.Module):
         h, state = self.encoder.step(obs, state, episode_starts)
         actions, log_prob = self.sample(h, deterministic, generator)
         return actions, log_prob, None, state
-
-    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
-        """The env's actions (already in the bounds)."""
-        return raw
 
 
 class RecurrentCritic(nn.Module):
@@ -217,11 +202,9 @@ class RecurrentCritic(nn.Module):
         self.state_size = self.encoder.state_size
 
 
-class RecurrentDeterministicActor(nn.Module):
+class RecurrentDeterministicActor(_OnEncoder):
     """TD3's deterministic policy with memory: a ``RecurrentEncoder`` and a [size, A] output layer (gain 0.01),
     mu = center + scale * tanh(.), in the bounds [low, high]."""
-
-    recurrent = True
 
     def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int], *,
                  cell: str = "lstm", size: int = 128):
@@ -230,13 +213,6 @@ class RecurrentDeterministicActor(nn.Module):
         self.head = orthogonal_init(nn.Linear(self.encoder.size, int(low.shape[0])), 0.01)
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("center", (high + low).float() / 2)
-        self.state_size = self.encoder.state_size
-
-    def initial_state(self, batch: int, device=None) -> torch.Tensor:
-        return self.encoder.initial_state(batch, device)
-
-    def check_state(self, state: torch.Tensor, batch: int) -> None:
-        self.encoder.check_state(state, batch)
 
     def mu(self, h: torch.Tensor) -> torch.Tensor:
         """Actions [M, A] from features h [M, size]."""
@@ -250,7 +226,3 @@ class RecurrentDeterministicActor(nn.Module):
         self.check_state(state, obs.shape[0])
         h, state = self.encoder.step(obs, state, episode_starts)
         return self.mu(h), None, None, state
-
-    def to_env_action(self, raw: torch.Tensor) -> torch.Tensor:
-        """The env's actions (already in the bounds)."""
-        return raw

@@ -309,11 +309,7 @@ class OnPolicyAlgorithm(Algorithm):
             if state is not None or episode_start is not None:
                 raise ValueError("state and episode_start apply to recurrent policies only (this one is feed-forward)")
             return super().predict(obs, deterministic=deterministic, action_masks=action_masks)
-        obs, shape = np.asarray(obs), self.observation_space.shape
-        single = obs.shape == shape
-        batch = obs[None] if single else obs
-        if batch.shape[1:] != shape:
-            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        batch, single = self._observation_batch(obs)
         masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
         actions, state = predict_with_state(self.policy, self._normalize(batch), state, episode_start, deterministic,
                                             self.device, masks, generator=self.torch_rng)

@@ -157,11 +157,7 @@ class RecurrentOffPolicy:
         (sb3-contrib's convention): state is the float32 array [B, S] of the previous call (None: fresh episodes),
         episode_start [B] bool marks observations that begin an episode; among the valid actions of
         ``action_masks`` when given."""
-        obs, shape = np.asarray(obs), self.observation_space.shape
-        single = obs.shape == shape
-        batch = obs[None] if single else obs
-        if batch.shape[1:] != shape:
-            raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
+        batch, single = self._observation_batch(obs)
         masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
         x = np.ascontiguousarray(batch.reshape(batch.shape[0], -1), dtype=np.float32)
         actions, state = predict_with_state(self._acting_policy(), x, state, episode_start, deterministic,

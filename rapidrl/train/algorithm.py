@@ -345,6 +345,17 @@ class Algorithm(PathSettings, Evaluation):
         the action space's masks: ``check_action_masks``), as the env gives them; the actions are then chosen among
         the valid ones (algorithms with ``supports_action_masks``). None: every action may be chosen.
         """
+        obs, single = self._observation_batch(obs)
+        if action_masks is None:
+            actions = self._policy_actions(obs, deterministic)
+        else:
+            masks = self.check_action_masks(action_masks, obs.shape[0], single)
+            actions = self._policy_actions(obs, deterministic, action_masks=masks)
+        return actions[0] if single else actions
+
+    def _observation_batch(self, obs) -> tuple[np.ndarray, bool]:
+        """``predict``'s observations as a batch [B, *obs_shape] (one observation [*obs_shape] becomes [1, ...]) and
+        whether one was given; ValueError for another shape or a value that is not finite."""
         obs = np.asarray(obs)
         shape = self.observation_space.shape
         single = obs.shape == shape
@@ -353,12 +364,7 @@ class Algorithm(PathSettings, Evaluation):
         if obs.shape[1:] != shape:
             raise ValueError(f"obs must have shape {shape} or (B, *{shape}), got {obs.shape}")
         check_finite_observations(obs, "predict")
-        if action_masks is None:
-            actions = self._policy_actions(obs, deterministic)
-        else:
-            masks = self.check_action_masks(action_masks, obs.shape[0], single)
-            actions = self._policy_actions(obs, deterministic, action_masks=masks)
-        return actions[0] if single else actions
+        return obs, single
 
     def check_action_masks(self, action_masks, batch: int, single: bool = False) -> np.ndarray:
         """``action_masks`` as a bool [batch, M] array (a single observation's [M] when ``single``), checked: the width

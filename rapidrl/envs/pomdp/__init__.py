@@ -20,12 +20,12 @@ import gymnasium as gym
 
 from rapidrl.envs.pomdp.cartpole_novel import CARTPOLE_POSITIONS, MaskVelocity, make_cartpole_novel
 from rapidrl.envs.pomdp.memory_cue import MemoryCueEnv, MemoryCueVecEnv
-from rapidrl.envs.pomdp.pendulum_novel import MaskPendulumVelocity, make_pendulum_novel
+from rapidrl.envs.pomdp.pendulum_novel import PENDULUM_POSITIONS, make_pendulum_novel
 
 POMDP_ENVS = ("CartPoleNoVel-v1", "PendulumNoVel-v1", "MemoryCue-v0")
 
-__all__ = ["CARTPOLE_POSITIONS", "POMDP_ENVS", "MaskPendulumVelocity", "MaskVelocity", "MemoryCueEnv",
-           "MemoryCueVecEnv", "make_cartpole_novel", "make_pendulum_novel", "register_envs"]
+__all__ = ["CARTPOLE_POSITIONS", "PENDULUM_POSITIONS", "POMDP_ENVS", "MaskVelocity", "MemoryCueEnv", "MemoryCueVecEnv",
+           "make_cartpole_novel", "make_pendulum_novel", "register_envs"]
 
 
 def register_envs() -> None:

@@ -19,16 +19,17 @@ CARTPOLE_POSITIONS = (0, 2)
 
 
 class MaskVelocity(gym.ObservationWrapper):
-    """CartPole with only the cart position and the pole angle observed."""
+    """An env with only the ``keep`` columns of its Box observation (default CartPole's cart position and pole angle;
+    PendulumNoVel's are ``PENDULUM_POSITIONS``)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, keep: tuple[int, ...] = CARTPOLE_POSITIONS):
         super().__init__(env)
         box = env.observation_space
-        keep = list(CARTPOLE_POSITIONS)
-        self.observation_space = gym.spaces.Box(box.low[keep], box.high[keep], dtype=box.dtype)
+        self.keep = list(keep)
+        self.observation_space = gym.spaces.Box(box.low[self.keep], box.high[self.keep], dtype=box.dtype)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
-        return observation[list(CARTPOLE_POSITIONS)]
+        return observation[self.keep]
 
 
 def make_cartpole_novel(**kwargs) -> gym.Env:

@@ -3,7 +3,8 @@ must infer it from the observations it has seen (a continuous-control memory tas
 
 Batched, it is Pendulum's own Numba functions (``rapidrl.envs.classic.pendulum``) with an ``observe`` that keeps two
 of the three observations: same dynamics, seeding, autoreset and statistics, on the same core. The single Gymnasium
-env (``MaskPendulumVelocity`` around ``gymnasium.make("Pendulum-v1")``) is the reference the tests compare with.
+env (``cartpole_novel.MaskVelocity`` of these columns around ``gymnasium.make("Pendulum-v1")``) is the reference
+the tests compare with.
 """
 
 from __future__ import annotations
@@ -14,27 +15,15 @@ import numpy as np
 
 from rapidrl.envs.classic import pendulum
 from rapidrl.envs.core.numba_env import NumbaEnv, NumbaVecEnv
+from rapidrl.envs.pomdp.cartpole_novel import MaskVelocity
 
 PENDULUM_POSITIONS = (0, 1)
 """Columns of Pendulum's observation that PendulumNoVel keeps: cos theta and sin theta."""
 
 
-class MaskPendulumVelocity(gym.ObservationWrapper):
-    """Pendulum with only (cos theta, sin theta) observed."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        box = env.observation_space
-        keep = list(PENDULUM_POSITIONS)
-        self.observation_space = gym.spaces.Box(box.low[keep], box.high[keep], dtype=box.dtype)
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        return observation[list(PENDULUM_POSITIONS)]
-
-
 def make_pendulum_novel(**kwargs) -> gym.Env:
     """``gymnasium.make("Pendulum-v1", **kwargs)`` with the angular velocity masked (the Gymnasium entry point)."""
-    return MaskPendulumVelocity(gym.make("Pendulum-v1", **kwargs))
+    return MaskVelocity(gym.make("Pendulum-v1", **kwargs), PENDULUM_POSITIONS)
 
 
 @numba.njit(cache=True, inline="always")

@@ -65,3 +65,17 @@ def kill_when(argv: list[str], ready: Callable[[], bool], timeout: float = 300.0
 
 def python_rapidrl(*args: str) -> list[str]:
     return [sys.executable, "-m", "rapidrl", *args]
+
+
+def resumed_and_uninterrupted(make: Callable, total: int, stop_at: int, tmp_path):
+    """(the uninterrupted model, the resumed one) of ``make()`` (a fresh off-policy model) trained for ``total`` steps,
+    once straight through and once stopped at ``stop_at``, checkpointed with its training state and replay buffer,
+    loaded and resumed to the end: an exact resume makes them equal bit for bit."""
+    one = make()
+    one.learn(total, progress_bar=False)
+    two = make()
+    two.learn(total, progress_bar=False, callback=lambda m: m.num_timesteps < stop_at)
+    two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
+    resumed = type(two).load(tmp_path / "half.pt", include_buffer=True)
+    resumed.learn(total, progress_bar=False, resume=True)
+    return one, resumed

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from checkpoint_checks import resumed_and_uninterrupted
 
 import rapidrl as rr
 from rapidrl.algos.offpolicy_losses import (
@@ -233,13 +234,8 @@ def test_predict_carries_the_state_and_episode_start_resets_it(tmp_path):
 def test_resumed_training_equals_the_uninterrupted_run(tmp_path, env_id):
     """A checkpoint mid-run (replay, each env's state and episode starts, the env's own state included) continued to
     the end equals the uninterrupted run bit for bit."""
-    one = rr.R2D2(env_id, seed=2, prioritized=True, **SMALL)
-    one.learn(200, progress_bar=False)
-    two = rr.R2D2(env_id, seed=2, prioritized=True, **SMALL)
-    two.learn(200, progress_bar=False, callback=lambda m: m.num_timesteps < 100)
-    two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
-    three = rr.R2D2.load(tmp_path / "half.pt", include_buffer=True)
-    three.learn(200, progress_bar=False, resume=True)
+    one, three = resumed_and_uninterrupted(lambda: rr.R2D2(env_id, seed=2, prioritized=True, **SMALL), 200, 100,
+                                           tmp_path)
     assert three.num_timesteps == 200 and three.num_gradient_steps == one.num_gradient_steps
     for a, b in zip(one.q_net.parameters(), three.q_net.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

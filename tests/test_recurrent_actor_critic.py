@@ -8,6 +8,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from checkpoint_checks import resumed_and_uninterrupted
 
 import rapidrl as rr
 from rapidrl.algos.offpolicy_losses import critic_loss, soft_actor_loss, soft_target, temperature_loss
@@ -104,13 +105,8 @@ def test_predict_with_a_state_save_load_and_exact_resume(tmp_path):
     model.save(tmp_path / "m.pt")
     loaded = rr.RecurrentSAC.load(tmp_path / "m.pt")
     np.testing.assert_allclose(loaded.predict(obs, state=s1, deterministic=True)[0], a2, rtol=1e-6)
-    one = rr.RecurrentSAC("PendulumNoVel-v1", seed=3, **SMALL)
-    one.learn(160, progress_bar=False)
-    two = rr.RecurrentSAC("PendulumNoVel-v1", seed=3, **SMALL)
-    two.learn(160, progress_bar=False, callback=lambda m: m.num_timesteps < 100)
-    two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
-    three = rr.RecurrentSAC.load(tmp_path / "half.pt", include_buffer=True)
-    three.learn(160, progress_bar=False, resume=True)
+    one, three = resumed_and_uninterrupted(lambda: rr.RecurrentSAC("PendulumNoVel-v1", seed=3, **SMALL), 160, 100,
+                                           tmp_path)
     for a, b in zip(one.actor.parameters(), three.actor.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert np.isfinite(model.evaluate(2)[0])
@@ -228,13 +224,8 @@ def test_recurrent_td3_acts_saves_and_resumes_exactly(tmp_path):
     assert state.shape == (1, model.actor.state_size) and np.all(np.abs(noisy) <= 2.0) and not np.allclose(mu, noisy)
     model.save(tmp_path / "m.pt")
     np.testing.assert_allclose(rr.RecurrentTD3.load(tmp_path / "m.pt").predict(obs, deterministic=True)[0], mu)
-    one = rr.RecurrentTD3("PendulumNoVel-v1", seed=3, **TD3_SMALL)
-    one.learn(160, progress_bar=False)
-    two = rr.RecurrentTD3("PendulumNoVel-v1", seed=3, **TD3_SMALL)
-    two.learn(160, progress_bar=False, callback=lambda m: m.num_timesteps < 100)
-    two.save(tmp_path / "half.pt", training_state=True, include_buffer=True)
-    three = rr.RecurrentTD3.load(tmp_path / "half.pt", include_buffer=True)
-    three.learn(160, progress_bar=False, resume=True)
+    one, three = resumed_and_uninterrupted(lambda: rr.RecurrentTD3("PendulumNoVel-v1", seed=3, **TD3_SMALL), 160,
+                                           100, tmp_path)
     for a, b in zip(one.critic.parameters(), three.critic.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 

@@ -306,3 +306,9 @@ def test_a_video_of_a_recurrent_policy_carries_its_state(tmp_path):
     model = rr.R2D2("CartPoleNoVel-v1", seed=0, **SMALL)
     path, returns = record(model, "CartPoleNoVel-v1", tmp_path / "r2d2.gif", episodes=1, max_frames=600)
     assert path.is_file() and len(returns) == 1 and returns[0] > 0
+
+
+def test_sequence_buffer_storage_bytes_are_its_arrays():
+    buf = SequenceReplayBuffer(40, 2, (3,), 5, sequence_length=4, action_shape=(2,), action_dtype=np.float32)
+    stored = sum(getattr(buf, name).nbytes for name in SequenceReplayBuffer._FIELDS)
+    assert SequenceReplayBuffer.storage_bytes(40, (3,), 5, (2,), action_dtype=np.float32) == stored

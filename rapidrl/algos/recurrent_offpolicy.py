@@ -101,11 +101,11 @@ class RecurrentOffPolicy:
         if c.replay_storage != "memory":
             raise ConfigError(f"{self.name.upper()}'s sequence replay is kept in memory (replay_storage='memory')")
         shape = self._stored_obs_shape()
-        row = 2 * int(np.prod(shape)) * 4 + 8 + 4 + 3 + 4 * state_size
-        check_replay_fits(row * c.buffer_size, c.buffer_size, "memory", None)
+        action_shape = () if self.discrete else self.action_space.shape
+        check_replay_fits(SequenceReplayBuffer.storage_bytes(c.buffer_size, shape, state_size, action_shape),
+                          c.buffer_size, "memory", None)
         self._hidden = torch.zeros(c.num_envs, state_size, device=self.device)  # entering each env's next step
         self._starts = np.ones(c.num_envs, bool)  # the next step begins an episode
-        action_shape = () if self.discrete else self.action_space.shape
         return SequenceReplayBuffer(c.buffer_size, c.num_envs, shape, state_size, c.sequence_length,
                                     action_shape=action_shape, action_dtype=np.int64 if self.discrete else np.float32,
                                     seed=c.seed, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,

@@ -83,6 +83,15 @@ class SequenceReplayBuffer:
         self.tree = SumMinTree(T * N) if prioritized else None
         self.max_priority = 1.0
 
+    @staticmethod
+    def storage_bytes(capacity: int, obs_shape: tuple, state_size: int, action_shape: tuple = (), *,
+                      obs_dtype=np.float32, action_dtype=np.int64) -> int:
+        """Bytes the stored fields of a buffer built with these arguments take (before building it): obs and
+        next_obs, actions, rewards, three flags and the state per step."""
+        obs = int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize
+        action = int(np.prod(action_shape)) * np.dtype(action_dtype).itemsize
+        return int(capacity) * (2 * obs + action + 4 + 3 + 4 * int(state_size))
+
     def __len__(self) -> int:
         """Transitions stored (steps x envs)."""
         return self.stored * self.num_envs

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref-max", type=float, help="expert return for normalisation (default: the expert run's)")
     p.add_argument("--medium-step", type=int, help="the medium checkpoint's step (default: closest to 1/3)")
     p.add_argument("--medium-steps", type=int, default=1_000_000, help="transitions of medium-v0 (D4RL: 1M)")
+    p.add_argument("--medium-model", help="the model file medium-v0 is collected with (default: the medium "
+                   "checkpoint; tools/dataset_sources passes its committed policy)")
     p.add_argument("--expert-steps", type=int, default=1_000_000, help="transitions of expert-v0 (D4RL: 1M)")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--root", help="datasets directory (default $MINARI_DATASETS_PATH or ~/.minari/datasets)")
@@ -125,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
 
     refs = ["--ref-min", str(ref_min), "--ref-max", str(ref_max), *root]
     built = []
-    for kind, extra in (("medium-replay", ["--from-replay"]), ("medium", ["--steps", str(args.medium_steps),
-                                                                         "--stochastic"])):
+    medium_model = args.medium_model or str(ckpt)
+    for kind, model, extra in (("medium-replay", str(ckpt), ["--from-replay"]),
+                               ("medium", medium_model, ["--steps", str(args.medium_steps), "--stochastic"])):
         dataset_id = fresh(kind)
         if dataset_id is not None:
-            if cli.main(["collect", str(ckpt), *extra, "--dataset-id", dataset_id, *refs]) != 0:
+            if cli.main(["collect", model, *extra, "--dataset-id", dataset_id, *refs]) != 0:
                 return 1
             built.append(dataset_id)
     if args.expert_run:

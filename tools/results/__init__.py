@@ -6,6 +6,7 @@ tooling, run from the repository root; not part of the rapidrl package).
     python -m tools.results ppo-hopper --seeds 0-2   # these seeds (already recorded ones are kept, not re-run)
     python -m tools.results --quick                  # every row, short budget, one seed, into bench_results/
     python -m tools.results ppo-breakout --progress  # train nothing: record how far its unfinished run has got
+    python -m tools.results datasets [TASK ...]      # rebuild the offline rows' datasets (tools/dataset_sources)
 
 The rows are data: ``tools/results/rows.toml`` (how to add one: tools/results/README.md).
 
@@ -801,6 +802,10 @@ def _solve_table(row: Row, out: Path) -> list[str]:
 # -- command line -----------------------------------------------------------------------------------------
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["datasets"]:  # the offline rows' datasets, rebuilt from their committed sources
+        from tools.dataset_sources import main as datasets_main
+
+        return datasets_main(["rebuild", *argv[1:]])
     p = argparse.ArgumentParser(prog=COMMAND,
                                 description="Learning results at the standard budgets (docs/RESULTS.md).")
     p.add_argument("rows", nargs="*", help="row names, or 'list' (default with --quick or --progress: every row)")

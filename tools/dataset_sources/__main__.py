@@ -1,0 +1,5 @@
+import sys
+
+from tools.dataset_sources import main
+
+sys.exit(main())

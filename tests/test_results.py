@@ -4,7 +4,10 @@ to its CSVs, draws its curve and the results page; recorded seeds are kept, not 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -416,3 +419,61 @@ def test_wall_clock_at_a_checkpoint_between_logged_steps_is_interpolated():
     assert results._wall_at(wall, 30_800) == 106.0
     assert results._wall_at(wall, 30_720) == pytest.approx(101.0)
     assert math.isnan(results._wall_at(wall, 40_000)) and math.isnan(results._wall_at(wall, 100))
+
+
+def test_an_unfinished_on_policy_seed_continues_bit_for_bit_from_its_committed_checkpoint(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Issue 61 item 2: a stopped seed's newest checkpoint (a PPO one holds no replay: small) is copied to
+    ``resume/``, which git tracks; on a fresh clone (config.toml, metrics.csv and resume/ only) running the row again
+    continues from it to exactly the result of an uninterrupted run. Checkpoints with a replay buffer or over 2 MiB
+    are not kept, saying why."""
+    import subprocess
+
+    row = Row("ppo-cartpole-committed", "Classic control (test)", "ppo", "CartPole-v1", 2048, (0,), (), 512,
+              sets=("run.eval_episodes=2", "run.checkpoint_every=512", "run.checkpoint_keep=10"))
+    monkeypatch.setattr(results, "ROWS", {row.name: row})
+    out = tmp_path / "uninterrupted"
+    results.run_row(row, (0,), out, tmp_path / "runs-a")
+    with open(out / f"{row.name}.csv") as f:
+        uninterrupted = next(csv.DictReader(f))
+
+    # machine 1: stopped after its checkpoint at 1,024 steps (as StopOnSignal leaves it), its progress recorded
+    out, runs = tmp_path / "docs", tmp_path / "runs-in-progress"
+    run_dir = results.seed_run_dir(runs, row.name, 0)
+    results.run_row(row, (0,), out, runs)
+    (out / f"{row.name}.csv").unlink()
+    from rapidrl.train.checkpoint import list_checkpoints
+
+    for step, path in list_checkpoints(run_dir / "checkpoints"):
+        if step > 1024:
+            path.unlink()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps(summary | {"status": "stopped"}))
+    capsys.readouterr()
+    results.record_progress(row, 0, run_dir, out, row.timesteps)
+    kept = run_dir / "resume" / "step_000000001024.pt"
+    assert kept.is_file() and f"{kept.as_posix()} (" in capsys.readouterr().out
+    assert kept.stat().st_size < results.MAX_COMMITTED_BYTES
+    repo = Path(__file__).resolve().parent.parent  # git tracks it under runs-in-progress/, not the checkpoints/
+    inside = f"runs-in-progress/full/{row.name}/seed-0"
+    paths = [f"{inside}/resume/{kept.name}", f"{inside}/checkpoints/{kept.name}"]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=repo, capture_output=True, text=True).stdout.split()
+    assert ignored == [f"{inside}/checkpoints/{kept.name}"]
+
+    # machine 2: a fresh clone has what git holds; the row continues from the committed checkpoint
+    for path in run_dir.iterdir():
+        if path.name not in ("config.toml", "metrics.csv", "resume"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert results.run_state(run_dir, row, row.timesteps, 0) == "resumable"
+    assert results.resume_step(row, run_dir) == 1024
+    assert results.main([row.name, "--out", str(out), "--runs-root", str(runs)]) == 0
+    assert "resuming the interrupted run" in capsys.readouterr().out
+    with open(out / f"{row.name}.csv") as f:
+        resumed = next(csv.DictReader(f))
+    assert (resumed["eval_mean"], resumed["train_return"]) == (uninterrupted["eval_mean"],
+                                                               uninterrupted["train_return"])
+    assert not (run_dir / "resume").exists()  # recorded: the committed checkpoint is spent
+
+    # what git cannot hold is not kept, and the line says why
+    monkeypatch.setattr(results, "MAX_COMMITTED_BYTES", 1000)
+    assert "over 0 MiB: not for git" in results.keep_for_git(results.seed_run_dir(tmp_path / "runs-a", row.name, 0))

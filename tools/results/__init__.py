@@ -245,6 +245,11 @@ SOLVE_FIELDS = ["solve_step", "solve_wall_s", "stable_step"]
 PROGRESS_FIELDS = ["seed", "steps", "budget", "train_return", "wall_s", "date_utc", "commit", "run_dir"]
 """A seed not finished yet: the steps its run reached, its training return and training wall-clock there."""
 RUNS_ROOT = Path("runs/results")
+COMMITTED_DIR = "resume"
+"""The subdirectory of an unfinished seed's run directory that holds its newest checkpoint for git (.gitignore lets
+``runs-in-progress/**/resume/*.pt`` through): a run that outlasts its machine continues from it on the next one."""
+MAX_COMMITTED_BYTES = 2 * 2**20
+"""The largest checkpoint kept for git (``tests/test_repo_hygiene.py`` fails on a tracked file over 2 MiB)."""
 """``--runs-root``'s default: the run directories are ``<runs root>/{full,quick}/<row>/seed-<n>`` (seed_run_dir)."""
 RUN_KINDS = ("full", "quick")
 """The level of a run directory under the runs root that says which budget it trains: the row's, or --quick's."""
@@ -398,7 +403,42 @@ def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
             return "finished"
     except (OSError, ValueError):
         pass
+    restore_committed(run_dir)
     return "resumable" if latest_checkpoint(run_dir / CHECKPOINT_DIR) is not None else ""
+
+
+def keep_for_git(run_dir: Path) -> str:
+    """Copy the newest checkpoint of an unfinished run into ``run_dir/resume/`` (replacing the one there) when git can
+    hold it: under ``MAX_COMMITTED_BYTES`` and without a replay buffer. Returns the line that says what was done."""
+    from rapidrl.train.checkpoint import buffer_dir, latest_checkpoint
+
+    newest = latest_checkpoint(run_dir / CHECKPOINT_DIR)
+    if newest is None:
+        return ""
+    if buffer_dir(newest).is_dir():
+        return (f"{newest.name} carries a replay buffer: not for git (an off-policy row runs on one machine from "
+                "start to end)")
+    size = newest.stat().st_size
+    if size > MAX_COMMITTED_BYTES:
+        return f"{newest.name} is {size / 2**20:.1f} MiB, over {MAX_COMMITTED_BYTES / 2**20:.0f} MiB: not for git"
+    keep = run_dir / COMMITTED_DIR
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir(parents=True)
+    shutil.copy2(newest, keep / newest.name)
+    return (f"{(keep / newest.name).as_posix()} ({size / 2**20:.2f} MiB): commit it with the run's config.toml and "
+            "metrics.csv, and the row continues from it on another machine")
+
+
+def restore_committed(run_dir: Path) -> Path | None:
+    """A fresh clone holds an unfinished seed's committed checkpoint (``resume/``) but no ``checkpoints/``: copy it
+    back where ``rapidrl train --resume`` looks. Returns the restored file, None when there was nothing to do."""
+    from rapidrl.train.checkpoint import latest_checkpoint
+
+    kept = sorted((run_dir / COMMITTED_DIR).glob("step_*.pt"))
+    if not kept or latest_checkpoint(run_dir / CHECKPOINT_DIR) is not None:
+        return None
+    (run_dir / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(kept[-1], run_dir / CHECKPOINT_DIR / kept[-1].name))
 
 
 def resume_step(row: Row, run_dir: Path) -> int:
@@ -445,6 +485,7 @@ def record_seed(row: Row, seed: int, run_dir: Path, out: Path) -> dict:
     _write_csv(out / f"{row.name}.csv", sorted(results, key=lambda r: int(r["seed"])), fields)
     _write_curve(row, seed, curve, out)
     _drop_progress(row, seed, out)
+    shutil.rmtree(run_dir / COMMITTED_DIR, ignore_errors=True)  # finished: its committed checkpoint is spent
     return result
 
 
@@ -485,6 +526,9 @@ def record_progress(row: Row, seed: int, run_dir: Path, out: Path, budget: int) 
     rows = [r for r in _read_csv(out / f"{row.name}-progress.csv") if int(r["seed"]) != seed] + [progress]
     _write_csv(out / f"{row.name}-progress.csv", sorted(rows, key=lambda r: int(r["seed"])), PROGRESS_FIELDS)
     _write_curve(row, seed, curve, out)
+    kept = keep_for_git(run_dir)
+    if kept:
+        print(f"{row.name} seed {seed}: {kept}", flush=True)
     return progress
 
 

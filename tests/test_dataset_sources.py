@@ -71,7 +71,8 @@ def test_the_datasets_rebuild_bit_for_bit_from_their_sources(sac_run, tmp_path):
     assert main([*rebuild, "--work", str(tmp_path / "work2")]) == 0
     assert ds.dataset_digest("rapidrl/pendulum/medium-v0", root) == hashes["medium-v0"]
     # a committed policy that is not the run's (the step-400 one) is caught: the policy and medium differ
-    torch.save(ds.policy_payload(sac_run / "checkpoints" / "step_000000000400.pt"), sources / "pendulum-medium-policy.pt")
+    other = ds.policy_payload(sac_run / "checkpoints" / "step_000000000400.pt")
+    torch.save(other, sources / "pendulum-medium-policy.pt")
     assert main([*rebuild, "--work", str(tmp_path / "work2")]) == 2
     assert ds.dataset_digest("rapidrl/pendulum/medium-v0", root) != hashes["medium-v0"]
     assert ds.dataset_digest("rapidrl/pendulum/medium-replay-v0", root) == hashes["medium-replay-v0"]

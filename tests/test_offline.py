@@ -226,6 +226,25 @@ def test_every_offline_algorithm_has_a_learning_test_in_bf16():
     assert all(cls.bf16_learning_tested for cls in offline)
 
 
+def test_iql_auto_keeps_float32_and_explicit_bf16_computes_its_value_heads_in_float32(datasets, monkeypatch):
+    """Issue 61 item 3: IQL's advantage weights exp(beta (Q - V)) amplify bf16's rounding of its value outputs, so
+    precision="auto" keeps float32 for IQL where it takes bf16 for the other offline learners at the same sizes;
+    an explicit "bf16" runs, with the value's and critics' output layers in float32."""
+    from rapidrl.train import precision as precision_mod
+
+    monkeypatch.setattr(precision_mod, "cpu_native_bf16", lambda: True)
+    sizes = dict(dataset="test/pendulum/noisy-v0", hidden=(256, 256), batch_size=256, torch_threads=1, seed=0)
+    assert CQL(precision="auto", cql_n_actions=2, **sizes).precision == "bf16"  # what "auto" takes at these sizes
+    auto = IQL(precision="auto", **sizes)
+    assert auto.precision == "fp32" and "advantage weights" in auto.paths["precision"].reason
+    explicit = IQL(precision="bf16", **sizes)
+    assert explicit.precision == "bf16" and explicit.critic.float32_output
+    batch = explicit._sample_batch()
+    with explicit._autocast():
+        hidden = explicit.value[:-1](batch.obs)
+        assert hidden.dtype == torch.bfloat16 and explicit.value(batch.obs).dtype == torch.float32
+
+
 # -- save, load, resume, export -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("cls, kwargs", [(BC, {}), (TD3BC, {}), (IQL, {}), (CQL, {"cql_n_actions": 2}),
                                          (IQL, {"deterministic_actor": True, "normalize_reward": True})],

@@ -255,3 +255,44 @@ def test_docs_example_runs():
     exec(compile(block, "docs/precision.md", "exec"), ns)
     assert ns["model"].precision == "bf16" and ns["auto"].precision == "fp32"
     assert ns["auto"].gradient_backend == "handwritten"
+
+
+# -- value heads in float32 (issue 61: IQL's advantages under bf16) ---------------------------------------------------
+def test_a_float32_linear_is_a_linear_whose_product_stays_float32_under_bf16_autocast():
+    from rapidrl.nn.dtypes import Float32Linear
+
+    torch.manual_seed(0)
+    plain, head = torch.nn.Linear(64, 1), Float32Linear(64, 1)
+    head.load_state_dict(plain.state_dict())  # the same parameters and state dict keys
+    x = torch.randn(256, 64, requires_grad=True)
+    assert torch.equal(head(x), plain(x))  # no autocast: nn.Linear exactly
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = torch.relu(x @ torch.eye(64))  # a bf16 hidden layer
+        assert h.dtype == torch.bfloat16 and plain(h).dtype == torch.bfloat16
+        out = head(h)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.nn.functional.linear(h.detach().float(), plain.weight, plain.bias),
+                               rtol=0, atol=0)
+    out.sum().backward()
+    assert head.weight.grad is not None and x.grad is not None
+
+
+def test_critics_with_a_float32_output_layer_round_their_values_far_less_under_bf16():
+    """Critic outputs near 100 (a converged IQL critic's scale): bf16 rounds the output itself to multiples of 0.5;
+    with the output layer in float32 only the hidden layers' rounding is left."""
+    from rapidrl.nn.qnets import CriticEnsemble
+
+    torch.manual_seed(0)
+    critics = CriticEnsemble(2, 11, 3, (256, 256), float32_output=True)
+    with torch.no_grad():
+        critics.biases[-1].fill_(100.0)
+    obs, act = torch.randn(1024, 11), torch.rand(1024, 3) * 2 - 1
+    exact = critics(obs, act)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        head32 = critics(obs, act)
+    critics.float32_output = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded = critics(obs, act)
+    assert head32.dtype == rounded.dtype == torch.float32
+    err32, err16 = (head32 - exact).abs().mean(), (rounded - exact).abs().mean()
+    assert err16 > 0.05 and err32 < err16 / 4, (err32, err16)  # bf16 spacing at 64-128 is 0.5

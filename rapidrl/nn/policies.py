@@ -28,7 +28,7 @@ from rapidrl.nn.distributions import (
     split_action_mask,
     tanh_log_jacobian,
 )
-from rapidrl.nn.dtypes import full_precision
+from rapidrl.nn.dtypes import Float32Linear, full_precision
 from rapidrl.nn.encoders import encoder_for, make_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -42,8 +42,11 @@ def orthogonal_init(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str, out_gain: float = 1.0, *,
-        layer_norm: bool = False) -> nn.Sequential:
+        layer_norm: bool = False, float32_output: bool = False) -> nn.Sequential:
     """``Linear -> act`` for each hidden size, then an optional output ``Linear`` with ``out_gain``.
+
+    float32_output: the output layer computes in float32 under bf16 autocast (``rapidrl.nn.dtypes.Float32Linear``:
+    values whose differences matter).
 
     layer_norm: ``Linear -> LayerNorm -> act`` for each hidden size (PQN's networks, Gallici et al. 2025, as
     CleanRL's pqn.py); the LayerNorm has its learned scale and shift (1 and 0 at initialisation)."""
@@ -58,7 +61,7 @@ def mlp(in_dim: int, hidden: Sequence[int], out_dim: int | None, activation: str
         layers.append(ACTIVATIONS[activation]())
         d = h
     if out_dim is not None:
-        layers.append(orthogonal_init(nn.Linear(d, out_dim), out_gain))
+        layers.append(orthogonal_init((Float32Linear if float32_output else nn.Linear)(d, out_dim), out_gain))
     return nn.Sequential(*layers)
 
 

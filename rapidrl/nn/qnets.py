@@ -16,7 +16,7 @@ from torch import nn
 
 from rapidrl.nn.batch_renorm import BatchRenorm
 from rapidrl.nn.distributions import squashed_gaussian_log_prob
-from rapidrl.nn.dtypes import full_precision
+from rapidrl.nn.dtypes import float32_region, full_precision
 from rapidrl.nn.noisy import NoisyLinear, noisy_mlp, remove_noise, sample_noise
 from rapidrl.nn.policies import mlp, orthogonal_init
 
@@ -106,14 +106,16 @@ class CriticEnsemble(nn.Module):
     out_dim: outputs per critic (1: values [n, B]; more: [n, B, out_dim], TQC's quantiles).
     batch_renorm: keyword arguments of a ``rapidrl.nn.batch_renorm.BatchRenorm`` before every layer, with
     statistics per member (CrossQ's critics; ``norms[l]`` before layer l), or None (no normalisation).
+    float32_output: the output layer computes in float32 under bf16 autocast, as ``rapidrl.nn.dtypes.Float32Linear``
+    (IQL's critics, whose values are differenced into advantages).
     """
 
     def __init__(self, n: int, obs_dim: int, act_dim: int, hidden: Sequence[int], out_dim: int = 1,
-                 batch_renorm: dict | None = None):
+                 batch_renorm: dict | None = None, float32_output: bool = False):
         super().__init__()
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        self.n, self.out_dim = n, int(out_dim)
+        self.n, self.out_dim, self.float32_output = n, int(out_dim), float32_output
         sizes = [obs_dim + act_dim, *hidden, self.out_dim]
         self.norms = None if batch_renorm is None else nn.ModuleList(
             BatchRenorm((n, d), **batch_renorm) for d in sizes[:-1])
@@ -144,7 +146,11 @@ class CriticEnsemble(nn.Module):
                 w, b = w.detach(), b.detach()
             if k < self.n:  # no slice otherwise: its backward writes a zero tensor as large as w (~3 ms at 2x1024x1024)
                 w, b = w[:k], b[:k]
-            h = torch.baddbmm(b, h, w)  # [k, B, out]
+            if layer == last and self.float32_output and torch.is_autocast_enabled(h.device.type):
+                with float32_region(h):
+                    h = torch.baddbmm(b, h.float(), w)  # [k, B, out] in float32
+            else:
+                h = torch.baddbmm(b, h, w)  # [k, B, out]
             if layer < last and self.norms is None:
                 h = torch.relu(h)
         # [k, B] (or [k, B, out_dim]), float32 (bf16 autocast: the layers in bf16)

@@ -63,6 +63,9 @@ class PathSettings:
     bf16_learning_tested: ClassVar[bool] = False
     """The algorithm's learning tests pass with precision="bf16" at the float32 thresholds and seeds
     (``tests/test_learning_bf16.py``): only then may precision="auto" pick bf16 (``rapidrl.train.precision``)."""
+    auto_keeps_fp32: ClassVar[str | None] = None
+    """Why precision="auto" keeps float32 for this algorithm even where bf16 would pay (its losses need more than
+    bf16's 8 significant bits: IQL's advantage weights), or None. An explicit "bf16" still runs."""
     handwritten: ClassVar[HandwrittenBackend | None] = None
     """The algorithm's "handwritten" gradient backend, if it has one: what it writes by hand, in what (one row of the
     table of ``backend_table``, docs/precision.md). None: PyTorch autograd only."""
@@ -113,7 +116,7 @@ class PathSettings:
         """``paths["precision"]`` from the config's setting, after the gradient backend (rapidrl.train.precision)."""
         autocasts = self.gradient_backend != "handwritten" or self.handwritten.autocasts
         return resolve_precision(self.config.precision, device=self.device, backend_autocasts=autocasts,
-                                 tested=self.bf16_learning_tested,
+                                 tested=self.bf16_learning_tested, keeps_fp32=self.auto_keeps_fp32,
                                  heavy=heavy_networks(self.trainable_modules(), self._update_batch()),
                                  unsupported=self._bf16_unsupported())
 
@@ -125,7 +128,7 @@ class PathSettings:
         c = self.config
         if not (c.precision == "auto" and c.gradient_backend == "auto"):
             return None
-        if native_bf16(self.device) or not self.bf16_learning_tested \
+        if native_bf16(self.device) or not self.bf16_learning_tested or self.auto_keeps_fp32 \
                 or heavy_networks(self.trainable_modules(), self._update_batch()):
             return None
         return ("precision='auto' takes bf16, whose torch update measured faster than the handwritten float32 one "

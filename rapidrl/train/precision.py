@@ -17,7 +17,8 @@ devices that support it.
 the device is a CPU with native bfloat16 (AVX512-BF16 or AMX, ``cpu_native_bf16``; on a CUDA device "auto" keeps
 fp32, measured faster there end to end: ``CUDA_AUTO_FP32``); the update runs on the "torch" backend (where the
 handwritten float32 backend applies it is the faster path, and stays); the algorithm has bf16 learning tests that
-match its float32 thresholds (``Algorithm.bf16_learning_tested``); and the networks are large enough for bf16 to
+match its float32 thresholds (``Algorithm.bf16_learning_tested``) and needs no more than bf16's precision
+(``Algorithm.auto_keeps_fp32``: IQL); and the networks are large enough for bf16 to
 be faster (``heavy_networks``: any CNN; an MLP with a layer of 256+ units at update batches of 128+ rows; measured with
 ``rapidrl/benchmarks/bench_precision.py``). SAC's 256x256 update measured faster in bf16 on the torch backend than
 on its compiled float32 one, so there "auto" for both settings gives torch + bf16
@@ -83,14 +84,14 @@ def autocast(device: torch.device, precision: str):
 
 
 def resolve_precision(requested: str, *, device: torch.device, backend_autocasts: bool, tested: bool,
-                      heavy: str | None, unsupported: str | None = None) -> PathChoice:
+                      heavy: str | None, unsupported: str | None = None, keeps_fp32: str | None = None) -> PathChoice:
     """``paths["precision"]`` from the config's ``precision`` (``rapidrl.train.paths.choose``).
 
     backend_autocasts: the resolved gradient backend runs the networks under autocast (torch, and a handwritten backend
     that compiles only a loss on the networks' float32 outputs, as TQC's; other handwritten backends run float32 only).
     tested: the algorithm's bf16 learning tests match its float32 thresholds. heavy: None when the networks are large
     enough for bf16 to pay, else why not. unsupported: why bf16 cannot run with these settings at all (a recurrent
-    policy), else None.
+    policy), else None. keeps_fp32: why "auto" keeps float32 for this algorithm (``auto_keeps_fp32``), else None.
     Explicit "bf16" is refused only where it cannot run; "auto" takes it only where every condition holds.
     """
     auto = requested == "auto"
@@ -111,7 +112,8 @@ def resolve_precision(requested: str, *, device: torch.device, backend_autocasts
         elif not auto and native_bf16(device) is not None:
             warnings.warn(EMULATED_BF16_SLOWDOWN, RuntimeWarning, stacklevel=2)
         if auto:
-            why = native_bf16(device) or (None if tested else "no bf16 learning test of this algorithm yet") or heavy
+            why = (native_bf16(device) or (None if tested else "no bf16 learning test of this algorithm yet")
+                   or keeps_fp32 or heavy)
             if why is not None:
                 return why
         return None

@@ -27,7 +27,6 @@ recordings, after checking that each run is the same mathematics as theirs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -38,7 +37,7 @@ import numpy as np
 import pytest
 import torch
 
-from tools.cpu_key import capability
+from tools.cpu_key import capability, fingerprint
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "runs.json"
 
@@ -232,31 +231,6 @@ def final_state(name: str) -> dict:
             os.environ["MINARI_DATASETS_PATH"] = saved_root
         datasets.cleanup()
     return state
-
-
-def _tensors(obj, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
-    """(path, tensor) of every tensor in ``obj`` in a fixed order (dict keys sorted)."""
-    if isinstance(obj, torch.Tensor):
-        return [(prefix, obj)]
-    if isinstance(obj, dict):
-        return [t for k in sorted(obj, key=str) for t in _tensors(obj[k], f"{prefix}.{k}")]
-    if isinstance(obj, (list, tuple)):
-        return [t for i, v in enumerate(obj) for t in _tensors(v, f"{prefix}[{i}]")]
-    return []
-
-
-def fingerprint(state: dict) -> dict:
-    """SHA-256 over every tensor's path, dtype, shape and bytes; per tensor its float64 sum and sum of squares."""
-    digest = hashlib.sha256()
-    sums = {}
-    for path, t in _tensors(state):
-        t = t.detach().cpu().contiguous()
-        digest.update(f"{path}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        if t.is_floating_point():
-            x = t.double()
-            sums[path] = [float(x.sum()), float(x.square().sum())]
-    return {"sha256": digest.hexdigest(), "sums": sums}
 
 
 SAMPLING_FOLLOWS_VALUES = frozenset({"dqn_prioritized_nstep", "qrdqn_prioritized_nstep_double", "rainbow",

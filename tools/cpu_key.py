@@ -1,8 +1,9 @@
-"""The recording key of a CPU for results that are bitwise per CPU: the golden runs (``tests/test_golden.py``) and
-the rebuilt offline datasets (``tools/dataset_sources``)."""
+"""Results recorded bitwise per CPU, the golden runs (``tests/test_golden.py``) and the rebuilt offline datasets'
+policies (``tools/dataset_sources``): the CPU's recording key and the fingerprint of a state's tensors."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -31,3 +32,28 @@ def capability() -> str:
     vendor, features = _cpu_vendor_and_features()
     parts = [torch.backends.cpu.get_cpu_capability(), vendor, *features, "torch", torch.__version__.split("+")[0]]
     return " ".join(p for p in parts if p)
+
+
+def _tensors(obj, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """(path, tensor) of every tensor in ``obj`` in a fixed order (dict keys sorted)."""
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in _tensors(obj[k], f"{prefix}.{k}")]
+    if isinstance(obj, (list, tuple)):
+        return [t for i, v in enumerate(obj) for t in _tensors(v, f"{prefix}[{i}]")]
+    return []
+
+
+def fingerprint(state: dict) -> dict:
+    """SHA-256 over every tensor's path, dtype, shape and bytes; per tensor its float64 sum and sum of squares."""
+    digest = hashlib.sha256()
+    sums = {}
+    for path, t in _tensors(state):
+        t = t.detach().cpu().contiguous()
+        digest.update(f"{path}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.is_floating_point():
+            x = t.double()
+            sums[path] = [float(x.sum()), float(x.square().sum())]
+    return {"sha256": digest.hexdigest(), "sums": sums}

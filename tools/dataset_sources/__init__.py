@@ -58,22 +58,10 @@ def cpu_key() -> str:
 
 
 def tensors_digest(state: dict) -> str:
-    """SHA-256 over the tensors of a (nested) state dict, in sorted key order, with their names, shapes and dtypes."""
-    import torch
+    """SHA-256 of a state dict's tensors: the golden runs' fingerprint (names, dtypes, shapes, bytes)."""
+    from tools.cpu_key import fingerprint
 
-    digest = hashlib.sha256()
-
-    def walk(obj, prefix: str) -> None:
-        if isinstance(obj, torch.Tensor):
-            t = obj.detach().cpu().contiguous()
-            digest.update(f"{prefix}:{tuple(t.shape)}:{t.dtype}".encode())
-            digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        elif isinstance(obj, dict):
-            for k in sorted(obj, key=str):
-                walk(obj[k], f"{prefix}/{k}")
-
-    walk(state, "")
-    return digest.hexdigest()
+    return fingerprint(state)["sha256"]
 
 
 def dataset_digest(dataset_id: str, root: str | os.PathLike | None = None) -> str:
@@ -130,45 +118,21 @@ def load_source(task: str, sources: Path = SOURCES) -> dict:
     return tomllib.loads(path.read_text())
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return repr(v)
-
-
 def write_source(task: str, source: dict, sources: Path = SOURCES) -> Path:
-    """``<task>.toml``: top-level values first, then one table per dict (``hashes`` nested per CPU key)."""
-    lines = [f"# The source of rapidrl/{task}/*-v0 (tools/dataset_sources/__init__.py). Written by"
-             f" `python -m tools.dataset_sources record`; `--record` adds a CPU's hashes."]
-    tables = {k: v for k, v in source.items() if isinstance(v, dict)}
-    lines += [f"{k} = {_toml_value(v)}" for k, v in source.items() if k not in tables]
-    for name, table in tables.items():
-        if name == "hashes":
-            for cpu, hashes in table.items():
-                lines += ["", f"[hashes.{_toml_value(cpu)}]"] + [f'"{k}" = {_toml_value(v)}' for k, v in hashes.items()]
-        else:
-            lines += ["", f"[{name}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    """``<task>.toml`` (``tomli_w``, as rapidrl writes its configs), under a comment saying what writes it."""
+    import tomli_w
+
     path = sources / f"{task}.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(f"# The source of rapidrl/{task}/*-v0 (tools/dataset_sources/__init__.py). Written by `python -m "
+                    "tools.dataset_sources record`; `--record` adds a CPU's hashes.\n" + tomli_w.dumps(source))
     return path
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def record(task: str, run: Path, medium_step: int, ref_max: float, medium_steps: int, sources: Path = SOURCES) -> int:
     """Commit-ready source of ``task`` from a finished SAC run directory: its config's ``train`` arguments, the
     policy at ``medium_step`` and its hash on this CPU."""
     from rapidrl.train.checkpoint import atomic_torch_save, list_checkpoints
+    from tools.results import _git_commit as git_commit
 
     found = dict(list_checkpoints(run / "checkpoints"))
     if medium_step not in found:
@@ -188,7 +152,7 @@ def record(task: str, run: Path, medium_step: int, ref_max: float, medium_steps:
     source = {
         "task": task, "env": payload["env_id"].split(":")[-1], "run_config": run_config.name,
         "medium_step": medium_step, "ref_max": ref_max, "medium_steps": medium_steps, "policy": policy_file.name,
-        "made": {"date": time.strftime("%Y-%m-%d"), "commit": _git_commit(), "cpu": cpu_key(),
+        "made": {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "cpu": cpu_key(),
                  "run": str(run)},
         "hashes": {cpu_key(): {"policy": tensors_digest(payload["state"])}},
     }

@@ -377,7 +377,8 @@ def run_state(run_dir: Path, row: Row, timesteps: int, seed: int) -> str:
     """What a seed's run directory holds for ``row`` at a budget of ``timesteps``: "finished" (trained, not
     recorded yet), "resumable" (a checkpoint of the same setting: an interrupted run) or "" (nothing to keep).
     The same setting: algo, env, budget and seed, and every value the preset (with the row's ``config`` variant)
-    and the row's ``sets`` set now."""
+    and the row's ``sets`` set now. A run with no checkpoint but a committed one (``resume/``, a fresh clone) gets it
+    back first (``restore_committed``): the one thing this check writes."""
     from rapidrl.runs.config import parse_set, preset_path, read_toml
     from rapidrl.train.checkpoint import latest_checkpoint
 

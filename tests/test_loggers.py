@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -47,6 +48,12 @@ def test_tensorboard_scalars_read_back_and_resume_purges(tmp_path):
     for step in (1, 2, 3):
         tb.log({"charts/SPS": float(step), "global_step": step}, step)
     tb.close()
+    # The worst case for TensorBoard's name-ordered reading: the first file's second is not yet past (a resume
+    # in the same second whose counter sorts first, e.g. .10 before .9). The resumed file must still sort after.
+    (first,) = tmp_path.glob("events.out.tfevents.*")
+    parts = first.name.split(".")
+    parts[3] = f"{int(time.time()) + 1:010d}"
+    first.rename(tmp_path / ".".join(parts))
     tb = TensorBoardLogger(tmp_path, resume_step=2)
     tb.log({"charts/SPS": 30.0}, 3)
     tb.close()

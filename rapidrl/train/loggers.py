@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,19 @@ def _step_of(row: dict[str, str]) -> float:
         return math.nan
 
 
+def _wait_past_event_files(log_dir: Path) -> None:
+    """Wait until the clock's second is past every event file's in ``log_dir``.
+
+    TensorBoard reads a directory's event files in name order, and a name is
+    ``events.out.tfevents.<unix second>.<host>.<pid>.<counter>``: a resumed writer opened in the same second
+    as the one before it can sort first (counter 10 before 9), and then the purge and the re-logged steps
+    are read before the steps they replace. At most about a second, and only on resume."""
+    seconds = [int(m.group(1)) for f in log_dir.glob("events.out.tfevents.*")
+               if (m := re.match(r"events\.out\.tfevents\.(\d+)\.", f.name))]
+    while seconds and time.time() < max(seconds) + 1:
+        time.sleep(0.02)
+
+
 class TensorBoardLogger:
     """Scalars into TensorBoard event files in ``log_dir`` (``tensorboard --logdir runs``)."""
 
@@ -77,6 +91,8 @@ class TensorBoardLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         purge = None if resume_step is None else resume_step + 1
+        if purge is not None:
+            _wait_past_event_files(Path(log_dir))
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge, flush_secs=10)
 
     def log(self, metrics: dict[str, float], step: int) -> None:

@@ -268,6 +268,24 @@ def test_resume_is_bitwise_and_a_loaded_model_needs_no_dataset(datasets, tmp_pat
     np.testing.assert_array_equal(whole.predict(obs, deterministic=True), resumed.predict(obs, deterministic=True))
 
 
+def test_a_loaded_model_scores_without_its_dataset(datasets, tmp_path, monkeypatch):
+    """The reference scores travel in the checkpoint: a loaded model gives D4RL's score on a machine without the
+    data; a checkpoint written before they were saved reads them from the dataset's header."""
+    model = IQL(dataset="test/pendulum/noisy-v0", **SMALL).learn(20, progress_bar=False)
+    model.save(tmp_path / "m.pt")
+    state = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert state["state"]["ref_scores"] == [-1200.0, -180.0]
+    state["state"].pop("ref_scores")
+    torch.save(state, tmp_path / "old.pt")
+    assert IQL.load(tmp_path / "old.pt").normalized_score(-690.0) == pytest.approx(50.0)  # from the header
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "elsewhere"))  # no dataset on this "machine"
+    loaded = IQL.load(tmp_path / "m.pt")
+    assert loaded.dataset is None
+    assert loaded.normalized_score(-690.0) == pytest.approx(50.0)  # 100 (-690 + 1200) / 1020
+    with pytest.raises(DatasetError, match="no dataset 'test/pendulum/noisy-v0'"):
+        IQL.load(tmp_path / "old.pt").normalized_score(-690.0)
+
+
 def test_export_folds_in_the_datasets_normalisation(datasets, tmp_path):
     from rapidrl.export import export_policy
 

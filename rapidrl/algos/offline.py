@@ -32,7 +32,7 @@ import torch
 
 from rapidrl.algos.offpolicy import OffPolicyAlgorithm, OffPolicyConfig
 from rapidrl.buffers import ReplayBatch
-from rapidrl.buffers.dataset import DatasetError, OfflineDataset, load_dataset, read_header
+from rapidrl.buffers.dataset import DatasetError, OfflineDataset, load_dataset, normalized_score, read_header
 from rapidrl.nn.normalize import ObsNormalizer
 from rapidrl.train.config import check_positive, require
 from rapidrl.train.paths import fixed
@@ -140,6 +140,7 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     def _build(self) -> None:
         c = self.config
         self.reward_scale = 1.0
+        self.ref_scores: tuple[float, float] | None = None  # the dataset's (ref_min_score, ref_max_score), saved
         self.dataset: OfflineDataset | None = None
         self._dataset_sampler = self._mix_sampler = None
         self._pending_draws: dict | None = None
@@ -174,6 +175,8 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         if len(ds) < c.batch_size:
             raise DatasetError(f"{ds.dataset_id} holds {len(ds)} transitions, fewer than batch_size={c.batch_size}")
         self.dataset = ds
+        if ds.ref_min_score is not None and ds.ref_max_score is not None:
+            self.ref_scores = (float(ds.ref_min_score), float(ds.ref_max_score))
         if self.num_timesteps == 0 and self.num_gradient_steps == 0:
             if c.normalize_obs:
                 rms = self.obs_normalizer.rms
@@ -287,18 +290,30 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
 
     # -- scores ------------------------------------------------------------------------------------------------------
     def normalized_score(self, returns) -> np.ndarray:
-        """D4RL's normalised score of ``returns`` with the dataset's reference scores (``OfflineDataset``)."""
-        if self.dataset is None:
-            raise ValueError("normalized_score needs the model's dataset (learn(..., dataset=...) binds one)")
-        return self.dataset.normalized_score(returns)
+        """D4RL's normalised score of ``returns`` with the dataset's reference scores (``OfflineDataset``). A loaded
+        model has them from its checkpoint, so scoring needs no data on the machine."""
+        if self.dataset is not None:
+            return self.dataset.normalized_score(returns)
+        if self.ref_scores is not None:
+            return normalized_score(returns, *self.ref_scores)
+        if self.config.dataset:  # a checkpoint from before the scores were saved: the dataset's header has them
+            header = read_header(self.config.dataset)
+            if header.ref_min_score is not None and header.ref_max_score is not None:
+                return normalized_score(returns, header.ref_min_score, header.ref_max_score)
+            raise DatasetError(f"{header.dataset_id} has no reference scores (ref_min_score, ref_max_score)")
+        raise ValueError("normalized_score needs the model's dataset (learn(..., dataset=...) binds one)")
 
     # -- persistence -------------------------------------------------------------------------------------------------
     def _state(self) -> dict:
-        return {**super()._state(), "reward_scale": float(self.reward_scale)}
+        return {**super()._state(), "reward_scale": float(self.reward_scale),
+                "ref_scores": None if self.ref_scores is None else list(self.ref_scores)}
 
     def _load_state(self, state: dict) -> None:
         super()._load_state(state)
         self.reward_scale = float(state["reward_scale"])
+        refs = state.get("ref_scores")  # absent from checkpoints written before 2026-12-07
+        if refs is not None:
+            self.ref_scores = (float(refs[0]), float(refs[1]))
 
     @classmethod
     def load(cls, path: str | os.PathLike, env=None, device: str | None = None, *, include_buffer: bool = False,

@@ -361,8 +361,15 @@ def cmd_export(args) -> int:
     except (ValueError, ImportError) as e:
         raise CLIError(str(e)) from None
     shape = "x".join(str(d) for d in model.observation_space.shape)
-    print(f"exported the deterministic {model.name} policy of {path} to {written} "
-          f"(input obs: [B, {shape}] float32, raw observations; output: env actions)")
+    inputs, outputs = f"obs: [B, {shape}] float32, raw observations", "env actions"
+    size = getattr(model.deterministic_module(), "state_size", None)  # a recurrent policy's (RecurrentMode)
+    if size is not None:
+        inputs += f"; state: [B, {size}] float32, zeros for fresh episodes; episode_start: [B] bool"
+        outputs += f", state_out [B, {size}] (the next step's state)"
+    if getattr(model, "action_mask_size", 0):
+        inputs += f"; action_masks: [B, {model.action_mask_size}] bool"
+    print(f"exported the deterministic {model.name} policy of {path} to {written} (inputs {inputs}; outputs "
+          f"{outputs})")
     return 0
 
 

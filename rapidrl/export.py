@@ -13,6 +13,13 @@ that is in its ``deterministic_module()``: PPO/A2C/IMPALA/MAPPO/IPPO (observatio
 mode, clipped or tanh-squashed to the action bounds), DQN (argmax of Q), SAC (tanh of the mean, scaled to the bounds)
 and TD3 (the actor). Tests run the files with onnxruntime and ``torch.jit.load`` and
 compare the actions with ``predict``.
+
+A recurrent policy (recurrent PPO/A2C, R2D2, recurrent SAC and TD3) is exported as one step that carries its state,
+as ``predict(obs, state, episode_start, deterministic=True)``: inputs ``obs [B, *obs_shape] float32``,
+``state [B, S] float32`` (zeros for fresh episodes; S is the graph's second input's width, ``model.
+deterministic_module().state_size``), ``episode_start [B] bool`` (True zeroes that row's state first) and
+``action_masks`` where the model has them; outputs ``actions`` and ``state_out [B, S]``, fed back as the next
+step's ``state``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,27 @@ import numpy as np
 import torch
 from torch import nn
 
+from rapidrl.nn.deploy import RecurrentMode
+
 FORMATS = ("onnx", "torchscript")
+
+
+class RecurrentDeterministicPolicy(nn.Module):
+    """obs [B, *obs_shape] float32, state [B, S] float32, episode_start [B] bool (and action_masks [B, M] bool for a
+    model trained with action masks) -> (deterministic env actions, state after the step [B, S]) of a recurrent
+    ``model`` (its ``deterministic_module()``, a ``rapidrl.nn.deploy.RecurrentMode``)."""
+
+    def __init__(self, model, net: RecurrentMode | None = None):
+        super().__init__()
+        self.obs_dim = int(np.prod(model.observation_space.shape))
+        self.mask_size = int(getattr(model, "action_mask_size", 0))
+        self.net = model.deterministic_module() if net is None else net
+        self.state_size = self.net.state_size
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor,
+                action_masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs.reshape(obs.shape[0], self.obs_dim).float()
+        return self.net(x, state.float(), episode_start.bool(), action_masks)
 
 
 class DeterministicPolicy(nn.Module):
@@ -53,8 +80,17 @@ def export_policy(model, path, fmt: str | None = None) -> Path:
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     policy = DeterministicPolicy(model)
+    recurrent = isinstance(policy.net, RecurrentMode)
+    if recurrent:
+        policy = RecurrentDeterministicPolicy(model, policy.net)
     example = (torch.zeros((2, *model.observation_space.shape), dtype=torch.float32),)
-    names, axes = ["obs"], {"obs": {0: "batch"}, "actions": {0: "batch"}}
+    names, outputs = ["obs"], ["actions"]
+    axes = {"obs": {0: "batch"}, "actions": {0: "batch"}}
+    if recurrent:  # the state in and out, and where episodes start
+        example += (torch.zeros((2, policy.state_size), dtype=torch.float32), torch.tensor([True, False]))
+        names += ["state", "episode_start"]
+        outputs.append("state_out")
+        axes.update(state={0: "batch"}, episode_start={0: "batch"}, state_out={0: "batch"})
     if policy.mask_size:  # the valid actions: a second input
         example += (torch.ones((2, policy.mask_size), dtype=torch.bool),)
         names.append("action_masks")
@@ -68,6 +104,6 @@ def export_policy(model, path, fmt: str | None = None) -> Path:
                 import onnx  # noqa: F401
             except ImportError as e:
                 raise ImportError("ONNX export needs the export extra: pip install 'rapidrl[export]'") from e
-            torch.onnx.export(policy, example, str(path), input_names=names, output_names=["actions"],
+            torch.onnx.export(policy, example, str(path), input_names=names, output_names=outputs,
                               dynamic_axes=axes, dynamo=False)
     return path

@@ -96,13 +96,73 @@ def test_export_cli_and_bad_input(tmp_path, capsys):
     assert "no run directory" in capsys.readouterr().err
 
 
-def test_export_of_a_recurrent_run_is_one_clear_line(tmp_path, capsys):
-    """A recurrent run's files load (they are plain tensors); exporting says it is not supported, no traceback."""
+RECURRENT = dict(num_envs=4, num_steps=16, minibatch_size=32, update_epochs=1, recurrent_size=8, hidden=[16])
+OFF = dict(num_envs=2, learning_starts=64, buffer_size=2_000, batch_size=4, sequence_length=6, burn_in=2,
+           hidden=(16,), recurrent_size=8)
+RECURRENT_MODELS = {
+    "ppo-lstm-normalized": lambda: rr.PPO("PendulumNoVel-v1", recurrent="lstm", normalize_obs=True, seed=0,
+                                          **RECURRENT),
+    "ppo-gru-critic-core": lambda: rr.PPO("CartPoleNoVel-v1", recurrent="gru", critic_recurrent=True, head_hidden=[8],
+                                          seed=0, **RECURRENT),
+    "a2c-lstm-masked": lambda: rr.A2C("MaskedCue-v0", recurrent="lstm", seed=0, num_envs=4, num_steps=16,
+                                      recurrent_size=8, hidden=[16]),
+    "r2d2-masked": lambda: rr.R2D2("MaskedCue-v0", seed=0, n_step=2, train_freq=1, **{**OFF, "batch_size": 8}),
+    "recurrent_sac": lambda: rr.RecurrentSAC("PendulumNoVel-v1", seed=0, head_hidden=(16, 16), **OFF),
+    "recurrent_td3-gru": lambda: rr.RecurrentTD3("PendulumNoVel-v1", seed=0, cell="gru", head_hidden=(16, 16), **OFF),
+}
+
+
+@pytest.mark.parametrize("name", list(RECURRENT_MODELS))
+def test_exported_recurrent_policy_carries_its_state_as_predict(name, tmp_path):
+    """Six steps of eight envs, the state fed back and episodes starting mid-way: the ONNX and TorchScript graphs
+    give predict's actions and states at every step (the observation normalisation folded in, masks as an input)."""
+    model = RECURRENT_MODELS[name]()
+    model.learn(256, progress_bar=False)
+    rng = np.random.default_rng(0)
+    B = 8
+    onnx = ort.InferenceSession(str(export_policy(model, tmp_path / "policy.onnx")))
+    ts = torch.jit.load(str(export_policy(model, tmp_path / "policy.ts", "torchscript")))
+    assert [i.name for i in onnx.get_inputs()][:3] == ["obs", "state", "episode_start"]
+    size = onnx.get_inputs()[1].shape[1]
+    assert size == model.deterministic_module().state_size
+    state = None
+    state_onnx = state_ts = np.zeros((B, size), np.float32)
+    for t in range(6):
+        obs = (rng.standard_normal((B, *model.observation_space.shape)) * 2).astype(np.float32)
+        starts = np.ones(B, bool) if t == 0 else rng.random(B) < 0.3
+        masks = None
+        if model.action_mask_size:
+            masks = rng.random((B, model.action_mask_size)) < 0.5
+            masks[np.arange(B), rng.integers(model.action_mask_size, size=B)] = True
+        expect, state = model.predict(obs, state, starts, deterministic=True, action_masks=masks)
+        feed = {"obs": obs, "state": state_onnx, "episode_start": starts}
+        args = [torch.from_numpy(obs), torch.from_numpy(state_ts), torch.from_numpy(starts)]
+        if masks is not None:
+            feed["action_masks"] = masks
+            args.append(torch.from_numpy(masks))
+        got, state_onnx = onnx.run(None, feed)
+        got_ts, state_ts = (x.numpy() for x in ts(*args))
+        for out, out_state in ((got, state_onnx), (got_ts, state_ts)):
+            assert out.shape == expect.shape and out_state.shape == state.shape
+            if np.issubdtype(expect.dtype, np.integer):
+                np.testing.assert_array_equal(out, expect)
+            else:
+                np.testing.assert_allclose(out, expect, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(out_state, state, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(state, 0)  # the state carried something
+
+
+def test_export_of_a_recurrent_run_from_the_command_line(tmp_path, capsys):
+    """A recurrent run (its files are plain tensors) exports from the command line; the graph takes the state."""
     run = tmp_path / "run"
     assert cli.main(["train", "ppo", "CartPoleNoVel-v1", "--timesteps", "512", "--run-dir", str(run), "--headless",
                      "--eval-episodes", "0", "--set", "algo.recurrent_size=8",
                      "--set", "algo.normalize_reward=true"]) == 0
     capsys.readouterr()
-    assert cli.main(["export", str(run), "--format", "onnx"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("rapidrl: error: exporting recurrent policies is not supported") and err.count("\n") == 1
+    assert cli.main(["export", str(run), "--format", "onnx"]) == 0
+    out = capsys.readouterr().out
+    assert "exported the deterministic ppo policy" in out and "state: [B, 32] float32" in out, out
+    session = ort.InferenceSession(str(run / "policy.onnx"))
+    assert [i.name for i in session.get_inputs()] == ["obs", "state", "episode_start"]
+    assert [o.name for o in session.get_outputs()] == ["actions", "state_out"]
+    assert session.get_inputs()[1].shape[1] == 32  # the preset's critic has its own LSTM: 2 x [h | c] of 8 units

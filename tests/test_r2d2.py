@@ -226,8 +226,6 @@ def test_predict_carries_the_state_and_episode_start_resets_it(tmp_path):
     model.save(tmp_path / "r2d2.pt")
     loaded = rr.R2D2.load(tmp_path / "r2d2.pt")
     np.testing.assert_allclose(loaded.predict(obs, state=s1, deterministic=True)[1], s2, rtol=1e-6)
-    with pytest.raises(ValueError, match="exporting recurrent policies"):
-        model.deterministic_module()
 
 
 @pytest.mark.parametrize("env_id", ["CartPoleNoVel-v1", "MemoryCue-v0"])

@@ -453,15 +453,6 @@ def test_recurrent_configuration_errors(make, match):
         make()
 
 
-@pytest.mark.parametrize("extra", [{}, CRITIC_CORE], ids=["shared-core", "critic-core"])
-def test_export_says_recurrent_policies_are_not_exported(tmp_path, extra):
-    from rapidrl.export import export_policy
-
-    model = rr.PPO("CartPoleNoVel-v1", recurrent="lstm", **SMALL, **extra)
-    with pytest.raises(ValueError, match="recurrent"):
-        export_policy(model, tmp_path / "p.onnx")
-
-
 def test_docs_examples_run():
     """Every python block of docs/recurrent.md runs as written (the first one's printed result is checked)."""
     import contextlib
@@ -471,7 +462,7 @@ def test_docs_examples_run():
 
     src = (Path(__file__).resolve().parents[1] / "docs" / "recurrent.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", src, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for block in blocks:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

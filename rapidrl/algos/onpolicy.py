@@ -36,7 +36,7 @@ from rapidrl.algos.actor_critic import explained_variance
 from rapidrl.buffers import RolloutBuffer, gae_torch
 from rapidrl.buffers.rollout import ADVANTAGE_NORMALIZATIONS
 from rapidrl.nn import ActorCritic, ObsNormalizer, RewardScaler
-from rapidrl.nn.deploy import ActorCriticMode, NormalizeObs
+from rapidrl.nn.deploy import ActorCriticMode, NormalizeObs, RecurrentMode
 from rapidrl.nn.encoders import ENCODERS
 from rapidrl.nn.recurrent import CELLS, RecurrentActorCritic
 from rapidrl.train.algorithm import Algorithm
@@ -316,10 +316,9 @@ class OnPolicyAlgorithm(Algorithm):
         return (actions[0], state) if single else (actions, state)
 
     def deterministic_module(self) -> torch.nn.Module:
-        if self.policy.recurrent:
-            raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the "
-                             "state as an input and an output)")
         normalize = None if self.obs_normalizer is None else NormalizeObs(self.obs_normalizer)
+        if self.policy.recurrent:  # takes and returns the state (rapidrl.export)
+            return RecurrentMode(self.policy, masked=bool(self.action_mask_size), normalize=normalize)
         if self.action_mask_size:  # the exported module takes the masks as a second input
             return ActorCriticMode(self.policy, masked=True, normalize=normalize)
         mode = ActorCriticMode(self.policy)

@@ -22,6 +22,7 @@ import torch
 
 from rapidrl.algos.offpolicy import check_replay_fits
 from rapidrl.buffers.sequence import SequenceReplayBuffer
+from rapidrl.nn.deploy import RecurrentMode
 from rapidrl.nn.recurrent import CELLS
 from rapidrl.train.config import ConfigError, check_hidden, check_positive, require
 from rapidrl.train.recurrent import RecurrentActor, predict_with_state
@@ -190,8 +191,9 @@ class RecurrentOffPolicy:
         return self.predict(obs, None, None, deterministic, action_masks)[0]
 
     def deterministic_module(self) -> torch.nn.Module:
-        raise ValueError("exporting recurrent policies is not supported yet (the exported graph would need the state "
-                         "as an input and an output), as for recurrent PPO")
+        """The acting policy's greedy or deterministic step, taking and returning the state (``RecurrentMode``;
+        ``predict`` gives it the observations as they are, so no normalisation is folded in)."""
+        return RecurrentMode(self._acting_policy(), masked=bool(self.action_mask_size))
 
     # -- persistence ----------------------------------------------------------------------------------
     def _extra_training_state(self) -> dict:

@@ -4,6 +4,7 @@ Each wraps a frozen CPU copy of a trained network and maps flat float32 observat
 observation normalisation is folded in) to the actions ``predict(obs, deterministic=True)`` returns. An
 algorithm builds its own in ``Algorithm.deterministic_module`` from these pieces. A policy trained with action masks
 (``masked=True``) takes them as a second input, ``action_masks [B, M]`` bool, and picks among the valid actions.
+A recurrent policy (``RecurrentMode``) also takes its state and the episode starts, and returns its next state.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from torch import nn
 
 from rapidrl.nn.distributions import apply_action_mask
 
-__all__ = ["ActorCriticMode", "ArgmaxQ", "NormalizeObs", "ReducedArgmaxQ", "SquashedMean", "frozen_copy"]
+__all__ = ["ActorCriticMode", "ArgmaxQ", "NormalizeObs", "RecurrentMode", "ReducedArgmaxQ", "SquashedMean",
+           "frozen_copy"]
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
@@ -55,6 +57,28 @@ class ActorCriticMode(nn.Module):
             x = self.normalize(x)
         raw, _, _ = self.net.act(x, deterministic=True, action_masks=action_masks)
         return self.net.to_env_action(raw)
+
+
+class RecurrentMode(nn.Module):
+    """One deterministic step of a recurrent policy (the interface of ``rapidrl.train.recurrent``: ``act``,
+    ``initial_state``, ``to_env_action``; recurrent PPO/A2C, R2D2, recurrent SAC and TD3): ``(x [B, O], state [B, S],
+    episode_start [B] bool[, action_masks [B, M] bool]) -> (actions, state after [B, S])``, as
+    ``predict(obs, state, episode_start, deterministic=True)``. The state of fresh episodes is zeros [B, S]
+    (``state_size``); ``episode_start`` True zeroes a row's state before the step. normalize: as ``ActorCriticMode``."""
+
+    def __init__(self, policy: nn.Module, masked: bool = False, normalize: nn.Module | None = None):
+        super().__init__()
+        self.net = frozen_copy(policy)
+        self.masked = masked
+        self.normalize = normalize
+        self.state_size = int(self.net.initial_state(1).shape[1])
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor,
+                action_masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.normalize is not None:
+            x = self.normalize(x)
+        raw, _, _, state = self.net.act(x, state, episode_start, deterministic=True, action_masks=action_masks)
+        return self.net.to_env_action(raw), state
 
 
 class ArgmaxQ(nn.Module):

@@ -262,7 +262,7 @@ def test_teardown_runs_for_measured_filtered_and_skipped_cases():
     assert all(not c.contenders for c in cases)  # callables released
 
 
-def test_isolated_job_runs_in_a_fresh_process_at_the_given_thread_count():
+def test_isolated_job_runs_in_a_fresh_process_at_the_given_thread_count(capsys):
     import os
 
     import torch
@@ -285,6 +285,9 @@ def test_isolated_job_runs_in_a_fresh_process_at_the_given_thread_count():
                        "b": lambda s, t: calls.append(("b", s, t)) or {"sps": 5.0}}, seeds=[0, 1], threads=[1, 2])
     assert calls[:4] == [("a", 0, 1), ("b", 0, 1), ("a", 0, 2), ("b", 0, 2)]
     assert calls[4] == ("b", 1, 1)  # the order rotates with the seed
+    err = capsys.readouterr().err  # each job says that it starts and how long it took
+    assert "  a seed 0 at 1 torch thread(s) (job 1/8) ..." in err
+    assert "  a seed 1 at 2 torch thread(s) (job 8/8): " in err  # seed 1's order: b, a
     assert best_by_threads(out["a"]) == (2, 20.5) and best_by_threads(out["b"])[1] == 5.0
 
 

@@ -118,16 +118,27 @@ def run_isolated(target: str, kwargs: dict, *, torch_threads: int, timeout: floa
 def interleaved(jobs: dict[str, Callable[[int, int], dict]], seeds: Iterable[int], threads: Iterable[int],
                 progress: Callable[[str], None] | None = None) -> dict[str, dict[int, list[dict]]]:
     """Run every ``jobs[name](seed, threads)`` round-robin: for each seed, each thread count, every contender
-    (order rotated by seed) before the next. Returns name -> threads -> results in seed order."""
+    (order rotated by seed) before the next. Returns name -> threads -> results in seed order. progress: called
+    with a line before each job (default: the line and, after the job, its wall time on stderr, so a suite of
+    end-to-end runs that takes many minutes says where it is)."""
     names = list(jobs)
     out: dict[str, dict[int, list[dict]]] = {n: {} for n in names}
+    seeds, threads = list(seeds), list(threads)
+    total, done = len(seeds) * len(threads) * len(names), 0
     for k, seed in enumerate(seeds):
         order = names[k % len(names):] + names[:k % len(names)]
         for t in threads:
             for name in order:
+                done += 1
+                line = f"{name} seed {seed} at {t} torch thread(s) (job {done}/{total})"
                 if progress:
-                    progress(f"{name} seed {seed} at {t} torch thread(s)")
+                    progress(line)
+                else:
+                    print(f"  {line} ...", file=sys.stderr, flush=True)
+                start = time.perf_counter()
                 out[name].setdefault(t, []).append(jobs[name](seed, t))
+                if not progress:
+                    print(f"  {line}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return out
 
 

@@ -35,28 +35,11 @@ from rapidrl.nn.deploy import RecurrentMode
 FORMATS = ("onnx", "torchscript")
 
 
-class RecurrentDeterministicPolicy(nn.Module):
-    """obs [B, *obs_shape] float32, state [B, S] float32, episode_start [B] bool (and action_masks [B, M] bool for a
-    model trained with action masks) -> (deterministic env actions, state after the step [B, S]) of a recurrent
-    ``model`` (its ``deterministic_module()``, a ``rapidrl.nn.deploy.RecurrentMode``)."""
-
-    def __init__(self, model, net: RecurrentMode | None = None):
-        super().__init__()
-        self.obs_dim = int(np.prod(model.observation_space.shape))
-        self.mask_size = int(getattr(model, "action_mask_size", 0))
-        self.net = model.deterministic_module() if net is None else net
-        self.state_size = self.net.state_size
-
-    def forward(self, obs: torch.Tensor, state: torch.Tensor, episode_start: torch.Tensor,
-                action_masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.reshape(obs.shape[0], self.obs_dim).float()
-        return self.net(x, state.float(), episode_start.bool(), action_masks)
-
-
 class DeterministicPolicy(nn.Module):
     """obs [B, *obs_shape] float32 (and action_masks [B, M] bool for a model trained with action masks) ->
     deterministic env actions [B] int64 or [B, A] float32 of ``model``: its ``deterministic_module()`` (each algorithm
-    builds its own) on the flattened observations."""
+    builds its own) on the flattened observations. A recurrent model's module (``RecurrentMode``) also takes
+    state [B, S] and episode_start [B] before the masks and returns (actions, state after the step)."""
 
     def __init__(self, model):
         super().__init__()
@@ -64,9 +47,8 @@ class DeterministicPolicy(nn.Module):
         self.mask_size = int(getattr(model, "action_mask_size", 0))
         self.net = model.deterministic_module()
 
-    def forward(self, obs: torch.Tensor, action_masks: torch.Tensor | None = None) -> torch.Tensor:
-        x = obs.reshape(obs.shape[0], self.obs_dim).float()
-        return self.net(x) if action_masks is None else self.net(x, action_masks)
+    def forward(self, obs: torch.Tensor, *inputs: torch.Tensor):
+        return self.net(obs.reshape(obs.shape[0], self.obs_dim).float(), *inputs)
 
 
 def export_policy(model, path, fmt: str | None = None) -> Path:
@@ -81,13 +63,11 @@ def export_policy(model, path, fmt: str | None = None) -> Path:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     policy = DeterministicPolicy(model)
     recurrent = isinstance(policy.net, RecurrentMode)
-    if recurrent:
-        policy = RecurrentDeterministicPolicy(model, policy.net)
     example = (torch.zeros((2, *model.observation_space.shape), dtype=torch.float32),)
     names, outputs = ["obs"], ["actions"]
     axes = {"obs": {0: "batch"}, "actions": {0: "batch"}}
     if recurrent:  # the state in and out, and where episodes start
-        example += (torch.zeros((2, policy.state_size), dtype=torch.float32), torch.tensor([True, False]))
+        example += (torch.zeros((2, policy.net.state_size), dtype=torch.float32), torch.tensor([True, False]))
         names += ["state", "episode_start"]
         outputs.append("state_out")
         axes.update(state={0: "batch"}, episode_start={0: "batch"}, state_out={0: "batch"})

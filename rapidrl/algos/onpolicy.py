@@ -318,7 +318,7 @@ class OnPolicyAlgorithm(Algorithm):
     def deterministic_module(self) -> torch.nn.Module:
         normalize = None if self.obs_normalizer is None else NormalizeObs(self.obs_normalizer)
         if self.policy.recurrent:  # takes and returns the state (rapidrl.export)
-            return RecurrentMode(self.policy, masked=bool(self.action_mask_size), normalize=normalize)
+            return RecurrentMode(self.policy, normalize=normalize)
         if self.action_mask_size:  # the exported module takes the masks as a second input
             return ActorCriticMode(self.policy, masked=True, normalize=normalize)
         mode = ActorCriticMode(self.policy)

@@ -193,7 +193,7 @@ class RecurrentOffPolicy:
     def deterministic_module(self) -> torch.nn.Module:
         """The acting policy's greedy or deterministic step, taking and returning the state (``RecurrentMode``;
         ``predict`` gives it the observations as they are, so no normalisation is folded in)."""
-        return RecurrentMode(self._acting_policy(), masked=bool(self.action_mask_size))
+        return RecurrentMode(self._acting_policy())
 
     # -- persistence ----------------------------------------------------------------------------------
     def _extra_training_state(self) -> dict:

@@ -66,10 +66,9 @@ class RecurrentMode(nn.Module):
     ``predict(obs, state, episode_start, deterministic=True)``. The state of fresh episodes is zeros [B, S]
     (``state_size``); ``episode_start`` True zeroes a row's state before the step. normalize: as ``ActorCriticMode``."""
 
-    def __init__(self, policy: nn.Module, masked: bool = False, normalize: nn.Module | None = None):
+    def __init__(self, policy: nn.Module, normalize: nn.Module | None = None):
         super().__init__()
         self.net = frozen_copy(policy)
-        self.masked = masked
         self.normalize = normalize
         self.state_size = int(self.net.initial_state(1).shape[1])
 
@@ -77,7 +76,8 @@ class RecurrentMode(nn.Module):
                 action_masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.normalize is not None:
             x = self.normalize(x)
-        raw, _, _, state = self.net.act(x, state, episode_start, deterministic=True, action_masks=action_masks)
+        raw, _, _, state = self.net.act(x, state.float(), episode_start.bool(), deterministic=True,
+                                        action_masks=action_masks)
         return self.net.to_env_action(raw), state
 
 

@@ -13,6 +13,7 @@ import torch
 
 import rapidrl as rr
 from rapidrl.kernels.ppo_update import PPOEpochKernel
+from rapidrl.train.config import ConfigError
 
 CASES = {
     "cartpole-tanh-minibatch-norm": dict(env="CartPole-v1"),
@@ -65,6 +66,50 @@ def test_compiled_epoch_matches_the_pytorch_update(case):
     for k in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"):
         assert compiled.metrics[k] == pytest.approx(ref.metrics[k], rel=2e-3, abs=1e-6), k
     assert compiled.metrics["losses/clipfrac"] == pytest.approx(ref.metrics["losses/clipfrac"], abs=0.01)
+
+
+@pytest.mark.parametrize("case", ["cartpole-relu-batch-norm-entropy", "cartpole-no-norm-no-vclip-uneven-minibatch",
+                                  "cartpole-binding-clip-3-layers", "pendulum-gaussian-relu-target-kl",
+                                  "pendulum-tanh-squash", "mappo-column-slices", "ppo-masked-rollout",
+                                  "action-masks-entropy"])
+def test_two_threaded_epoch_is_bitwise_the_one_threaded_epoch(case):
+    """update_threads=2 (each minibatch's actor and critic halves in two threads, then clipping and Adam) must give
+    exactly what one thread gives: parameters, Adam moments and step counters, and every logged statistic."""
+    over = dict(CASES[case])
+    env = over.pop("env")
+    one, two = _one_update(True, env, **over), _one_update(True, env, update_threads=2, **over)
+    assert two._compiled.kernel()._worker is not None  # the critic's thread ran
+    for (name, a), (_, b) in zip(one.policy.named_parameters(), two.policy.named_parameters()):
+        assert torch.equal(a, b), name
+        sa, sb = one.optimizer.state[a], two.optimizer.state[b]
+        for k in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(sa[k], sb[k]), (name, k)
+    for k, v in one.metrics.items():
+        if k.startswith("losses/"):
+            assert two.metrics[k] == v, k
+
+
+def test_two_threaded_epoch_needs_the_handwritten_backend():
+    with pytest.raises(ConfigError, match="update_threads=2 splits the handwritten epoch.*torch backend"):
+        rr.PPO("CartPole-v1", gradient_backend="torch", update_threads=2)
+    with pytest.raises(ConfigError, match="update_threads=2 splits the handwritten epoch.*recurrent"):
+        rr.PPO("CartPoleNoVel-v1", recurrent="lstm", update_threads=2)
+    for bad in (0, 3, True, "2"):
+        with pytest.raises(ConfigError, match="update_threads must be 1 or 2"):
+            rr.PPO("CartPole-v1", update_threads=bad)
+
+
+def test_two_threaded_kernel_rejects_bad_thread_counts_and_restarts_after_close():
+    kernel, ref = _kernel(), _kernel()
+    with pytest.raises(ValueError, match="threads must be 1 or 2"):
+        kernel(*_epoch_args(), **HYPER, threads=4)
+    for _ in range(2):
+        stats = kernel(*_epoch_args(), **HYPER, threads=2)
+        kernel.close()
+        assert kernel._worker is None
+        np.testing.assert_array_equal(stats, ref(*_epoch_args(), **HYPER))
+    for a, b in zip(kernel.args[0], ref.args[0]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_compiled_epoch_saves_loads_and_keeps_training():

@@ -48,6 +48,12 @@ class PPOConfig(OnPolicyConfig):
     """Replace GAE by V-trace (importance weights clipped at 1), computed with the learner's policy and critic
     at the start of each update: advantages = V-trace policy-gradient advantages, returns = V-trace targets.
     Corrects the policy lag of ``async_collect`` in the advantages too. CPU storage only."""
+    update_threads: int = 1
+    """Threads of the handwritten epoch (``gradient_backend`` "handwritten", or "auto" where it applies): 2 runs
+    each minibatch's actor half (forward, surrogate and entropy terms, backward) and critic half in two threads,
+    then clipping and Adam, for bitwise the same result as 1. Measured 1.8x faster per epoch on 2-core AMD EPYCs
+    (docs/BENCHMARKS.md, "the update in two threads"); leave it at 1 when each core runs its own experiment, or
+    beside ``async_collect`` (its collector already takes the second core)."""
 
     def validate(self) -> None:
         super().validate()
@@ -62,6 +68,8 @@ class PPOConfig(OnPolicyConfig):
                 f"must be a multiple of num_steps={self.num_steps}")
         require(not self.vtrace_advantages or self.device == "cpu",
                 "vtrace_advantages needs device='cpu' (the V-trace kernel is Numba)")
+        require(self.update_threads in (1, 2) and not isinstance(self.update_threads, bool),
+                f"update_threads must be 1 or 2, got {self.update_threads!r}")
 
     @classmethod
     def upgrade_legacy(cls, values: dict) -> dict:
@@ -133,6 +141,10 @@ class PPO(OnPolicyAlgorithm):
     def _bind_backend(self) -> None:
         self._compiled = CompiledPPOUpdate(self.policy, self.optimizer) if self.gradient_backend == "handwritten" \
             else None
+        require(self.config.update_threads == 1 or self._compiled is not None,
+                f"update_threads={self.config.update_threads} splits the handwritten epoch between the actor and the "
+                f"critic, but this model's update runs on the torch backend ({self.paths['gradient_backend'].reason}); "
+                "set update_threads=1 (torch_threads sets the torch backend's threads)")
 
     def _update_batch(self) -> int:
         return self.config.minibatch_size

@@ -119,7 +119,7 @@ class CompiledPPOUpdate:
                            batch_mean=batch_stats[0], batch_std=batch_stats[1], clip_coef=clip,
                            clip_vloss=c.clip_vloss, ent_coef=c.ent_coef, vf_coef=c.vf_coef,
                            max_grad_norm=c.max_grad_norm, lr=float(group["lr"]), beta1=group["betas"][0],
-                           beta2=group["betas"][1], eps=group["eps"], action_masks=masks)
+                           beta2=group["betas"][1], eps=group["eps"], action_masks=masks, threads=c.update_threads)
             sums += stats.sum(0)
             count += stats.shape[0]
             if c.target_kl is not None and stats[-1, STAT_NAMES.index("approx_kl")] > c.target_kl:

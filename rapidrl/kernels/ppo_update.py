@@ -37,6 +37,7 @@ training driver's finiteness check reports a diverged run the same way on both p
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -76,118 +77,165 @@ def _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps):  
             p[i] -= step_size * m[i] / (math.sqrt(v[i]) / bc2_sqrt + eps)
 
 
+@numba.njit(cache=True, nogil=True)
+def _minibatch_inputs(obs, advantages, idx, actor_lo, actor_hi, critic_lo, critic_hi, norm_mode, batch_mean,
+                      batch_std):  # pragma: no cover
+    """The minibatch ``idx`` [m]: the actor's input columns x [m, I_a], the critic's xc [m, I_c] (x itself when the
+    two read the same columns) and the advantages [m] float64, normalized by ``norm_mode``."""
+    m = idx.shape[0]
+    x = np.empty((m, actor_hi - actor_lo), np.float32)  # the actor's input columns of the minibatch's rows
+    adv = np.empty(m, np.float64)
+    for r in range(m):
+        x[r] = obs[idx[r], actor_lo:actor_hi]
+        adv[r] = advantages[idx[r]]
+    if actor_lo == critic_lo and actor_hi == critic_hi:
+        xc = x
+    else:  # the critic reads other columns of the rows (multi-agent PPO: the global state)
+        xc = np.empty((m, critic_hi - critic_lo), np.float32)
+        for r in range(m):
+            xc[r] = obs[idx[r], critic_lo:critic_hi]
+    if norm_mode == NORM_MINIBATCH:
+        mean = adv.mean()
+        std = math.sqrt(((adv - mean) ** 2).mean()) + ADVANTAGE_EPS
+        adv = (adv - mean) / std
+    elif norm_mode == NORM_BATCH:
+        adv = (adv - batch_mean) / batch_std
+    return x, xc, adv
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _actor_minibatch(x, idx, adv, actions_discrete, actions_continuous, discrete, action_masks, masked, old_log_probs,
+                     actor, act, log_std, log_std_grad, clip_coef, ent_coef, sums):  # pragma: no cover
+    """The actor's half of one minibatch update: forward, the clipped surrogate and entropy terms, and the backward
+    into the actor's gradients (and ``log_std_grad`` [A] for a Gaussian head; ``log_std`` [A] its parameter). Writes
+    the minibatch's sums of (policy loss, entropy, approx_kl, clipped) into ``sums`` [4] float64. Touches nothing of
+    the critic: it runs beside ``_critic_minibatch`` in another thread."""
+    m = idx.shape[0]
+    aws, abs_, agws, agbs, ahs, head_scratch = actor
+    mlp_forward(x, aws, abs_, act, ahs, head_scratch)
+    head = head_scratch[:m]
+    d_head = np.zeros_like(head)
+    n_act = head.shape[1]
+    pg_sum = ent_sum = kl_sum = clip_sum = 0.0
+    d_log_std = np.zeros(n_act, np.float64)
+    ent_row = 0.0
+    if not discrete:
+        for j in range(n_act):
+            ent_row += gaussian_entropy(log_std[j])
+    for r in range(m):
+        i = idx[r]
+        a_r = adv[r]
+        if discrete:
+            if masked:
+                apply_action_mask(head[r], action_masks[i])
+            lse = log_sum_exp(head[r])
+            ent = categorical_entropy(head[r], lse)
+            new_logp = head[r, actions_discrete[i]] - lse
+        else:
+            new_logp = 0.0
+            for j in range(n_act):
+                new_logp += gaussian_log_prob(actions_continuous[i, j], head[r, j], log_std[j])
+            ent = ent_row
+        log_ratio = new_logp - old_log_probs[i]
+        ratio = math.exp(log_ratio)
+        unclipped = -a_r * ratio
+        clipped = -a_r * min(max(ratio, 1.0 - clip_coef), 1.0 + clip_coef)
+        pg_sum += max(unclipped, clipped)
+        ent_sum += ent
+        kl_sum += (ratio - 1.0) - log_ratio
+        if abs(ratio - 1.0) > clip_coef:
+            clip_sum += 1.0
+        d_logp = (-a_r if unclipped >= clipped else 0.0) * ratio / m
+        if discrete:
+            a_i = actions_discrete[i]
+            for j in range(n_act):
+                lp = head[r, j] - lse
+                p = math.exp(lp)
+                g = -p * d_logp
+                if j == a_i:
+                    g += d_logp
+                if ent_coef != 0.0:
+                    g += ent_coef / m * p * (lp + ent)
+                d_head[r, j] = g
+        else:
+            for j in range(n_act):
+                inv_std = math.exp(-log_std[j])
+                z = (actions_continuous[i, j] - head[r, j]) * inv_std
+                d_head[r, j] = z * inv_std * d_logp
+                d_log_std[j] += d_logp * (z * z - 1.0)
+    mlp_backward(d_head, x, ahs, aws, act, agws, agbs)
+    if not discrete:
+        for j in range(n_act):
+            log_std_grad[j] = d_log_std[j] - ent_coef
+    sums[0], sums[1], sums[2], sums[3] = pg_sum, ent_sum, kl_sum, clip_sum
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _critic_minibatch(xc, idx, old_values, returns, critic, act, clip_coef, clip_vloss, vf_coef):  # pragma: no cover
+    """The critic's half of one minibatch update: forward, the (clipped) value loss and the backward into the
+    critic's gradients; returns the minibatch's summed value loss. Touches nothing of the actor."""
+    m = idx.shape[0]
+    cws, cbs, cgws, cgbs, chs, values_scratch = critic
+    mlp_forward(xc, cws, cbs, act, chs, values_scratch)
+    values = values_scratch[:m]
+    d_values = np.empty((m, 1), np.float32)
+    v_sum = 0.0
+    for r in range(m):
+        i = idx[r]
+        v = values[r, 0]
+        v_err = v - returns[i]
+        if clip_vloss:
+            dv = v - old_values[i]
+            c_err = old_values[i] + min(max(dv, -clip_coef), clip_coef) - returns[i]
+            if v_err * v_err >= c_err * c_err:
+                d_values[r, 0] = v_err * (vf_coef / m)
+                v_sum += 0.5 * v_err * v_err
+            else:
+                d_values[r, 0] = c_err * (vf_coef / m) if abs(dv) <= clip_coef else 0.0
+                v_sum += 0.5 * c_err * c_err
+        else:
+            d_values[r, 0] = v_err * (vf_coef / m)
+            v_sum += 0.5 * v_err * v_err
+    mlp_backward(d_values, xc, chs, cws, act, cgws, cgbs)
+    return v_sum
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _clip_and_step(params, grads, exp_avgs, exp_avg_sqs, steps, max_grad_norm, lr, beta1, beta2, eps, sums, v_sum,
+                   m, stats_row):  # pragma: no cover
+    """The end of one minibatch update, once both halves wrote their gradients: global-norm clipping over the actor
+    and the critic together, Adam, and the minibatch's statistics (means of ``sums`` and ``v_sum``) into
+    ``stats_row`` [5]."""
+    clip_and_count_unchecked(grads, steps, max_grad_norm)
+    _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps)
+    stats_row[0] = sums[0] / m
+    stats_row[1] = v_sum / m
+    stats_row[2] = sums[1] / m
+    stats_row[3] = sums[2] / m
+    stats_row[4] = sums[3] / m
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _ppo_epoch(obs, actions_discrete, actions_continuous, discrete, action_masks, masked, old_log_probs, old_values,
                advantages, returns, perm, batch_size, norm_mode, batch_mean, batch_std, params, grads, exp_avgs,
                exp_avg_sqs, steps, actor, critic, act, actor_lo, actor_hi, critic_lo, critic_hi, clip_coef, clip_vloss,
                ent_coef, vf_coef, max_grad_norm, lr, beta1, beta2, eps, stats_out):  # pragma: no cover
+    """Every minibatch of one epoch in one thread: each minibatch's actor half, critic half, then clipping and
+    Adam. ``PPOEpochKernel`` runs the same three pieces with the halves in two threads (``threads=2``)."""
     total = perm.shape[0]
     n_mb = 0
-    log_std_k = len(params) - 1
-    same_input = actor_lo == critic_lo and actor_hi == critic_hi
-    aws, abs_, agws, agbs, ahs, head_scratch = actor
-    cws, cbs, cgws, cgbs, chs, values_scratch = critic
+    log_std_k = len(params) - 1  # a Gaussian head's log_std (unused by a categorical one)
+    sums = np.zeros(4, np.float64)
     for start in range(0, total, batch_size):
         m = min(batch_size, total - start)
         idx = perm[start:start + m]
-        x = np.empty((m, actor_hi - actor_lo), np.float32)  # the actor's input columns of the minibatch's rows
-        adv = np.empty(m, np.float64)
-        for r in range(m):
-            x[r] = obs[idx[r], actor_lo:actor_hi]
-            adv[r] = advantages[idx[r]]
-        if same_input:
-            xc = x
-        else:  # the critic reads other columns of the rows (multi-agent PPO: the global state)
-            xc = np.empty((m, critic_hi - critic_lo), np.float32)
-            for r in range(m):
-                xc[r] = obs[idx[r], critic_lo:critic_hi]
-        if norm_mode == NORM_MINIBATCH:
-            mean = adv.mean()
-            std = math.sqrt(((adv - mean) ** 2).mean()) + ADVANTAGE_EPS
-            adv = (adv - mean) / std
-        elif norm_mode == NORM_BATCH:
-            adv = (adv - batch_mean) / batch_std
-        mlp_forward(x, aws, abs_, act, ahs, head_scratch)
-        mlp_forward(xc, cws, cbs, act, chs, values_scratch)
-        head, values = head_scratch[:m], values_scratch[:m]
-        d_head = np.zeros_like(head)
-        d_values = np.empty((m, 1), np.float32)
-        n_act = head.shape[1]
-        pg_sum = v_sum = ent_sum = kl_sum = clip_sum = 0.0
-        d_log_std = np.zeros(n_act, np.float64)
-        if not discrete:
-            log_std = params[log_std_k]
-            ent_row = 0.0
-            for j in range(n_act):
-                ent_row += gaussian_entropy(log_std[j])
-        for r in range(m):
-            i = idx[r]
-            a_r = adv[r]
-            if discrete:
-                if masked:
-                    apply_action_mask(head[r], action_masks[i])
-                lse = log_sum_exp(head[r])
-                ent = categorical_entropy(head[r], lse)
-                new_logp = head[r, actions_discrete[i]] - lse
-            else:
-                new_logp = 0.0
-                for j in range(n_act):
-                    new_logp += gaussian_log_prob(actions_continuous[i, j], head[r, j], log_std[j])
-                ent = ent_row
-            log_ratio = new_logp - old_log_probs[i]
-            ratio = math.exp(log_ratio)
-            unclipped = -a_r * ratio
-            clipped = -a_r * min(max(ratio, 1.0 - clip_coef), 1.0 + clip_coef)
-            pg_sum += max(unclipped, clipped)
-            ent_sum += ent
-            kl_sum += (ratio - 1.0) - log_ratio
-            if abs(ratio - 1.0) > clip_coef:
-                clip_sum += 1.0
-            d_logp = (-a_r if unclipped >= clipped else 0.0) * ratio / m
-            if discrete:
-                a_i = actions_discrete[i]
-                for j in range(n_act):
-                    lp = head[r, j] - lse
-                    p = math.exp(lp)
-                    g = -p * d_logp
-                    if j == a_i:
-                        g += d_logp
-                    if ent_coef != 0.0:
-                        g += ent_coef / m * p * (lp + ent)
-                    d_head[r, j] = g
-            else:
-                for j in range(n_act):
-                    inv_std = math.exp(-log_std[j])
-                    z = (actions_continuous[i, j] - head[r, j]) * inv_std
-                    d_head[r, j] = z * inv_std * d_logp
-                    d_log_std[j] += d_logp * (z * z - 1.0)
-            v = values[r, 0]
-            v_err = v - returns[i]
-            if clip_vloss:
-                dv = v - old_values[i]
-                c_err = old_values[i] + min(max(dv, -clip_coef), clip_coef) - returns[i]
-                if v_err * v_err >= c_err * c_err:
-                    d_values[r, 0] = v_err * (vf_coef / m)
-                    v_sum += 0.5 * v_err * v_err
-                else:
-                    d_values[r, 0] = c_err * (vf_coef / m) if abs(dv) <= clip_coef else 0.0
-                    v_sum += 0.5 * c_err * c_err
-            else:
-                d_values[r, 0] = v_err * (vf_coef / m)
-                v_sum += 0.5 * v_err * v_err
-        mlp_backward(d_head, x, ahs, aws, act, agws, agbs)
-        mlp_backward(d_values, xc, chs, cws, act, cgws, cgbs)
-        if not discrete:
-            g = grads[log_std_k]
-            for j in range(n_act):
-                g[j] = d_log_std[j] - ent_coef
-        clip_and_count_unchecked(grads, steps, max_grad_norm)
-        _adam(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps)
-        stats_out[n_mb, 0] = pg_sum / m
-        stats_out[n_mb, 1] = v_sum / m
-        stats_out[n_mb, 2] = ent_sum / m
-        stats_out[n_mb, 3] = kl_sum / m
-        stats_out[n_mb, 4] = clip_sum / m
+        x, xc, adv = _minibatch_inputs(obs, advantages, idx, actor_lo, actor_hi, critic_lo, critic_hi, norm_mode,
+                                       batch_mean, batch_std)
+        _actor_minibatch(x, idx, adv, actions_discrete, actions_continuous, discrete, action_masks, masked,
+                         old_log_probs, actor, act, params[log_std_k], grads[log_std_k], clip_coef, ent_coef, sums)
+        v_sum = _critic_minibatch(xc, idx, old_values, returns, critic, act, clip_coef, clip_vloss, vf_coef)
+        _clip_and_step(params, grads, exp_avgs, exp_avg_sqs, steps, max_grad_norm, lr, beta1, beta2, eps, sums,
+                       v_sum, m, stats_out[n_mb])
         n_mb += 1
     return n_mb
 
@@ -262,6 +310,7 @@ class PPOEpochKernel:
         self.obs_dim = max(actor_columns[1], critic_columns[1])
         self.n_out = int(shapes[2 * n_actor - 2, 0])
         self._scratch: dict[int, tuple] = {}  # batch_size -> (actor's, critic's (hidden activations, output))
+        self._worker: ThreadPoolExecutor | None = None  # the critic's thread of threads=2, started on first use
 
     def _scratch_for(self, batch_size: int) -> tuple[tuple, tuple]:
         """The forward's scratch for minibatches of up to ``batch_size`` rows: (hidden activations, output) of the
@@ -277,11 +326,13 @@ class PPOEpochKernel:
     def __call__(self, obs, actions, old_log_probs, old_values, advantages, returns, perm, *, batch_size: int,
                  norm_mode: int, batch_mean: float, batch_std: float, clip_coef: float, clip_vloss: bool,
                  ent_coef: float, vf_coef: float, max_grad_norm: float, lr: float, beta1: float, beta2: float,
-                 eps: float, action_masks: np.ndarray | None = None) -> np.ndarray:
+                 eps: float, action_masks: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
         """One epoch over ``perm`` [P] (indices of the M samples to train on, in minibatch order: all M, or the
         active ones of a masked rollout), cut into minibatches of ``batch_size`` (the last one smaller); returns
         the per-minibatch statistics [ceil(P / batch_size), 5] (``STAT_NAMES``). action_masks: [M, A] bool, the
-        valid actions of each sample (discrete actions; None: all valid)."""
+        valid actions of each sample (discrete actions; None: all valid). threads: 2 runs each minibatch's actor
+        and critic halves in two threads (bitwise the same result as 1; faster where two threads' small matrix
+        products scale, see ``PPOConfig.update_threads``)."""
         _check("perm", perm, np.int64, 1)
         _check("obs", obs, np.float32, 2)
         total, rows = perm.shape[0], obs.shape[0]
@@ -315,16 +366,53 @@ class PPOEpochKernel:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if norm_mode not in (NORM_NONE, NORM_MINIBATCH, NORM_BATCH):
             raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
+        if threads not in (1, 2):
+            raise ValueError(f"threads must be 1 or 2, got {threads!r}")
         stats = np.zeros((-(-total // batch_size), 5), np.float64)
         actor_scratch, critic_scratch = self._scratch_for(batch_size)
         masked = action_masks is not None
         masks = action_masks if masked else np.ones((1, 1), np.bool_)
-        _ppo_epoch(obs, a_d, a_c, self.discrete, masks, masked, old_log_probs, old_values, advantages, returns, perm,
-                   batch_size, norm_mode, float(batch_mean), float(batch_std), *self.args,
-                   (*self.actor, *actor_scratch), (*self.critic, *critic_scratch), self.act, *self.columns,
-                   float(clip_coef), bool(clip_vloss), float(ent_coef), float(vf_coef), float(max_grad_norm),
-                   float(lr), float(beta1), float(beta2), float(eps), stats)
+        actor, critic = (*self.actor, *actor_scratch), (*self.critic, *critic_scratch)
+        scalars = (float(clip_coef), bool(clip_vloss), float(ent_coef), float(vf_coef), float(max_grad_norm),
+                   float(lr), float(beta1), float(beta2), float(eps))
+        if threads == 1:
+            _ppo_epoch(obs, a_d, a_c, self.discrete, masks, masked, old_log_probs, old_values, advantages, returns,
+                       perm, batch_size, norm_mode, float(batch_mean), float(batch_std), *self.args, actor, critic,
+                       self.act, *self.columns, *scalars, stats)
+        else:
+            self._epoch_two_threads(obs, a_d, a_c, masks, masked, old_log_probs, old_values, advantages, returns, perm,
+                                    batch_size, norm_mode, float(batch_mean), float(batch_std), actor, critic,
+                                    scalars, stats)
         return stats
+
+    def _epoch_two_threads(self, obs, a_d, a_c, masks, masked, old_log_probs, old_values, advantages, returns, perm,
+                           batch_size, norm_mode, batch_mean, batch_std, actor, critic, scalars, stats) -> None:
+        """``_ppo_epoch`` with each minibatch's critic half in a second thread while this one runs the actor half
+        (both compiled ``nogil``), then clipping and Adam here once both are done: the same operations on the same
+        arrays in the same order per network, so bitwise the same parameters, Adam state and statistics."""
+        clip_coef, clip_vloss, ent_coef, vf_coef, max_grad_norm, lr, beta1, beta2, eps = scalars
+        params, grads = self.args[0], self.args[1]
+        log_std, log_std_grad = params[-1], grads[-1]  # a Gaussian head's (unused by a categorical one)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="rapidrl-ppo-critic")
+        sums = np.zeros(4, np.float64)
+        for n_mb, start in enumerate(range(0, perm.shape[0], batch_size)):
+            idx = perm[start:start + batch_size]
+            x, xc, adv = _minibatch_inputs(obs, advantages, idx, *self.columns, norm_mode, batch_mean, batch_std)
+            critic_half = self._worker.submit(_critic_minibatch, xc, idx, old_values, returns, critic, self.act,
+                                              clip_coef, clip_vloss, vf_coef)
+            try:
+                _actor_minibatch(x, idx, adv, a_d, a_c, self.discrete, masks, masked, old_log_probs, actor, self.act,
+                                 log_std, log_std_grad, clip_coef, ent_coef, sums)
+            finally:
+                v_sum = critic_half.result()  # never leave the critic's thread writing after an error here
+            _clip_and_step(*self.args, max_grad_norm, lr, beta1, beta2, eps, sums, v_sum, idx.shape[0], stats[n_mb])
+
+    def close(self) -> None:
+        """Stop the critic's thread of ``threads=2`` (if it was started); a later two-threaded epoch starts another."""
+        if self._worker is not None:
+            self._worker.shutdown()
+            self._worker = None
 
 
 # The epoch calls jitted functions and constants of other modules: recompile it when they change.

@@ -143,7 +143,8 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
                    for name, dtype in dtypes.items()}
     return {"seconds": seconds, "flops": flops, "rates": rates, "layer_rates": layer_rates, "hidden": hidden,
             "steps": steps, "minibatches": minibatches,
-            "settings": {k: getattr(c, k) for k in ("num_envs", "num_steps", "minibatch_size", "update_epochs")},
+            "settings": {k: getattr(c, k) for k in ("num_envs", "num_steps", "minibatch_size", "update_epochs",
+                                                     "update_threads")},
             "numba_threads": _numba_threads(), "torch_threads": c.torch_threads,
             "matmul_threads": torch.get_num_threads()}
 
@@ -167,12 +168,18 @@ def rows(result: dict) -> list[tuple[str, float, float, str]]:
             return ""
         return f"{f / 1e6:.0f} MFLOP; " + ", ".join(f"{1e6 * f / r:,.0f} µs at {d}" for d, r in rates.items())
 
+    if result["settings"].get("update_threads", 1) == 2:  # the halves overlap: the forward is not a part of its own
+        flops = {**flops, "update_forward": flops["update_forward"] + flops["update_backward"]}
+        update = [("update: forward, loss, gradient, backward (actor and critic halves in two threads)",
+                   s["update"] - s["adam"], bound("update_forward"))]
+    else:
+        update = [("update: forward", s["update_forward"], bound("update_forward")),
+                  ("update: loss, gradient, backward", backward, bound("update_backward"))]
     parts = [("env stepping", s["env"], ""),
              ("acting forward (actor + critic)", s["acting_forward"], bound("acting_forward")),
              ("sampling, storage, episode sums (rest of the collector call)", collect_rest, ""),
              ("GAE", s["gae"], ""),
-             ("update: forward", s["update_forward"], bound("update_forward")),
-             ("update: loss, gradient, backward", backward, bound("update_backward")),
+             *update,
              ("update: Adam", s["adam"], ""),
              ("the rest: Python between the parts, caches and thread hand-offs in sequence", between, "")]
     total = s["iteration"]
@@ -198,8 +205,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--torch-threads", type=int, default=1, help="the throughput benchmark's (rapidrl bench train)")
+    p.add_argument("--update-threads", type=int, choices=(1, 2), default=None,
+                   help="the compiled epoch's threads (default: the preset's)")
     args = p.parse_args(argv)
-    result = profile({"torch_threads": args.torch_threads}, repeats=args.repeats, seed=args.seed)
+    settings = {"torch_threads": args.torch_threads}
+    if args.update_threads is not None:
+        settings["update_threads"] = args.update_threads
+    result = profile(settings, repeats=args.repeats, seed=args.seed)
     print(f"settings {result['settings']}; the model's torch threads {result['torch_threads']}, numba threads "
           f"{result['numba_threads']}; {result['minibatches']} minibatches per update; matmul rates in "
           f"{result['matmul_threads']} torch threads")

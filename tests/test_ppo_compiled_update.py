@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from docs_examples import python_blocks
 
 import rapidrl as rr
 from rapidrl.kernels.ppo_update import PPOEpochKernel
@@ -90,9 +91,9 @@ def test_two_threaded_epoch_is_bitwise_the_one_threaded_epoch(case):
 
 
 def test_two_threaded_epoch_needs_the_handwritten_backend():
-    with pytest.raises(ConfigError, match="update_threads=2 splits the handwritten epoch.*torch backend"):
+    with pytest.raises(ConfigError, match=r"update_threads=2 splits the handwritten epoch.*torch backend"):
         rr.PPO("CartPole-v1", gradient_backend="torch", update_threads=2)
-    with pytest.raises(ConfigError, match="update_threads=2 splits the handwritten epoch.*recurrent"):
+    with pytest.raises(ConfigError, match=r"update_threads=2 splits the handwritten epoch.*recurrent"):
         rr.PPO("CartPoleNoVel-v1", recurrent="lstm", update_threads=2)
     for bad in (0, 3, True, "2"):
         with pytest.raises(ConfigError, match="update_threads must be 1 or 2"):
@@ -110,6 +111,13 @@ def test_two_threaded_kernel_rejects_bad_thread_counts_and_restarts_after_close(
         np.testing.assert_array_equal(stats, ref(*_epoch_args(), **HYPER))
     for a, b in zip(kernel.args[0], ref.args[0]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_docs_two_threads_example_runs():
+    """docs/ppo.md's example of update_threads=2 (the page's earlier blocks train for minutes: this one runs alone,
+    with the ``rr`` they import)."""
+    block = next(b for b in python_blocks("ppo.md") if "update_threads=2" in b)
+    exec(compile(block, "docs/ppo.md", "exec"), {"rr": rr})
 
 
 def test_compiled_epoch_saves_loads_and_keeps_training():

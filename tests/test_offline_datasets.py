@@ -236,6 +236,32 @@ def test_rapidrl_collect_writes_a_policy_dataset_and_a_replay_dataset(root, tmp_
     assert next(iter_episodes("test/pendulum/noisy-v0")).observations.shape == (101, 3)
 
 
+@pytest.mark.parametrize("algo", ["PPO", "RecurrentSAC"])
+def test_rapidrl_collect_carries_a_recurrent_policys_state_through_each_episode(root, tmp_path, algo):
+    """A recurrent policy's dataset is what predict gives with its state carried and reset at each episode's start
+    (before: collect called predict without a state, which a recurrent PPO model answers with a tuple)."""
+    if algo == "PPO":
+        model = rr.PPO("PendulumNoVel-v1", recurrent="gru", recurrent_size=8, hidden=(16,), num_envs=2, num_steps=32,
+                       minibatch_size=32, seed=0)
+    else:
+        model = rr.RecurrentSAC("PendulumNoVel-v1", recurrent_size=8, hidden=(), learning_starts=40, batch_size=4,
+                                sequence_length=8, burn_in=2, buffer_size=400, seed=0)
+    model.learn(64 if algo == "PPO" else 48, progress_bar=False)
+    path = model.save(tmp_path / "m.pt")
+    dataset_id = f"test/pendulumnovel/{algo.lower()}-v0"
+    assert cli.main(["collect", str(path), "--steps", "300", "--num-envs", "2", "--seed", "3", "--dataset-id",
+                     dataset_id, "--ref-min", "-1500", "--ref-max", "-150"]) == 0
+    episodes = list(iter_episodes(dataset_id))
+    assert sum(len(e.actions) for e in episodes) == 300 and len(episodes) == 2  # two 200-step episodes, cut at 150
+    reloaded = type(model).load(path)
+    for e in episodes:  # each episode from a fresh state, the state carried from step to step
+        state, start = None, np.ones(1, bool)
+        for t in range(len(e.actions)):
+            action, state = reloaded.predict(e.observations[t][None], state, start, deterministic=True)
+            np.testing.assert_allclose(action[0], e.actions[t], rtol=1e-5, atol=1e-6, err_msg=f"step {t}")
+            start = np.zeros(1, bool)
+
+
 def test_a_relative_datasets_path_writes_and_reads(tmp_path, monkeypatch):
     """MINARI_DATASETS_PATH=datasets (the docs' setting) relative to the working directory."""
     monkeypatch.chdir(tmp_path)

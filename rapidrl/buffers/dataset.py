@@ -513,14 +513,17 @@ def write_dataset(dataset_id: str, episodes: Iterable[Episode], observation_spac
 
 
 # -- sources of episodes -----------------------------------------------------------------------------------------
-def collect_episodes(env, act: Callable[[np.ndarray], np.ndarray], steps: int, seed: int | None = 0
-                     ) -> Iterator[Episode]:
+def collect_episodes(env, act: Callable[..., np.ndarray], steps: int, seed: int | None = 0, *,
+                     with_starts: bool = False) -> Iterator[Episode]:
     """Episodes of ``act`` (observations [N, ...] -> actions [N, ...]) in the vector env ``env`` (N envs, autoreset
     with ``info["final_obs"]``), until ``steps`` transitions are taken (rounded up to a multiple of N). Episodes still
-    running then end as truncated, as D4RL's timeouts. Yields each episode when it ends."""
+    running then end as truncated, as D4RL's timeouts. Yields each episode when it ends. with_starts: ``act(obs,
+    starts)`` with starts [N] bool marking the observations that begin an episode (a recurrent policy resets its
+    state there: ``Algorithm._episode_actor``)."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
     obs = np.array(obs)
+    starts = np.ones(n, bool)
     columns: list[dict[str, list]] = [dict(o=[obs[e]], a=[], r=[], d=[], t=[]) for e in range(n)]
 
     def finish(col: dict, truncate: bool) -> Episode:
@@ -532,9 +535,10 @@ def collect_episodes(env, act: Callable[[np.ndarray], np.ndarray], steps: int, s
 
     taken = 0
     while taken < steps:
-        actions = np.asarray(act(obs))
+        actions = np.asarray(act(obs, starts) if with_starts else act(obs))
         next_obs, rewards, terminated, truncated, info = env.step(actions)
         next_obs = np.array(next_obs)
+        starts = np.asarray(terminated) | np.asarray(truncated)
         finals = info.get("_final_obs")
         taken += n
         for e in range(n):
@@ -607,14 +611,18 @@ def replay_episodes(buffer_dir: str | os.PathLike) -> tuple[dict, Iterator[Episo
     return config, episodes()
 
 
-def policy_return(env, act: Callable[[np.ndarray], np.ndarray], seed: int | None = 0) -> np.ndarray:
+def policy_return(env, act: Callable[..., np.ndarray], seed: int | None = 0, *, with_starts: bool = False
+                  ) -> np.ndarray:
     """The return of the first episode of each of the vector env's N envs under ``act`` [N]: a reference score
-    (``ref_min_score`` with uniform-random actions, ``ref_max_score`` with an expert)."""
+    (``ref_min_score`` with uniform-random actions, ``ref_max_score`` with an expert). with_starts: ``act(obs,
+    starts)``, as ``collect_episodes``."""
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
-    returns, finished = np.zeros(n), np.zeros(n, bool)
+    returns, finished, starts = np.zeros(n), np.zeros(n, bool), np.ones(n, bool)
     while not finished.all():
-        obs, rewards, terminated, truncated, _ = env.step(np.asarray(act(np.asarray(obs))))
+        obs = np.asarray(obs)
+        obs, rewards, terminated, truncated, _ = env.step(np.asarray(act(obs, starts) if with_starts else act(obs)))
         returns += np.where(finished, 0.0, rewards)
-        finished |= np.asarray(terminated) | np.asarray(truncated)
+        starts = np.asarray(terminated) | np.asarray(truncated)
+        finished |= starts
     return returns

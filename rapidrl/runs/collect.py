@@ -87,8 +87,10 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
     rng = np.random.default_rng(seed)
     space = model.action_space
 
-    def act(obs):
-        actions = model.predict(obs, deterministic=not stochastic)
+    policy = model._episode_actor(num_envs, not stochastic)  # evaluation's acting: a recurrent policy keeps its state
+
+    def act(obs, starts):
+        actions = policy(obs, starts)
         if noise:
             half = (space.high - space.low) / 2
             actions = np.clip(actions + rng.normal(0.0, noise, actions.shape) * half, space.low, space.high)
@@ -109,7 +111,7 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
         kind, origin = "replay", {"kind": "replay", "buffer": str(buffer_dir(source))}
     else:
         env = make_vec(env_id, num_envs, seed=seed, flatten_observations=True, **kwargs)
-        episodes = collect_episodes(env, act, steps, seed=seed)
+        episodes = collect_episodes(env, act, steps, seed=seed, with_starts=True)
         kind = "policy"
         origin = {"kind": "policy", "model": str(path), "steps": steps, "stochastic": stochastic,
                   "noise": noise, "epsilon": epsilon, "seed": seed}
@@ -120,7 +122,8 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
                                       seed + 1).mean())
     if ref_max is None:
         reference = load_run_model(Path(expert))[0] if expert else model
-        ref_max = float(policy_return(ref_env, lambda o: reference.predict(o, deterministic=True), seed + 1).mean())
+        ref_max = float(policy_return(ref_env, reference._episode_actor(ref_episodes, True), seed + 1,
+                                      with_starts=True).mean())
         print(f"ref_max_score {ref_max:.2f}: the deterministic return of "
               f"{expert or 'the collecting policy'} over {ref_episodes} episodes")
     data = write_dataset(dataset_id, episodes, model.observation_space, model.action_space, env_id=env_id,

@@ -241,6 +241,6 @@ def test_docs_examples_run(tmp_path, monkeypatch):
     from docs_examples import run_examples
 
     monkeypatch.chdir(tmp_path)
-    ns = run_examples("simba.md", 2)
+    ns = run_examples("simba.md", 3)
     assert (tmp_path / "sac_simba.pt").is_file() and ns["model"].num_gradient_steps > 0
-    assert ns["td3"].num_gradient_steps > 0
+    assert ns["td3"].num_gradient_steps > 0 and ns["v2"].num_gradient_steps > 0

@@ -39,12 +39,13 @@ import numpy as np
 import psutil
 import torch
 
+from rapidrl.algos.offpolicy_networks import network_of
 from rapidrl.buffers import FrameReplayBuffer, ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
 from rapidrl.kernels.distributions import nth_valid
 from rapidrl.nn.deploy import NormalizeObs
-from rapidrl.nn.normalize import ObsNormalizer
+from rapidrl.nn.normalize import ObsNormalizer, RewardScaler
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
 from rapidrl.train.compile import maybe_compile
@@ -258,6 +259,8 @@ class OffPolicyAlgorithm(Algorithm):
         self._next_obs = np.zeros_like(self._obs)  # next_obs as stored: final obs where an episode ended
         self._needs_reset = True
         self.obs_normalizer = self._make_obs_normalizer()
+        self.reward_scaler = self._make_reward_scaler()
+        self._reward_divisor = 1.0
         self._refresh_normalization()
         self._build_networks()
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
@@ -338,6 +341,14 @@ class OffPolicyAlgorithm(Algorithm):
             return None
         return ObsNormalizer(self.observation_space.shape, clip=np.inf, eps=1e-8)
 
+    def _make_reward_scaler(self) -> RewardScaler | None:
+        """SimbaV2's reward scaling (network="simbav2"), None otherwise: the statistics of the discounted returns of
+        the rewards collected (warm-up included), by whose ``divisor`` every sampled minibatch's rewards are divided
+        (``_normalize_batch``). The replay keeps raw rewards."""
+        if network_of(self.config) != "simbav2":
+            return None
+        return RewardScaler(self.config.num_envs, self.config.gamma)
+
     def _refresh_normalization(self) -> None:
         """The update's tensors of the observation normalisation from the statistics now: x * scale + shift (None:
         identity)."""
@@ -361,6 +372,8 @@ class OffPolicyAlgorithm(Algorithm):
         if self._obs_scale is not None:
             batch.obs.mul_(self._obs_scale).add_(self._obs_shift)
             batch.next_obs.mul_(self._obs_scale).add_(self._obs_shift)
+        if self.reward_scaler is not None:
+            batch.rewards.div_(self._reward_divisor)
         return batch
 
     # -- to be supplied by DQN/SAC/TD3 -----------------------------------------------------------
@@ -455,6 +468,8 @@ class OffPolicyAlgorithm(Algorithm):
         with timer.phase("env"):
             next_obs, rewards, terminated, truncated, info = self.env.step(actions)
         with timer.phase("storage"):
+            if self.reward_scaler is not None:
+                self.reward_scaler.update(np.asarray(rewards, np.float64), np.logical_or(terminated, truncated))
             masks = info.get("action_mask")
             self._store_rows(self._next_obs, next_obs, masks)
             final = info.get("_final_obs")
@@ -488,6 +503,8 @@ class OffPolicyAlgorithm(Algorithm):
             with self.timer.phase("update"):
                 if self.obs_normalizer is not None and self.updates_obs_statistics:
                     self._refresh_normalization()  # the statistics of the observations collected so far
+                if self.reward_scaler is not None:
+                    self._reward_divisor = self.reward_scaler.divisor(c.value_range)
                 for _ in range(c.gradient_steps):
                     self._train_step()
 
@@ -560,10 +577,15 @@ class OffPolicyAlgorithm(Algorithm):
             self._refresh_normalization()
 
     def _extra_training_state(self) -> dict[str, Any]:
-        return {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
-                "num_gradient_steps": self.num_gradient_steps}
+        state = {"obs": torch.from_numpy(self._obs.copy()), "needs_reset": self._needs_reset,
+                 "num_gradient_steps": self.num_gradient_steps}
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
 
     def _load_extra_training_state(self, state: dict[str, Any]) -> None:
         np.copyto(self._obs, state["obs"].numpy())
         self._needs_reset = bool(state["needs_reset"])
         self.num_gradient_steps = int(state["num_gradient_steps"])
+        if self.reward_scaler is not None:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])

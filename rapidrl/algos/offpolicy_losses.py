@@ -17,7 +17,10 @@ from rapidrl.nn.distributions import apply_action_mask
 
 __all__ = [
     "c51_loss",
+    "categorical_critic_loss",
     "categorical_projection",
+    "categorical_soft_target",
+    "categorical_values",
     "critic_loss",
     "dqn_loss",
     "polyak_update",
@@ -205,6 +208,35 @@ def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor, weights: torch.Te
     per_sample = -(target_probs * torch.log_softmax(logits, -1)).sum(-1)  # [B]
     loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
     return loss, per_sample.detach()
+
+
+# -- SimbaV2's categorical soft critic (Lee et al. 2025) -------------------------------------------------------------
+def categorical_values(logits: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """The expected values sum_i softmax(logits)_i z_i of categorical distributions: logits [..., N], support [N] ->
+    [...]."""
+    return (torch.softmax(logits, -1) * support).sum(-1)
+
+
+def categorical_soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_logits: torch.Tensor,
+                            next_log_prob: torch.Tensor, alpha: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """SimbaV2's target distribution: r + discount * (Z' - alpha log pi(a'|s')) projected onto the atoms.
+
+    rewards, discounts [B] (discount = gamma^n, 0 after termination); next_logits [n, B, N] the target critics'
+    logits at (s', a'), a' ~ pi(s'); next_log_prob [B]; alpha [1]. Of the n target distributions each sample takes
+    the one of least expected value (clipped double Q on distributions); the entropy term shifts every atom, which is
+    the projection of ``categorical_projection`` with reward r - discount alpha log pi(a'|s'). Returns [B, N].
+    """
+    values = categorical_values(next_logits, support)  # [n, B]
+    chosen = values.argmin(0)  # [B]
+    probs = torch.softmax(next_logits, -1)[chosen, torch.arange(next_logits.shape[1], device=chosen.device)]  # [B, N]
+    shifted = rewards - discounts * alpha * next_log_prob
+    return categorical_projection(shifted, discounts, probs, support)
+
+
+def categorical_critic_loss(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """Each critic's cross-entropy against the target, summed over the n critics: logits [n, B, N], target_probs
+    [B, N] (no gradient) -> sum_i mean_b -sum_j m_bj log softmax(logits_ib)_j."""
+    return -(target_probs * torch.log_softmax(logits, -1)).sum(-1).mean(-1).sum()
 
 
 # -- R2D2 (Kapturowski et al. 2019) ------------------------------------------------------------------------------------

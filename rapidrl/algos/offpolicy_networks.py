@@ -4,16 +4,19 @@ config's ``network`` (``NetworkConfig``), built by ``actor_trunk`` and ``critic_
 
 "mlp" (the default) is each algorithm's published network: ReLU MLPs of ``hidden``. "simba" is SimBa (Lee et al.,
 ICLR 2025; ``rapidrl.nn.simba``): residual pre-LayerNorm blocks of ``actor_width``/``actor_blocks`` and
-``critic_width``/``critic_blocks``. SimBa's running-statistics normalisation of the observations is
-``normalize_obs``, which the off-policy core applies to every network input (``rapidrl.algos.offpolicy``), with either
-network. The SimBa networks train on the "torch" gradient backend (their gradients are not written by hand).
+``critic_width``/``critic_blocks``. "simbav2" is SimbaV2 (Lee et al., ICML 2025; ``rapidrl.nn.simbav2``), SAC's
+only: hyperspherical networks of the same widths and blocks, a categorical critic of ``critic_bins`` atoms on
+[-value_range, value_range], and rewards scaled into that range (``rapidrl.nn.normalize.RewardScaler``). SimBa's
+running-statistics normalisation of the observations is ``normalize_obs``, which the off-policy core applies to every
+network input (``rapidrl.algos.offpolicy``), with any network. The SimBa networks train on the "torch" gradient
+backend (their gradients are not written by hand).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -21,12 +24,13 @@ from torch import nn
 from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.nn.simba import SimbaCriticEnsemble, SimbaEncoder
+from rapidrl.nn.simbav2 import SimbaV2CriticEnsemble
 from rapidrl.train.config import check_positive, require
 
 __all__ = ["NETWORKS", "SIMBA_LOG_STD_MIN", "NetworkConfig", "actor_trunk", "critic_ensemble", "network_of",
            "network_optimizer", "simba_without_handwritten"]
 
-NETWORKS = ("mlp", "simba")
+NETWORKS = ("mlp", "simba", "simbav2")
 SIMBA_LOG_STD_MIN = -10.0
 """The lower bound of a SimBa SAC actor's log std (SimBa's ``NormalTanhPolicy``; rapidrl's MLP actor keeps -5)."""
 
@@ -38,15 +42,16 @@ class NetworkConfig:
     network: str = "mlp"
     """"mlp": ReLU MLPs of ``hidden`` (the algorithm's published network); "simba": SimBa's residual networks
     (``rapidrl.nn.simba``) of ``actor_width``/``actor_blocks`` and ``critic_width``/``critic_blocks`` (``hidden`` is
-    then unused). SimBa trains on the "torch" gradient backend."""
+    then unused); "simbav2" (SAC): SimbaV2's hyperspherical networks of the same sizes, its categorical critic and
+    reward scaling. Both train on the "torch" gradient backend."""
     actor_width: int = 128
-    """network="simba": width of the actor's residual blocks (SimBa's 128)."""
+    """network="simba"/"simbav2": width of the actor's residual blocks (SimBa's 128)."""
     actor_blocks: int = 1
-    """network="simba": residual blocks of the actor (SimBa's 1)."""
+    """network="simba"/"simbav2": residual blocks of the actor (SimBa's 1)."""
     critic_width: int = 512
-    """network="simba": width of each critic's residual blocks (SimBa's 512)."""
+    """network="simba"/"simbav2": width of each critic's residual blocks (SimBa's 512)."""
     critic_blocks: int = 2
-    """network="simba": residual blocks of each critic (SimBa's 2)."""
+    """network="simba"/"simbav2": residual blocks of each critic (SimBa's 2)."""
     weight_decay: float = 0.0
     """Decoupled weight decay (AdamW, Loshchilov & Hutter 2019) of the actor's and critics' parameters, not the
     temperature's (SimBa's 0.01); 0: Adam."""
@@ -54,11 +59,23 @@ class NetworkConfig:
     """Normalise every network input by the running mean and variance of the observations acted on while training
     (SimBa's RSNorm): (obs - mean) / sqrt(var + 1e-8). The replay keeps raw observations; the statistics are saved,
     and folded into the exported policy."""
+    critic_bins: int = 101
+    """network="simbav2": atoms of the categorical critic (SimbaV2's 101)."""
+    value_range: float = 5.0
+    """network="simbav2": the critic's atoms span [-value_range, value_range], and the rewards are divided by
+    max(std of the discounted return, its largest magnitude / value_range) (SimbaV2's G_max = 5)."""
+    simbav2_supported: ClassVar[bool] = False
+    """Whether the algorithm's update takes network="simbav2" (SAC's: its categorical critic loss)."""
 
     def validate_network(self) -> None:
         require(self.network in NETWORKS, f"network must be one of {NETWORKS}, got {self.network!r}")
-        check_positive(self, "actor_width", "actor_blocks", "critic_width", "critic_blocks")
+        check_positive(self, "actor_width", "actor_blocks", "critic_width", "critic_blocks", "value_range")
         check_positive(self, "weight_decay", allow_zero=True)
+        require(self.network != "simbav2" or self.simbav2_supported,
+                "network='simbav2' trains with SAC (its categorical critic and reward scaling are in SAC's update); "
+                "network='simba' works with SAC, TQC, TD3 and DDPG")
+        require(isinstance(self.critic_bins, int) and self.critic_bins >= 2,
+                f"critic_bins must be an int >= 2, got {self.critic_bins!r}")
 
 
 def network_of(config: Any) -> str:
@@ -67,7 +84,8 @@ def network_of(config: Any) -> str:
 
 
 def actor_trunk(config: Any, obs_dim: int) -> nn.Module | None:
-    """The actor's trunk for network="simba" (a ``SimbaEncoder``), None for the MLP (the actor builds its own)."""
+    """The actor's trunk for network="simba" (a ``SimbaEncoder``), None for the MLP (the actor builds its own) and for
+    "simbav2" (whose actor is a network of its own with two heads: ``rapidrl.nn.simbav2.SimbaV2Actor``)."""
     if network_of(config) != "simba":
         return None
     return SimbaEncoder(obs_dim, config.actor_width, config.actor_blocks)
@@ -79,6 +97,8 @@ def critic_ensemble(config: Any, n: int, obs_dim: int, act_dim: int, hidden: Seq
     ``batch_renorm``: CrossQ's), or a ``SimbaCriticEnsemble`` for network="simba"."""
     if network_of(config) == "simba":
         return SimbaCriticEnsemble(n, obs_dim, act_dim, config.critic_width, config.critic_blocks, out_dim)
+    if network_of(config) == "simbav2":
+        return SimbaV2CriticEnsemble(n, obs_dim, act_dim, config.critic_width, config.critic_blocks, out_dim)
     return CriticEnsemble(n, obs_dim, act_dim, hidden, out_dim=out_dim, batch_renorm=batch_renorm)
 
 
@@ -92,6 +112,6 @@ def network_optimizer(params: Iterable[torch.Tensor], config: Any, *, undecayed:
 
 def simba_without_handwritten(config: Any) -> str | None:
     """Why the handwritten gradient backend cannot run the config's networks (None: it can)."""
-    if network_of(config) == "simba":
-        return "network='simba' trains through autograd (its gradients are not written by hand)"
+    if network_of(config) != "mlp":
+        return f"network={network_of(config)!r} trains through autograd (its gradients are not written by hand)"
     return None

@@ -23,12 +23,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig, OffPolicyAlgorithm, OffPolicyConfig
-from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, soft_actor_loss, soft_target, temperature_loss
+from rapidrl.algos.offpolicy_losses import (
+    categorical_critic_loss,
+    categorical_soft_target,
+    categorical_values,
+    critic_loss,
+    polyak_update,
+    soft_actor_loss,
+    soft_target,
+    temperature_loss,
+)
 from rapidrl.algos.offpolicy_networks import NetworkConfig
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import (
@@ -49,6 +59,8 @@ from rapidrl.train.path_settings import HandwrittenBackend
 @dataclass
 @with_defaults(learning_rate=1e-3)
 class SACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, NetworkConfig):
+    simbav2_supported: ClassVar[bool] = True  # its categorical critic loss is in SAC._autograd_step
+
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
@@ -71,7 +83,11 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     saved_state = ("actor", "critic", "critic_target", "log_alpha", "optimizer")
 
     def _build_networks(self) -> None:
-        self._build_actor_and_critics()
+        c = self.config
+        self._value_support = None  # network="simbav2": the atoms of its categorical critics
+        if c.network == "simbav2":
+            self._value_support = torch.linspace(-c.value_range, c.value_range, c.critic_bins, device=self.device)
+        self._build_actor_and_critics(out_dim=1 if self._value_support is None else c.critic_bins)
         self._build_joint_optimizer()
 
     # -- gradient backends -----------------------------------------------------------------------
@@ -96,18 +112,31 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
 
     def _autograd_step(self, batch) -> torch.Tensor:
         """The "torch" backend: the update through autograd (the reference of ``_compiled_step``; what torch.compile
-        traces); returns ``stat_names``' statistics."""
+        traces); returns ``stat_names``' statistics. With network="simbav2" the critics are categorical
+        (``categorical_soft_target``, ``categorical_critic_loss``; the actor maximises their expected values) and
+        every weight goes back onto the unit sphere after the step."""
         alpha = self.log_alpha.detach().exp()  # [1]
         with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
             q, q_pi, next_q, log_prob, next_log_prob = soft_passes(self.actor, self.critic, self.critic_target, batch,
                                                                     self.torch_rng)  # [n, B] each, [B], [B]
-        with torch.no_grad():
-            target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # [B]
-        loss_q = critic_loss(q, target)
+        support = self._value_support
+        if support is None:
+            with torch.no_grad():
+                target = soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha)  # [B]
+            loss_q = critic_loss(q, target)
+        else:  # [n, B, N] logits
+            with torch.no_grad():
+                target = categorical_soft_target(batch.rewards, batch.discounts, next_q, next_log_prob, alpha,
+                                                 support)  # [B, N]
+            loss_q = categorical_critic_loss(q, target)
+            q, q_pi = categorical_values(q.detach(), support), categorical_values(q_pi, support)  # [n, B]
         loss_pi = soft_actor_loss(q_pi, log_prob, alpha)
         loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy) if self.tune_alpha else None
         joint_step(self.optimizer, [loss_q, loss_pi, loss_alpha], self._target_params, self._critic_params,
                    self.config.tau)  # one backward pass, one Adam step, the Polyak update
+        if support is not None:  # SimbaV2: the weights back onto the sphere (the targets average, as the authors')
+            self.actor.trunk.project_weights()
+            self.critic.project_weights()
         return soft_stats(loss_q, loss_pi, loss_alpha, alpha, q, log_prob)
 
     @torch.no_grad()

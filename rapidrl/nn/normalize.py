@@ -81,20 +81,32 @@ class RewardScaler:
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8):
         self.rms = RunningMeanStd(())
         self.returns = np.zeros(num_envs, np.float64)
+        self.max_abs = 0.0  # the largest |return| seen (SimbaV2's bound: ``divisor``)
         self.gamma, self.clip, self.eps = float(gamma), float(clip), float(eps)
 
-    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
-        """rewards [N], dones [N] bool -> scaled float32 rewards [N]."""
+    def update(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        """Add one step's rewards [N] to the discounted returns and their statistics; restart where ``dones`` [N]."""
         self.returns = self.returns * self.gamma + rewards
         self.rms.update(self.returns)
+        self.max_abs = max(self.max_abs, float(np.abs(self.returns).max()))
         self.returns[dones] = 0.0
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """rewards [N], dones [N] bool -> scaled float32 rewards [N] (after ``update``)."""
+        self.update(rewards, dones)
         return np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip).astype(np.float32)
+
+    def divisor(self, g_max: float) -> float:
+        """SimbaV2's reward scale: max(sqrt(var + eps), max |return| / g_max), so that the scaled returns have unit
+        variance and stay within about g_max (off-policy: every sampled minibatch's rewards are divided by it)."""
+        return max(float(np.sqrt(self.rms.var + self.eps)), self.max_abs / float(g_max))
 
     def state_dict(self) -> dict:
         return {"rms": self.rms.state_dict(), "returns": _tensor(self.returns), "gamma": self.gamma, "clip": self.clip,
-                "eps": self.eps}
+                "eps": self.eps, "max_abs": self.max_abs}
 
     def load_state_dict(self, state: dict) -> None:
         self.rms.load_state_dict(state["rms"])
         self.returns = _array(state["returns"])
         self.gamma, self.clip, self.eps = float(state["gamma"]), float(state["clip"]), float(state["eps"])
+        self.max_abs = float(state.get("max_abs", 0.0))  # not saved before rapidrl 0.1's SimbaV2

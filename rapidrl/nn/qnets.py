@@ -168,14 +168,16 @@ class SquashedGaussianActor(nn.Module):
 
     def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int],
                  log_std_min: float = -5.0, log_std_max: float = 2.0, *, trunk: nn.Module | None = None,
-                 head_gain: float = 0.01):
+                 head_gain: float = 0.01, head: nn.Module | None = None):
         """trunk: the network before the head (a module with ``out_dim``: ``rapidrl.nn.simba.SimbaEncoder``), in place
-        of the ReLU MLP of ``hidden``; head_gain: the orthogonal gain of the head's [width, 2A] layer."""
+        of the ReLU MLP of ``hidden``; head_gain: the orthogonal gain of the head's [width, 2A] layer; head: a head
+        of the caller's in place of that layer (``nn.Identity()`` behind a trunk that gives [B, 2A] itself:
+        ``rapidrl.nn.simbav2.SimbaV2Actor``)."""
         super().__init__()
         act_dim = int(low.shape[0])
         self.trunk = mlp(obs_dim, hidden, None, "relu") if trunk is None else trunk
         width = hidden[-1] if trunk is None else trunk.out_dim
-        self.head = orthogonal_init(nn.Linear(width, 2 * act_dim), head_gain)
+        self.head = orthogonal_init(nn.Linear(width, 2 * act_dim), head_gain) if head is None else head
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
         self.register_buffer("scale", (high - low).float() / 2)
         self.register_buffer("center", (high + low).float() / 2)

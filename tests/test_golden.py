@@ -140,6 +140,9 @@ RUNS: dict[str, tuple[str, str, dict, int]] = {
     "sac_simbav2": ("SAC", "Pendulum-v1", dict(learning_starts=64, batch_size=32, buffer_size=2000,
                                                network="simbav2", actor_width=16, critic_width=16, critic_blocks=2,
                                                critic_bins=21, normalize_obs=True), 160),
+    "td3_simbav2": ("TD3", "Pendulum-v1", dict(learning_starts=64, batch_size=32, buffer_size=2000,
+                                               network="simbav2", actor_width=16, critic_width=16, critic_blocks=1,
+                                               normalize_obs=True), 160),
     # R2D2: sequence replay with burn-in (uniform; prioritized sequences with a GRU)
     "r2d2": ("R2D2", "CartPoleNoVel-v1", dict(num_envs=4, learning_starts=64, buffer_size=2000, batch_size=8,
                                               sequence_length=8, burn_in=2, n_step=3, hidden=(16,), recurrent_size=8,

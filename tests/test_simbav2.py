@@ -181,10 +181,29 @@ def test_sac_simbav2_saves_exports_and_resumes_exactly(tmp_path):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("cls", [TD3, DDPG, TQC, CrossQ])
-def test_other_algorithms_refuse_simbav2_and_say_where_it_trains(cls):
-    with pytest.raises(ConfigError, match=r"network='simbav2' trains with SAC|Batch Renormalization"):
-        cls("Pendulum-v1", network="simbav2")
+@pytest.mark.parametrize("cls", [TQC, TD3, DDPG])
+def test_tqc_td3_and_ddpg_train_simbav2_networks_on_the_sphere_and_export_them(cls, tmp_path):
+    """Their own losses (quantiles, scalar Q) on SimbaV2's networks, with its projection and reward scaling."""
+    model = cls("Pendulum-v1", seed=0, normalize_obs=True, **SMALL)
+    assert type(model.critic).__name__ == "SimbaV2CriticEnsemble" and model.reward_scaler is not None
+    assert type(model.actor.trunk if cls is TQC else model.actor.net).__name__ == "SimbaV2Actor"
+    assert [type(n).__name__ for n in model._spherical] == ["SimbaV2Actor", "SimbaV2CriticEnsemble"]  # no targets
+    before = [p.detach().clone() for p in model.critic.parameters()]
+    model.learn(200, progress_bar=False)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.critic.parameters()))
+    for net in model._spherical:
+        for w in net.spherical_weights():
+            np.testing.assert_allclose(torch.linalg.vector_norm(w, dim=1).detach().numpy(), 1.0, rtol=1e-5)
+    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    actions = model.predict(obs, deterministic=True)
+    np.testing.assert_allclose(model.deterministic_module()(torch.from_numpy(obs)).numpy(), actions, rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_array_equal(cls.load(model.save(tmp_path / "m.pt")).predict(obs, deterministic=True), actions)
+
+
+def test_crossq_refuses_simbav2():
+    with pytest.raises(ConfigError, match="Batch Renormalization"):
+        CrossQ("Pendulum-v1", network="simbav2")
 
 
 def test_simbav2_refuses_the_handwritten_backend_and_bad_bins():

@@ -19,7 +19,13 @@ import torch
 
 from rapidrl.algos.offpolicy import CriticEnsembleConfig
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, td3_target
-from rapidrl.algos.offpolicy_networks import actor_trunk, critic_ensemble, network_optimizer, simba_without_handwritten
+from rapidrl.algos.offpolicy_networks import (
+    actor_trunk,
+    critic_ensemble,
+    network_optimizer,
+    simba_without_handwritten,
+    simbav2_actor,
+)
 from rapidrl.nn.deploy import frozen_copy
 from rapidrl.nn.mlp_grad import ensemble_backward, ensemble_forward
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
@@ -83,7 +89,10 @@ class DeterministicActorCritic:
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         trunk = actor_trunk(c, self.obs_dim)  # network="simba": SimBa's trunk and head gain
         simba = dict(trunk=trunk, head_gain=1.0) if trunk is not None else {}
-        if trunk is not None:  # SimBa's bf16 learning is untested: precision="auto" keeps float32
+        v2 = simbav2_actor(c, self.obs_dim, int(space.shape[0]), heads=1)  # SimbaV2's whole network
+        if v2 is not None:
+            simba = dict(network=v2)
+        if simba:  # SimBa's bf16 learning is untested: precision="auto" keeps float32
             self.bf16_learning_tested = False
         self.actor = DeterministicActor(self.obs_dim, low, high, c.hidden, **simba).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)

@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 import torch
 
-from rapidrl.algos.offpolicy_networks import network_of
+from rapidrl.algos.offpolicy_networks import network_of, spherical_networks
 from rapidrl.buffers import FrameReplayBuffer, ReplayBuffer
 from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
@@ -263,6 +263,7 @@ class OffPolicyAlgorithm(Algorithm):
         self._reward_divisor = 1.0
         self._refresh_normalization()
         self._build_networks()
+        self._spherical = spherical_networks(self)  # network="simbav2": projected back onto the sphere per update
         self.paths["gradient_backend"] = self._resolve_gradient_backend()
         self.paths["collection"] = fixed("collection", "step", "the only one: a vector-env step per call, into replay")
         self.paths["precision"] = self._resolve_precision()
@@ -513,6 +514,8 @@ class OffPolicyAlgorithm(Algorithm):
         """Sample, update, accumulate statistics on the device (read at the next report: ``_report_statistics``)."""
         batch = self._sample_batch()
         stats = self._after_update(batch, self._update_fn(batch))
+        for network in self._spherical:  # SimbaV2: every trained weight back onto the unit sphere after its step
+            network.project_weights()
         self.num_gradient_steps += 1
         self._stat_sum += stats
         self._stat_count += 1

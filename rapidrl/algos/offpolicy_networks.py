@@ -4,9 +4,11 @@ config's ``network`` (``NetworkConfig``), built by ``actor_trunk`` and ``critic_
 
 "mlp" (the default) is each algorithm's published network: ReLU MLPs of ``hidden``. "simba" is SimBa (Lee et al.,
 ICLR 2025; ``rapidrl.nn.simba``): residual pre-LayerNorm blocks of ``actor_width``/``actor_blocks`` and
-``critic_width``/``critic_blocks``. "simbav2" is SimbaV2 (Lee et al., ICML 2025; ``rapidrl.nn.simbav2``), SAC's
-only: hyperspherical networks of the same widths and blocks, a categorical critic of ``critic_bins`` atoms on
-[-value_range, value_range], and rewards scaled into that range (``rapidrl.nn.normalize.RewardScaler``). SimBa's
+``critic_width``/``critic_blocks``. "simbav2" is SimbaV2 (Lee et al., ICML 2025; ``rapidrl.nn.simbav2``):
+hyperspherical networks of the same widths and blocks, projected back onto the sphere after every update
+(``spherical_networks``), rewards scaled by the return statistics (``rapidrl.nn.normalize.RewardScaler``), and for
+SAC its categorical critics of ``critic_bins`` atoms on [-value_range, value_range] (TQC keeps its quantiles, TD3
+and DDPG their scalar Q). SimBa's
 running-statistics normalisation of the observations is ``normalize_obs``, which the off-policy core applies to every
 network input (``rapidrl.algos.offpolicy``), with any network. The SimBa networks train on the "torch" gradient
 backend (their gradients are not written by hand).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,11 +26,11 @@ from torch import nn
 from rapidrl.nn.optim import adam
 from rapidrl.nn.qnets import CriticEnsemble
 from rapidrl.nn.simba import SimbaCriticEnsemble, SimbaEncoder
-from rapidrl.nn.simbav2 import SimbaV2CriticEnsemble
+from rapidrl.nn.simbav2 import SimbaV2Actor, SimbaV2CriticEnsemble, SimbaV2Network
 from rapidrl.train.config import check_positive, require
 
 __all__ = ["NETWORKS", "SIMBA_LOG_STD_MIN", "NetworkConfig", "actor_trunk", "critic_ensemble", "network_of",
-           "network_optimizer", "simba_without_handwritten"]
+           "network_optimizer", "simba_without_handwritten", "simbav2_actor", "spherical_networks"]
 
 NETWORKS = ("mlp", "simba", "simbav2")
 SIMBA_LOG_STD_MIN = -10.0
@@ -60,20 +62,15 @@ class NetworkConfig:
     (SimBa's RSNorm): (obs - mean) / sqrt(var + 1e-8). The replay keeps raw observations; the statistics are saved,
     and folded into the exported policy."""
     critic_bins: int = 101
-    """network="simbav2": atoms of the categorical critic (SimbaV2's 101)."""
+    """network="simbav2" with SAC: atoms of the categorical critics (SimbaV2's 101)."""
     value_range: float = 5.0
-    """network="simbav2": the critic's atoms span [-value_range, value_range], and the rewards are divided by
-    max(std of the discounted return, its largest magnitude / value_range) (SimbaV2's G_max = 5)."""
-    simbav2_supported: ClassVar[bool] = False
-    """Whether the algorithm's update takes network="simbav2" (SAC's: its categorical critic loss)."""
+    """network="simbav2": the rewards are divided by max(std of the discounted return, its largest magnitude /
+    value_range) (SimbaV2's G_max = 5), and SAC's categorical atoms span [-value_range, value_range]."""
 
     def validate_network(self) -> None:
         require(self.network in NETWORKS, f"network must be one of {NETWORKS}, got {self.network!r}")
         check_positive(self, "actor_width", "actor_blocks", "critic_width", "critic_blocks", "value_range")
         check_positive(self, "weight_decay", allow_zero=True)
-        require(self.network != "simbav2" or self.simbav2_supported,
-                "network='simbav2' trains with SAC (its categorical critic and reward scaling are in SAC's update); "
-                "network='simba' works with SAC, TQC, TD3 and DDPG")
         require(isinstance(self.critic_bins, int) and self.critic_bins >= 2,
                 f"critic_bins must be an int >= 2, got {self.critic_bins!r}")
 
@@ -89,6 +86,25 @@ def actor_trunk(config: Any, obs_dim: int) -> nn.Module | None:
     if network_of(config) != "simba":
         return None
     return SimbaEncoder(obs_dim, config.actor_width, config.actor_blocks)
+
+
+def simbav2_actor(config: Any, obs_dim: int, act_dim: int, heads: int) -> nn.Module | None:
+    """network="simbav2": the actor's whole network (``SimbaV2Actor``: obs [B, O] -> [B, heads * act_dim]; SAC's two
+    heads give the means and log stds, TD3's and DDPG's one the pre-tanh actions); None for the other networks."""
+    if network_of(config) != "simbav2":
+        return None
+    return SimbaV2Actor(obs_dim, act_dim, config.actor_width, config.actor_blocks, heads=heads)
+
+
+def spherical_networks(algorithm: Any) -> list[SimbaV2Network]:
+    """The SimbaV2 networks among ``algorithm``'s trained modules (not the targets, which the authors average
+    without projecting): what ``project_weights`` puts back onto the sphere after every update."""
+    found = []
+    for module in algorithm.trainable_modules():
+        for m in module.modules():
+            if isinstance(m, SimbaV2Network) and any(p.requires_grad for p in m.parameters()):
+                found.append(m)
+    return found
 
 
 def critic_ensemble(config: Any, n: int, obs_dim: int, act_dim: int, hidden: Sequence[int], *, out_dim: int = 1,

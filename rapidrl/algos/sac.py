@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -59,8 +58,6 @@ from rapidrl.train.path_settings import HandwrittenBackend
 @dataclass
 @with_defaults(learning_rate=1e-3)
 class SACConfig(OffPolicyConfig, EntropyConfig, CriticEnsembleConfig, NetworkConfig):
-    simbav2_supported: ClassVar[bool] = True  # its categorical critic loss is in SAC._autograd_step
-
     def validate(self) -> None:
         super().validate()
         self.validate_entropy()
@@ -114,7 +111,7 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         """The "torch" backend: the update through autograd (the reference of ``_compiled_step``; what torch.compile
         traces); returns ``stat_names``' statistics. With network="simbav2" the critics are categorical
         (``categorical_soft_target``, ``categorical_critic_loss``; the actor maximises their expected values) and
-        every weight goes back onto the unit sphere after the step."""
+        the off-policy core puts every weight back onto the unit sphere after the step."""
         alpha = self.log_alpha.detach().exp()  # [1]
         with self._autocast():  # bf16 autocast under precision="bf16" (the networks return float32)
             q, q_pi, next_q, log_prob, next_log_prob = soft_passes(self.actor, self.critic, self.critic_target, batch,
@@ -134,9 +131,6 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
         loss_alpha = temperature_loss(self.log_alpha, log_prob, self.target_entropy) if self.tune_alpha else None
         joint_step(self.optimizer, [loss_q, loss_pi, loss_alpha], self._target_params, self._critic_params,
                    self.config.tau)  # one backward pass, one Adam step, the Polyak update
-        if support is not None:  # SimbaV2: the weights back onto the sphere (the targets average, as the authors')
-            self.actor.trunk.project_weights()
-            self.critic.project_weights()
         return soft_stats(loss_q, loss_pi, loss_alpha, alpha, q, log_prob)
 
     @torch.no_grad()

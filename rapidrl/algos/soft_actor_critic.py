@@ -22,14 +22,13 @@ from rapidrl.algos.offpolicy_networks import (
     SIMBA_LOG_STD_MIN,
     actor_trunk,
     critic_ensemble,
-    network_of,
     network_optimizer,
     simba_without_handwritten,
+    simbav2_actor,
 )
 from rapidrl.nn.deploy import SquashedMean
 from rapidrl.nn.optim import optimizer_step
 from rapidrl.nn.qnets import CriticEnsemble, SquashedGaussianActor
-from rapidrl.nn.simbav2 import SimbaV2Actor
 from rapidrl.train.config import check_positive, require
 
 __all__ = ["EntropyConfig", "SquashedGaussianActorCritic", "initial_log_alpha", "joint_step", "soft_passes",
@@ -124,9 +123,9 @@ class SquashedGaussianActorCritic:
         act_dim = int(space.shape[0])
         trunk = actor_trunk(c, self.obs_dim)  # network="simba": SimBa's trunk, head gain and log-std floor
         simba = dict(trunk=trunk, head_gain=1.0, log_std_min=SIMBA_LOG_STD_MIN) if trunk is not None else {}
-        if network_of(c) == "simbav2":  # the actor is SimbaV2's network with its two heads
-            simba = dict(trunk=SimbaV2Actor(self.obs_dim, act_dim, c.actor_width, c.actor_blocks),
-                         head=torch.nn.Identity(), log_std_min=SIMBA_LOG_STD_MIN)
+        v2 = simbav2_actor(c, self.obs_dim, act_dim, heads=2)  # SimbaV2's whole actor: means and log stds
+        if v2 is not None:
+            simba = dict(trunk=v2, head=torch.nn.Identity(), log_std_min=SIMBA_LOG_STD_MIN)
         if simba:  # SimBa's bf16 learning is untested: precision="auto" keeps float32
             self.bf16_learning_tested = False
         self.actor = SquashedGaussianActor(self.obs_dim, low, high, c.hidden, **simba).to(self.device)

@@ -226,12 +226,15 @@ class DeterministicActor(nn.Module):
     """TD3 policy: obs [B, O] -> actions [B, A] = center + scale * tanh(MLP(obs))."""
 
     def __init__(self, obs_dim: int, low: torch.Tensor, high: torch.Tensor, hidden: Sequence[int], *,
-                 trunk: nn.Module | None = None, head_gain: float = 0.01):
+                 trunk: nn.Module | None = None, head_gain: float = 0.01, network: nn.Module | None = None):
         """trunk: the network before the [width, A] output layer (a module with ``out_dim``:
         ``rapidrl.nn.simba.SimbaEncoder``), in place of the ReLU MLP of ``hidden``; head_gain: that layer's
-        orthogonal gain."""
+        orthogonal gain; network: the whole obs [B, O] -> [B, A] network before the tanh
+        (``rapidrl.nn.simbav2.SimbaV2Actor``)."""
         super().__init__()
-        if trunk is None:
+        if network is not None:
+            self.net = network
+        elif trunk is None:
             self.net = mlp(obs_dim, hidden, int(low.shape[0]), "relu", out_gain=head_gain)
         else:
             self.net = nn.Sequential(trunk, orthogonal_init(nn.Linear(trunk.out_dim, int(low.shape[0])), head_gain))

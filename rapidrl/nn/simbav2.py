@@ -130,12 +130,12 @@ class SimbaV2CriticEnsemble(SimbaV2Network):
 
 
 class SimbaV2Actor(SimbaV2Network):
-    """The actor's network: obs [B, O] -> [B, 2A], the means then the unsquashed log stds (two heads), the trunk of
-    a ``SquashedGaussianActor`` whose head is the identity."""
+    """An actor's network: obs [B, O] -> [B, heads * A]. SAC's two heads give the means then the unsquashed log stds
+    (the trunk of a ``SquashedGaussianActor`` whose head is the identity); TD3's and DDPG's one the actions before
+    their tanh (a ``DeterministicActor``'s whole network)."""
 
-    def __init__(self, obs_dim: int, act_dim: int, width: int, blocks: int):
-        super().__init__(1, obs_dim, width, blocks, act_dim, heads=2)
-        self.out_dim_total = 2 * act_dim
+    def __init__(self, obs_dim: int, act_dim: int, width: int, blocks: int, heads: int = 2):
+        super().__init__(1, obs_dim, width, blocks, act_dim, heads=heads)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return super().forward(obs)[0]

@@ -247,7 +247,7 @@ FAMILIES: list[Family] = [
            matches=_lazy("rapidrl.envs.engines.atari:is_atari_id"), gymnasium=True,
            gymnasium_setup=_lazy("rapidrl.envs.engines.atari:_register")),
     Family("MuJoCo", _mujoco_ids, _make_mujoco, ("mujoco",), matches=lambda env_id: env_id in _mujoco_ids(),
-           gymnasium=True),
+           gymnasium=True, gymnasium_setup=_lazy("rapidrl.envs.engines.mujoco:register_novel")),
     Family("goal-conditioned", lambda: ("PointReach-v0", "BitFlipping-v0"), _lazy("rapidrl.envs.goal:make_goal_vec"),
            ("numba",), gymnasium=True, gymnasium_setup=_lazy("rapidrl.envs.goal:register_envs"), builtin=True),
     Family("action masks", lambda: ("InvalidActionDiscrete-v0", "TicTacToe-v3", "MaskedCue-v0"),

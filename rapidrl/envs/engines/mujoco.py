@@ -43,7 +43,8 @@ from rapidrl._system import usable_cpu_count
 from rapidrl.envs.core.base import VecEnvBase
 from rapidrl.envs.core.seeding import env_generators
 
-__all__ = ["MUJOCO_TASKS", "MujocoVecEnv", "is_mujoco_id", "mujoco_available"]
+__all__ = ["MUJOCO_TASKS", "NOVEL_TASKS", "MujocoVecEnv", "is_mujoco_id", "make_novel", "mujoco_available",
+           "register_novel"]
 
 
 def mujoco_available() -> bool:
@@ -373,7 +374,7 @@ class InvertedPendulum(Task):
         return np.concatenate([s["qpos"][rows], s["qvel"][rows]], axis=1)
 
     def step(self, s, before, actions, dt):
-        obs = self.observe(s, slice(None))
+        obs = InvertedPendulum.observe(self, s, slice(None))  # its whole observation, whatever a subclass observes
         terminated = ~np.isfinite(obs).all(axis=1) | (np.abs(obs[:, 1]) > 0.2)
         reward = (~terminated).astype(np.float64)
         return reward, terminated, {"reward_survive": reward.copy()}
@@ -496,9 +497,47 @@ class Pusher(_Arm):
         return qpos, qvel
 
 
+def _positions_only(task: type[Task]) -> type[Task]:
+    """``task`` observing its joint positions only, its velocities hidden (pomdp-baselines' "-P" tasks: a policy must
+    infer the velocities from the positions it has seen). The same dynamics, rewards and terminations; the
+    observation is the first nq - (1 if the x position is excluded) columns of the task's, which are its positions.
+    Gymnasium's twin is ``MaskVelocity`` of those columns around the v5 env (``make_novel``)."""
+
+    def observe(self, s, rows):
+        skip = int(self.p.get("exclude_current_positions_from_observation", False))
+        return task.observe(self, s, rows)[:, : self.model.nq - skip]
+
+    return type(f"{task.__name__}NoVel", (task,), {"observe": observe, "__doc__": _positions_only.__doc__})
+
+
+NOVEL_TASKS = tuple(_positions_only(cls) for cls in (HalfCheetah, Hopper, Walker2d, InvertedPendulum))
+"""The velocity-hidden tasks: HalfCheetahNoVel-v5 (8 of 17 observations), HopperNoVel-v5 (5 of 11), Walker2dNoVel-v5
+(8 of 17), InvertedPendulumNoVel-v5 (2 of 4)."""
+
 MUJOCO_TASKS: dict[str, type[Task]] = {f"{cls.__name__}-v5": cls for cls in (
-    HalfCheetah, Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher, Swimmer, Pusher)}
+    HalfCheetah, Hopper, Walker2d, Ant, Humanoid, InvertedPendulum, InvertedDoublePendulum, Reacher, Swimmer, Pusher,
+    *NOVEL_TASKS)}
 """Env id -> task class of every batched MuJoCo task."""
+
+
+def make_novel(env_id: str, **kwargs) -> gym.Env:
+    """The Gymnasium env of a velocity-hidden id ("HopperNoVel-v5"): ``MaskVelocity`` of the position columns around
+    ``gymnasium.make`` of the v5 task (the reference the tests compare the batched env with)."""
+    from rapidrl.envs.pomdp.cartpole_novel import MaskVelocity
+
+    base = env_id.replace("NoVel", "")
+    env = gym.make(base, **kwargs)
+    skip = int(env.unwrapped._exclude_current_positions_from_observation) \
+        if hasattr(env.unwrapped, "_exclude_current_positions_from_observation") else 0
+    return MaskVelocity(env, tuple(range(env.unwrapped.model.nq - skip)))
+
+
+def register_novel() -> None:
+    """Register the velocity-hidden ids with Gymnasium (idempotent)."""
+    for cls in NOVEL_TASKS:
+        env_id = f"{cls.__name__}-v5"
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=make_novel, kwargs={"env_id": env_id})
 
 
 def is_mujoco_id(env_id: str) -> bool:
@@ -692,3 +731,6 @@ class MujocoVecEnv(VecEnvBase):
             self._renderer.close()
             self._renderer = None
         super().close_extras(**kwargs)
+
+
+register_novel()  # gymnasium.make("HopperNoVel-v5") once this module is imported (the registry's MuJoCo family does)

@@ -8,10 +8,9 @@ ICLR 2025; ``rapidrl.nn.simba``): residual pre-LayerNorm blocks of ``actor_width
 hyperspherical networks of the same widths and blocks, projected back onto the sphere after every update
 (``spherical_networks``), rewards scaled by the return statistics (``rapidrl.nn.normalize.RewardScaler``), and for
 SAC its categorical critics of ``critic_bins`` atoms on [-value_range, value_range] (TQC keeps its quantiles, TD3
-and DDPG their scalar Q). SimBa's
-running-statistics normalisation of the observations is ``normalize_obs``, which the off-policy core applies to every
-network input (``rapidrl.algos.offpolicy``), with any network. The SimBa networks train on the "torch" gradient
-backend (their gradients are not written by hand).
+and DDPG their scalar Q). SimBa's running-statistics normalisation of the observations is ``normalize_obs``, which
+the off-policy core applies to every network input (``rapidrl.algos.offpolicy``), with any network. The SimBa
+networks train on the "torch" gradient backend (their gradients are not written by hand).
 """
 
 from __future__ import annotations
@@ -44,8 +43,8 @@ class NetworkConfig:
     network: str = "mlp"
     """"mlp": ReLU MLPs of ``hidden`` (the algorithm's published network); "simba": SimBa's residual networks
     (``rapidrl.nn.simba``) of ``actor_width``/``actor_blocks`` and ``critic_width``/``critic_blocks`` (``hidden`` is
-    then unused); "simbav2" (SAC): SimbaV2's hyperspherical networks of the same sizes, its categorical critic and
-    reward scaling. Both train on the "torch" gradient backend."""
+    then unused); "simbav2": SimbaV2's hyperspherical networks of the same sizes and its reward scaling, with SAC its
+    categorical critics too (``rapidrl.nn.simbav2``). Both train on the "torch" gradient backend."""
     actor_width: int = 128
     """network="simba"/"simbav2": width of the actor's residual blocks (SimBa's 128)."""
     actor_blocks: int = 1

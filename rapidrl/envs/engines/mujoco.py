@@ -497,6 +497,12 @@ class Pusher(_Arm):
         return qpos, qvel
 
 
+def position_columns(nq: int, exclude_x: bool) -> int:
+    """How many leading columns of a v5 task's observation are joint positions: nq, less the x position where the
+    task excludes it (the batched ``NOVEL_TASKS`` and their Gymnasium twins, ``make_novel``, keep these)."""
+    return nq - int(exclude_x)
+
+
 def _positions_only(task: type[Task]) -> type[Task]:
     """``task`` observing its joint positions only, its velocities hidden (pomdp-baselines' "-P" tasks: a policy must
     infer the velocities from the positions it has seen). The same dynamics, rewards and terminations; the
@@ -504,8 +510,8 @@ def _positions_only(task: type[Task]) -> type[Task]:
     Gymnasium's twin is ``MaskVelocity`` of those columns around the v5 env (``make_novel``)."""
 
     def observe(self, s, rows):
-        skip = int(self.p.get("exclude_current_positions_from_observation", False))
-        return task.observe(self, s, rows)[:, : self.model.nq - skip]
+        keep = position_columns(self.model.nq, self.p.get("exclude_current_positions_from_observation", False))
+        return task.observe(self, s, rows)[:, :keep]
 
     return type(f"{task.__name__}NoVel", (task,), {"observe": observe, "__doc__": _positions_only.__doc__})
 
@@ -527,9 +533,8 @@ def make_novel(env_id: str, **kwargs) -> gym.Env:
 
     base = env_id.replace("NoVel", "")
     env = gym.make(base, **kwargs)
-    skip = int(env.unwrapped._exclude_current_positions_from_observation) \
-        if hasattr(env.unwrapped, "_exclude_current_positions_from_observation") else 0
-    return MaskVelocity(env, tuple(range(env.unwrapped.model.nq - skip)))
+    exclude_x = getattr(env.unwrapped, "_exclude_current_positions_from_observation", False)
+    return MaskVelocity(env, tuple(range(position_columns(env.unwrapped.model.nq, exclude_x))))
 
 
 def register_novel() -> None:

@@ -258,7 +258,7 @@ def test_action_masks_pick_valid_actions_when_acting_and_in_the_target():
 @pytest.mark.parametrize("bad, match", [
     (dict(burn_in=6), "burn_in=6 must be below sequence_length=6"),
     (dict(cell="rnn"), "cell must be one of"),
-    (dict(encoder="nature"), "recurrent PPO"),
+    (dict(encoder="multi"), "recurrent PPO"),
     (dict(replay_storage="mmap"), "kept in memory"),
 ])
 def test_bad_settings_are_clear_errors(bad, match):
@@ -308,5 +308,143 @@ def test_a_video_of_a_recurrent_policy_carries_its_state(tmp_path):
 
 def test_sequence_buffer_storage_bytes_are_its_arrays():
     buf = SequenceReplayBuffer(40, 2, (3,), 5, sequence_length=4, action_shape=(2,), action_dtype=np.float32)
-    stored = sum(getattr(buf, name).nbytes for name in SequenceReplayBuffer._FIELDS)
+    stored = sum(getattr(buf, name).nbytes for name in buf._fields())
     assert SequenceReplayBuffer.storage_bytes(40, (3,), 5, (2,), action_dtype=np.float32) == stored
+    frames = SequenceReplayBuffer(40, 2, (4, 6, 6), 5, sequence_length=4, obs_dtype=np.uint8, frame_stack=4)
+    stored = sum(getattr(frames, name).nbytes for name in frames._fields() if name != "has_last")
+    assert SequenceReplayBuffer.storage_bytes(40, (4, 6, 6), 5, obs_dtype=np.uint8, frame_stack=4,
+                                              num_envs=2) == stored
+    big = SequenceReplayBuffer(400, 2, (4, 6, 6), 1, sequence_length=4, obs_dtype=np.uint8, frame_stack=4)
+    observations = sum(getattr(big, name).nbytes for name in SequenceReplayBuffer._FRAMES)
+    assert observations < 0.27 * 2 * 400 * 4 * 36  # about 2 frames of the 8 in obs and next_obs
+
+
+# -- frame storage for pixel sequences ---------------------------------------------------------------------------------
+def stacked_stream(steps: int, n: int, stack: int, side: int, pad: str, rng: np.random.Generator):
+    """(obs, next_obs, terminated, truncated, starts) of n envs observing stacks of ``stack`` random frames [side,
+    side] uint8: resets padded with zeros or the first frame (``pad``), terminations, truncations, and lost lives
+    (terminated, the stack continuing: Atari's episodic life)."""
+    def first_stack():
+        frame = rng.integers(0, 256, (side, side), dtype=np.uint8)
+        stacked = np.zeros((stack, side, side), np.uint8) if pad == "zero" else np.repeat(frame[None], stack, 0)
+        stacked[-1] = frame
+        return stacked
+
+    obs, starts = np.stack([first_stack() for _ in range(n)]), np.ones(n, bool)
+    for _ in range(steps):
+        next_obs = np.concatenate([obs[:, 1:], rng.integers(0, 256, (n, 1, side, side), dtype=np.uint8)], 1)
+        u = rng.random(n)
+        terminated, truncated, life_lost = u < 0.05, (u >= 0.05) & (u < 0.08), (u >= 0.08) & (u < 0.12)
+        yield obs, next_obs, terminated | life_lost, truncated, starts
+        obs = next_obs.copy()
+        for e in np.flatnonzero(terminated | truncated):
+            obs[e] = first_stack()
+        starts = terminated | truncated | life_lost
+
+
+@pytest.mark.parametrize("pad", ["zero", "first"])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_frame_storage_gives_the_batches_of_whole_observations(pad, prioritized):
+    """The same stream into a buffer of whole observations and one of frames (seeded alike): every sampled batch is
+    bitwise the same, across the ring's wrap, episode starts of both paddings, truncations and lost lives."""
+    n, stack, side, steps = 3, 4, 5, 60
+    whole, frames = (SequenceReplayBuffer(steps * n, n, (stack, side, side), 2, 8, obs_dtype=np.uint8, seed=1,
+                                          prioritized=prioritized, frame_stack=k) for k in (1, stack))
+    assert frames.codes.shape[0] == steps + stack - 1 and not hasattr(frames, "obs")
+    for t, (obs, next_obs, terminated, truncated, starts) in enumerate(
+            stacked_stream(400, n, stack, side, pad, np.random.default_rng(0))):
+        for buf in (whole, frames):
+            buf.add(obs, np.full(n, t), np.ones(n, np.float32), next_obs, terminated, truncated,
+                    np.full((n, 2), t, np.float32), starts)
+        if t >= 10 and t % 7 == 0:
+            a, b = whole.sample(16), frames.sample(16)
+            for name, x, y in zip(a._fields, a, b):
+                assert np.array_equal(x, y) if isinstance(x, np.ndarray) else torch.equal(x, y), (name, t)
+            if prioritized:
+                priorities = np.random.default_rng(t).random(16)
+                whole.update_priorities(a.indices, priorities)
+                frames.update_priorities(b.indices, priorities)
+    codes = set(np.unique(frames.codes).tolist())
+    assert codes == {0, 1 if pad == "zero" else 2}  # slides and padded starts both stored
+
+
+def test_frame_storage_refuses_what_it_cannot_rebuild_and_writes_nothing(tmp_path):
+    buf = SequenceReplayBuffer(40, 2, (3, 2, 2), 1, 4, obs_dtype=np.uint8, frame_stack=3)
+    obs = np.zeros((2, 3, 2, 2), np.uint8)
+    obs[:, -1] = 7
+    nxt = np.concatenate([obs[:, 1:], np.full((2, 1, 2, 2), 9, np.uint8)], 1)
+    args = (np.zeros(2), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), np.zeros((2, 1)), np.ones(2, bool))
+    bad_next = nxt.copy()
+    bad_next[1, 0] = 1
+    with pytest.raises(ValueError, match="env 1's is not"):
+        buf.add(obs, args[0], args[1], bad_next, *args[2:])
+    not_padded = obs.copy()
+    not_padded[0, 0] = 3  # older frames neither zero, nor the first frame, nor a continuation
+    with pytest.raises(ValueError, match="env 0's observation neither continues"):
+        buf.add(not_padded, args[0], args[1], np.concatenate([not_padded[:, 1:], nxt[:, -1:]], 1), *args[2:])
+    assert buf.total == buf.pos == buf.stored == 0 and not buf.has_last.any()
+    for _ in range(5):
+        buf.add(obs, args[0], args[1], nxt, *args[2:])
+        obs, nxt = nxt, np.concatenate([nxt[:, 1:], nxt[:, -1:] + 1], 1)
+    buf.save(tmp_path / "frames")
+    other = SequenceReplayBuffer(40, 2, (3, 2, 2), 1, 4, obs_dtype=np.uint8, frame_stack=3, seed=5)
+    other.load(tmp_path / "frames")
+    buf.rng = np.random.default_rng(5)
+    other.rng = np.random.default_rng(5)
+    for x, y in zip(buf.sample(6)[:-1], other.sample(6)[:-1]):
+        assert torch.equal(x, y)
+    with pytest.raises(ValueError, match="not this buffer's"):
+        SequenceReplayBuffer(40, 2, (3, 2, 2), 1, 4, obs_dtype=np.uint8).load(tmp_path / "frames")
+    with pytest.raises(ValueError, match="frame_stack=3 needs observations"):
+        SequenceReplayBuffer(40, 2, (2, 2, 2), 1, 4, frame_stack=3)
+
+
+# -- images: a CNN before the cell -------------------------------------------------------------------------------------
+def test_a_cnn_before_the_cell_on_minatar_trains_acts_with_a_state_saves_and_resumes(tmp_path):
+    """R2D2 on MinAtar puts the MinAtar CNN before the LSTM, stores and acts on the uint8 images as they are; its
+    unroll equals stepping; predict carries the state; a resumed run equals the uninterrupted one bit for bit."""
+    settings = dict(SMALL, num_envs=2, hidden=(), recurrent_size=16, learning_starts=40)
+    model = rr.R2D2("MinAtar/Breakout-v1", seed=0, **settings)
+    assert type(model.q_net.encoder.trunk[0]).__name__ == "MinAtarCNN" and model.q_net.encoder.image_input
+    model.learn(80, progress_bar=False)
+    assert model.num_gradient_steps > 0 and model.buffer.obs.dtype == np.uint8
+    assert model.buffer.obs.shape[2:] == model.observation_space.shape
+    batch = model.buffer.sample(3)
+    q, states = model.q_net.unroll(batch.obs, batch.state, batch.starts)
+    state = batch.state
+    for t in range(batch.obs.shape[0]):
+        q_t, state = model.q_net.step(batch.obs[t], state, batch.starts[t])
+        torch.testing.assert_close(q[t], q_t, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(states[t], state, rtol=1e-5, atol=1e-6)
+    obs = model.buffer.obs[0]
+    actions, state = model.predict(obs, deterministic=True)
+    model.save(tmp_path / "r2d2.pt")
+    loaded = rr.R2D2.load(tmp_path / "r2d2.pt")
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], actions)
+    np.testing.assert_allclose(loaded.predict(obs, state, deterministic=True)[1],
+                               model.predict(obs, state, deterministic=True)[1], rtol=1e-6)
+    one, three = resumed_and_uninterrupted(lambda: rr.R2D2("MinAtar/Breakout-v1", seed=1, **settings), 120, 60,
+                                           tmp_path / "resume")
+    for a, b in zip(one.q_net.parameters(), three.q_net.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_atari_trains_the_same_with_frame_storage_as_with_whole_stacks():
+    """On Atari (the Nature CNN, stacks of 4 frames padded with zeros at resets) R2D2 stores two frames a step; its
+    parameters after learning are bitwise those of storing whole stacks."""
+    settings = dict(buffer_size=1_000, learning_starts=150, sequence_length=8, burn_in=2, batch_size=2, hidden=(),
+                    recurrent_size=8, seed=3, prioritized=True)
+    frames, whole = (rr.R2D2("ALE/Pong-v5", frame_replay=on, **settings) for on in (True, False))
+    assert frames.buffer.frame_stack == 4 and whole.buffer.frame_stack == 1
+    for model in (frames, whole):
+        model.learn(250, progress_bar=False)
+    assert frames.num_gradient_steps > 0
+    for a, b in zip(frames.q_net.parameters(), whole.q_net.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_observations_with_images_in_a_dict_are_refused_with_the_alternative():
+    from space_envs import ImageSide  # noqa: F401  (registers ImageSide-v0)
+
+    with pytest.raises(TypeError, match="recurrent PPO"):
+        rr.R2D2("ImageSide-v0", **SMALL)

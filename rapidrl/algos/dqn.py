@@ -20,7 +20,6 @@ from rapidrl.algos.offpolicy import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     frame_replay_spec,
-    image_obs_dtype,
     uniform_valid,
 )
 from rapidrl.algos.offpolicy_losses import dqn_loss, polyak_update
@@ -29,7 +28,7 @@ from rapidrl.buffers import PrioritizedReplayBuffer
 from rapidrl.kernels.td import dqn_td_grads
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask, masked_max
-from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
+from rapidrl.nn.encoders import ENCODERS, make_encoder
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward, MLPGrad
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.qnets import QNetwork
@@ -149,12 +148,6 @@ class DQN(OffPolicyAlgorithm):
             self._q_grad = MLPGrad(self.q_net.net, "relu")
             self._target_forward = MLPForward(self.q_target.net, "relu")
             self._acting_forward = MLPForward(self.q_net.net, "relu")
-
-    def _encoder_kind(self) -> str:
-        return encoder_for(self.observation_space, self.config.encoder)
-
-    def _obs_storage_dtype(self) -> np.dtype:
-        return image_obs_dtype(self.observation_space, self._encoder_kind())
 
     def _buffer_spec(self):
         c = self.config

@@ -45,6 +45,7 @@ from rapidrl.buffers.her import GOAL_SELECTIONS, HerReplayBuffer
 from rapidrl.envs.goal.spec import goal_spec
 from rapidrl.kernels.distributions import nth_valid
 from rapidrl.nn.deploy import NormalizeObs
+from rapidrl.nn.encoders import encoder_for
 from rapidrl.nn.normalize import ObsNormalizer, RewardScaler
 from rapidrl.nn.numba_mlp import ACTING_FORWARD_MAX_ROWS, MLPForward
 from rapidrl.train.algorithm import Algorithm
@@ -274,9 +275,15 @@ class OffPolicyAlgorithm(Algorithm):
         self._stat_count = 0
         self.num_gradient_steps = 0
 
+    def _encoder_kind(self) -> str:
+        """The observation encoder the config's ``encoder`` resolves to for this env (``encoder_for``): "mlp" for an
+        algorithm without that setting."""
+        return encoder_for(self.observation_space, getattr(self.config, "encoder", "mlp"))
+
     def _obs_storage_dtype(self) -> np.dtype:
-        """dtype of stored and acted-on observations (float32; DQN stores uint8 images for its CNNs)."""
-        return np.dtype(np.float32)
+        """dtype of stored and acted-on observations: uint8 for a CNN on uint8 images (``image_obs_dtype``), else
+        float32."""
+        return image_obs_dtype(self.observation_space, self._encoder_kind())
 
     def _stored_obs_shape(self) -> tuple[int, ...]:
         """The shape of a stored observation: the observation's, or ``(O + M,)``, observation and action mask, for an

@@ -2,7 +2,8 @@
 LSTM or GRU, trained on sequences from replay, for partially observed tasks with discrete actions.
 
 Read top to bottom: the config, one update, acting. The pieces:
-- the network: ``rapidrl.nn.recurrent_offpolicy.RecurrentQNetwork`` (MLP -> LSTM/GRU -> Q head, optionally dueling);
+- the network: ``rapidrl.nn.recurrent_offpolicy.RecurrentQNetwork`` (MLP, or the MinAtar or Nature CNN for images,
+  -> LSTM/GRU -> Q head, optionally dueling);
 - the replay: ``rapidrl.buffers.sequence.SequenceReplayBuffer`` (sequences of one env's consecutive steps with the
   state the policy acted with; uniform or prioritized);
 - the maths, pure functions of ``rapidrl.algos.offpolicy_losses``: ``value_rescale`` and its inverse,
@@ -48,18 +49,23 @@ from rapidrl.algos.recurrent_offpolicy import RecurrentOffPolicy, SequenceConfig
 from rapidrl.algos.registry import register
 from rapidrl.buffers.sequence import SequenceReplayBuffer
 from rapidrl.nn.distributions import apply_action_mask, masked_max
+from rapidrl.nn.encoders import make_encoder
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.recurrent_offpolicy import RecurrentQNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.schedules import linear_decay
 from rapidrl.train.spaces import check_discrete_actions
 
+R2D2_ENCODERS = ("auto", "mlp", "minatar", "nature")
+"""R2D2's observation encoders before the cell: "auto" picks the MinAtar or Nature CNN for uint8 images (by size) and
+an MLP otherwise (``rapidrl.nn.encoders.encoder_for``)."""
+
 
 @dataclass
 @with_defaults(learning_rate=1e-4, buffer_size=100_000, learning_starts=2_000, batch_size=64, tau=1.0, gamma=0.997,
                n_step=5, train_freq=4, gradient_steps=1, max_grad_norm=40.0, target_update_interval=2_500,
                exploration_fraction=0.1, exploration_final_eps=0.01, hidden=(64,), double_q=True, per_alpha=0.9,
-               per_beta=0.6, adam_eps=1e-3, encoder="mlp")
+               per_beta=0.6, adam_eps=1e-3)
 class R2D2Config(DQNConfig, SequenceConfig):
     """DQN's settings (exploration, target updates, double Q, dueling, prioritized replay) with R2D2's defaults where
     the paper gives them (lr 1e-4, Adam eps 1e-3, batch 64, n 5, gamma 0.997, priority exponents 0.9 and 0.6, eta
@@ -73,21 +79,25 @@ class R2D2Config(DQNConfig, SequenceConfig):
     """The eps of h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x."""
     priority_eta: float = 0.9
     """A sequence's priority: eta max |td| + (1 - eta) mean |td| over its trained steps."""
+    frame_replay: bool = True
+    """Store the observations of a frame-stacking env (``env.frame_stack > 1``: Atari) as frames in the sequence
+    replay: two frames per step instead of two whole stacks (``SequenceReplayBuffer(frame_stack=...)``, exact; with
+    prioritized replay and n-step returns too)."""
     hidden_may_be_empty: ClassVar[bool] = True  # hidden=(): the observation straight into the recurrent layer
 
     def validate(self) -> None:
         super().validate()
         self.validate_sequences()
-        require(self.encoder in ("auto", "mlp"), f"R2D2's networks are MLPs before the recurrent layer, got encoder="
-                f"{self.encoder!r}: image observations with memory train with recurrent PPO")
+        require(self.encoder in R2D2_ENCODERS, f"R2D2's encoder before the recurrent layer must be one of "
+                f"{R2D2_ENCODERS}, got {self.encoder!r} (observations with several images train with recurrent PPO)")
         check_positive(self, "rescale_eps")
         check_unit_interval(self, "priority_eta")
 
 
 @register
 class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
-    """Recurrent replay DQN for Discrete actions on flat observations. ``R2D2(env, **hyperparameters)``; see
-    R2D2Config."""
+    """Recurrent replay DQN for Discrete actions on flat observations or images (a CNN before the cell).
+    ``R2D2(env, **hyperparameters)``; see R2D2Config."""
 
     name = "r2d2"
     config_class = R2D2Config
@@ -95,15 +105,22 @@ class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
     supports_action_masks = True
     stat_names = ("loss", "q_values", "td_abs")
 
+    multi_input = True  # images too (a CNN before the cell); a Dict/Tuple with images is refused below
+
     def _check_spaces(self) -> None:
         super()._check_spaces()
+        if getattr(self.observation_space, "image_parts", ()):
+            raise TypeError(f"R2D2 takes one image or a flat observation, got {self.observation_space}: observations "
+                            "with images inside a Dict or Tuple train with recurrent PPO (a CNN per image)")
         check_discrete_actions(type(self).__name__, self.action_space)
 
     # -- set-up ----------------------------------------------------------------------------------
     def _build_networks(self) -> None:
         c = self.config
+        kind = self._encoder_kind()
+        features = None if kind == "mlp" else make_encoder(self.observation_space, kind)
         self.q_net = RecurrentQNetwork(self.obs_dim, int(self.action_space.n), c.hidden, cell=c.cell,
-                                       size=c.recurrent_size, dueling=c.dueling).to(self.device)
+                                       size=c.recurrent_size, dueling=c.dueling, features=features).to(self.device)
         self.q_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.optimizer = adam(self.q_net.parameters(), c.learning_rate,
                               eps=c.adam_eps if c.adam_eps is not None else 0.01 / c.batch_size)
@@ -142,7 +159,7 @@ class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
         q = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
         with torch.no_grad():
             _, target_states = self.q_target.unroll(obs, target_state, starts)
-            flat_next = next_obs.reshape(length * b, -1)
+            flat_next = next_obs.reshape(length * b, *next_obs.shape[2:])
             next_q_target = self.q_target.q_from_states(flat_next, target_states.reshape(length * b, -1))
             mask = None if next_mask is None else next_mask.reshape(length * b, -1)
             if c.double_q:

@@ -103,14 +103,26 @@ class RecurrentOffPolicy:
             raise ConfigError(f"{self.name.upper()}'s sequence replay is kept in memory (replay_storage='memory')")
         shape = self._stored_obs_shape()
         action_shape = () if self.discrete else self.action_space.shape
-        check_replay_fits(SequenceReplayBuffer.storage_bytes(c.buffer_size, shape, state_size, action_shape),
+        frame_stack = self._sequence_frame_stack()
+        check_replay_fits(SequenceReplayBuffer.storage_bytes(c.buffer_size, shape, state_size, action_shape,
+                                                             obs_dtype=self._obs_dtype, frame_stack=frame_stack,
+                                                             num_envs=c.num_envs),
                           c.buffer_size, "memory", None)
         self._hidden = torch.zeros(c.num_envs, state_size, device=self.device)  # entering each env's next step
         self._starts = np.ones(c.num_envs, bool)  # the next step begins an episode
         return SequenceReplayBuffer(c.buffer_size, c.num_envs, shape, state_size, c.sequence_length,
-                                    action_shape=action_shape, action_dtype=np.int64 if self.discrete else np.float32,
+                                    action_shape=action_shape, obs_dtype=self._obs_dtype,
+                                    action_dtype=np.int64 if self.discrete else np.float32,
                                     seed=c.seed, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
-                                    device=c.device)
+                                    frame_stack=frame_stack, device=c.device)
+
+    def _sequence_frame_stack(self) -> int:
+        """The frames per observation the sequence replay stores one by one: the env's ``frame_stack`` for uint8
+        stacks with ``frame_replay`` on (R2D2 on Atari), else 1 (whole observations)."""
+        stack = int(getattr(self.env, "frame_stack", 1))
+        if getattr(self.config, "frame_replay", False) and stack > 1 and self._obs_dtype == np.uint8:
+            return stack
+        return 1
 
     def _train(self) -> None:
         """The core's update phase, once a whole sequence is stored."""
@@ -127,10 +139,17 @@ class RecurrentOffPolicy:
         the step for the replay (``_entering``); returns ``_advance``'s output."""
         starts = torch.from_numpy(self._starts).to(self.device)
         self._entering = self._hidden * (~starts).unsqueeze(-1).to(self._hidden.dtype)
-        x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)).to(self.device)
+        x = torch.from_numpy(self._network_input(obs)).to(self.device)
         with torch.no_grad():
             output, self._hidden = self._advance(x, self._entering)
         return output
+
+    def _network_input(self, obs: np.ndarray) -> np.ndarray:
+        """Observations [B, *obs_shape] as the acting network takes them: flat float32 rows [B, O], or images as they
+        are (uint8 [B, C, H, W]: the CNN scales them) for a network with a CNN."""
+        if self._acting_policy().encoder.image_input:
+            return np.ascontiguousarray(obs)
+        return np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32)
 
     def _random_actions(self) -> np.ndarray:
         self._step_state(self._split_rows(self._obs)[0])  # the stored states stay those of the acting networks
@@ -160,7 +179,7 @@ class RecurrentOffPolicy:
         ``action_masks`` when given."""
         batch, single = self._observation_batch(obs)
         masks = None if action_masks is None else self.check_action_masks(action_masks, batch.shape[0], single)
-        x = np.ascontiguousarray(batch.reshape(batch.shape[0], -1), dtype=np.float32)
+        x = self._network_input(batch)
         actions, state = predict_with_state(self._acting_policy(), x, state, episode_start, deterministic,
                                             self.device, masks, generator=self.torch_rng)
         actions = self._predicted(actions, deterministic, masks)
@@ -177,7 +196,7 @@ class RecurrentOffPolicy:
         policy = self._acting_policy()
 
         def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:
-            x = torch.from_numpy(np.ascontiguousarray(obs.reshape(obs.shape[0], -1), dtype=np.float32))
+            x = torch.from_numpy(self._network_input(obs))
             masks = None if action_masks is None else torch.from_numpy(np.ascontiguousarray(action_masks))
             raw = actor(x.to(self.device), torch.from_numpy(np.asarray(starts, bool)).to(self.device),
                         None if masks is None else masks.to(self.device))

@@ -41,14 +41,13 @@ from rapidrl.algos.offpolicy import (
     OffPolicyAlgorithm,
     OffPolicyConfig,
     frame_replay_spec,
-    image_obs_dtype,
 )
 from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, temperature_loss
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import EntropyConfig, initial_log_alpha, soft_stats
 from rapidrl.nn.deploy import ArgmaxQ
 from rapidrl.nn.distributions import apply_action_mask, categorical_log_probs
-from rapidrl.nn.encoders import ENCODERS, encoder_for, make_encoder
+from rapidrl.nn.encoders import ENCODERS, make_encoder
 from rapidrl.nn.optim import adam, optimizer_step
 from rapidrl.nn.policies import orthogonal_init
 from rapidrl.nn.qnets import CriticEnsemble, QNetwork
@@ -180,12 +179,6 @@ class SACDiscrete(OffPolicyAlgorithm):
     def _check_spaces(self) -> None:
         super()._check_spaces()
         check_discrete_actions("SACDiscrete", self.action_space)
-
-    def _encoder_kind(self) -> str:
-        return encoder_for(self.observation_space, self.config.encoder)
-
-    def _obs_storage_dtype(self) -> np.dtype:
-        return image_obs_dtype(self.observation_space, self._encoder_kind())
 
     def _buffer_spec(self):
         return (None if self.config.her else frame_replay_spec(self)) or super()._buffer_spec()

@@ -1,6 +1,7 @@
-"""Recurrent off-policy networks: ``RecurrentEncoder`` (observation -> ReLU MLP of ``hidden`` -> one LSTM or GRU layer
-of ``size`` units) and, on it, R2D2's Q network (``rapidrl.algos.r2d2``: a linear Q head, or dueling value and
-advantage heads, Q [B, A]) and recurrent SAC's actor and critic (``rapidrl.algos.recurrent_sac``).
+"""Recurrent off-policy networks: ``RecurrentEncoder`` (observation -> ReLU MLP of ``hidden``, or a CNN and then that
+MLP, -> one LSTM or GRU layer of ``size`` units) and, on it, R2D2's Q network (``rapidrl.algos.r2d2``: a linear Q
+head, or dueling value and advantage heads, Q [B, A]) and recurrent SAC's actor and critic
+(``rapidrl.algos.recurrent_sac``).
 
 The state of B envs is one tensor [B, S] as in ``rapidrl.nn.recurrent`` ([h | c] for an LSTM, h for a GRU), and
 ``starts[t, b]`` True zeroes the state entering step t of column b (an episode begins there). ``unroll`` steps the
@@ -33,19 +34,29 @@ class RecurrentEncoder(nn.Module):
     """observation -> ReLU MLP of ``hidden`` -> one LSTM/GRU layer of ``size`` units: features h [.., size] with a
     state [B, S]. R2D2's Q network and recurrent SAC's actor and critic put their heads on it.
 
-    ``step(obs [B, O], state, starts [B]) -> (h [B, size], state after)``; ``unroll(obs [L, B, O], state, starts
-    [L, B]) -> (h [L, B, size], states after each step [L, B, S])``; ``step_from(obs [M, O], states [M, S]) -> h``:
-    one step from given states, no reset (the bootstrap observations)."""
+    ``features``: a CNN (``rapidrl.nn.encoders``: images [M, C, H, W] of any dtype -> [M, out_dim]) before the MLP,
+    which then starts from its ``out_dim`` features (R2D2's convolutional torso before the LSTM). Without it the
+    observations are flat float rows [M, O].
 
-    def __init__(self, obs_dim: int, hidden: Sequence[int], *, cell: str = "lstm", size: int = 128):
+    ``step(obs [B, *obs], state, starts [B]) -> (h [B, size], state after)``; ``unroll(obs [L, B, *obs], state,
+    starts [L, B]) -> (h [L, B, size], states after each step [L, B, S])``; ``step_from(obs [M, *obs], states [M, S])
+    -> h``: one step from given states, no reset (the bootstrap observations). ``*obs`` is [O], or [C, H, W] with
+    ``features``."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int], *, cell: str = "lstm", size: int = 128,
+                 features: nn.Module | None = None):
         super().__init__()
         if cell not in CELLS:
             raise ValueError(f"cell must be one of {CELLS}, got {cell!r}")
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         self.cell, self.size = cell, int(size)
-        self.trunk = mlp(obs_dim, hidden, None, "relu")  # empty hidden: the observation straight into the cell
-        self.rnn = make_cell(cell, hidden[-1] if hidden else obs_dim, self.size)
+        width = obs_dim if features is None else int(features.out_dim)
+        mlp_part = mlp(width, hidden, None, "relu")  # empty hidden: the observation (features) straight into the cell
+        self.image_input = features is not None
+        """The observations are images for a CNN (kept in their shape and dtype), not flat float rows."""
+        self.trunk = mlp_part if features is None else nn.Sequential(features, *mlp_part)
+        self.rnn = make_cell(cell, hidden[-1] if hidden else width, self.size)
         self.state_size = 2 * self.size if cell == "lstm" else self.size
         """Width S of the state [B, S]."""
 
@@ -67,10 +78,10 @@ class RecurrentEncoder(nn.Module):
 
     def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [L, B, O] from state [B, S] (entering step 0), starts [L, B] bool -> (h [L, B, size], states [L, B, S]
-        after each step). The trunk runs once on all L * B rows, the cell step by step."""
+        """obs [L, B, *obs] from state [B, S] (entering step 0), starts [L, B] bool -> (h [L, B, size], states
+        [L, B, S] after each step). The trunk runs once on all L * B rows, the cell step by step."""
         length, batch = obs.shape[0], obs.shape[1]
-        features = self.trunk(obs.reshape(length * batch, -1)).view(length, batch, -1)
+        features = self.trunk(obs.reshape(length * batch, *obs.shape[2:])).view(length, batch, -1)
         keep = (~starts).unsqueeze(-1).to(state.dtype)  # [L, B, 1]
         outputs, states = [], []
         for t in range(length):
@@ -80,7 +91,7 @@ class RecurrentEncoder(nn.Module):
         return torch.stack(outputs), torch.stack(states)
 
     def step_from(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """h [M, size] of observations obs [M, O], each one cell step after its state [M, S] (no reset)."""
+        """h [M, size] of observations obs [M, *obs], each one cell step after its state [M, S] (no reset)."""
         return cell_step(self.rnn, self.cell, self.size, self.trunk(obs), states)[0]
 
 
@@ -109,14 +120,14 @@ class _OnEncoder(nn.Module):
 
 
 class RecurrentQNetwork(_OnEncoder):
-    """Q values of every discrete action with memory: a ``RecurrentEncoder`` and a linear Q head (or dueling heads).
-    ``step(obs [B, O], state [B, S]) -> (Q [B, A], state)``, ``unroll(obs [L, B, O], state [B, S], starts [L, B]) ->
-    (Q [L, B, A], states after each step [L, B, S])``."""
+    """Q values of every discrete action with memory: a ``RecurrentEncoder`` (with a CNN ``features`` for images) and a
+    linear Q head (or dueling heads). ``step(obs [B, *obs], state [B, S]) -> (Q [B, A], state)``, ``unroll(obs
+    [L, B, *obs], state [B, S], starts [L, B]) -> (Q [L, B, A], states after each step [L, B, S])``."""
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, cell: str = "lstm",
-                 size: int = 128, dueling: bool = False):
+                 size: int = 128, dueling: bool = False, features: nn.Module | None = None):
         super().__init__()
-        self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size)
+        self.encoder = RecurrentEncoder(obs_dim, hidden, cell=cell, size=size, features=features)
         self.cell, self.size, self.dueling, self.num_actions = cell, int(size), bool(dueling), int(num_actions)
         if dueling:
             self.value = orthogonal_init(nn.Linear(self.size, 1), 1.0)
@@ -144,7 +155,7 @@ class RecurrentQNetwork(_OnEncoder):
         return self.q_of(h), states
 
     def q_from_states(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """Q [M, A] of observations obs [M, O] each one cell step after its state [M, S] (no reset)."""
+        """Q [M, A] of observations obs [M, *obs] each one cell step after its state [M, S] (no reset)."""
         return self.q_of(self.encoder.step_from(obs, states))
 
     # -- acting (the recurrent-policy interface) --------------------------------------------------

@@ -326,9 +326,9 @@ class OnPolicyAlgorithm(Algorithm):
             return mode
         return torch.nn.Sequential(normalize, mode)
 
-    def _episode_actor(self, n: int, deterministic: bool):
+    def episode_actor(self, n: int, deterministic: bool = True):
         if not self.policy.recurrent:
-            return super()._episode_actor(n, deterministic)
+            return super().episode_actor(n, deterministic)
         actor = RecurrentActor(self.policy, n, self.device, deterministic, self.torch_rng)
 
         def act(obs: np.ndarray, starts: np.ndarray, action_masks: np.ndarray | None = None) -> np.ndarray:

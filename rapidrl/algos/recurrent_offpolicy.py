@@ -190,7 +190,7 @@ class RecurrentOffPolicy:
         deterministic)."""
         return actions
 
-    def _episode_actor(self, n: int, deterministic: bool):
+    def episode_actor(self, n: int, deterministic: bool = True):
         """Acting that carries each evaluation env's state (``RecurrentActor``)."""
         actor = RecurrentActor(self._acting_policy(), n, self.device, deterministic, self.torch_rng)
         policy = self._acting_policy()

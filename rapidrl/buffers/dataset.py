@@ -519,7 +519,7 @@ def collect_episodes(env, act: Callable[..., np.ndarray], steps: int, seed: int 
     with ``info["final_obs"]``), until ``steps`` transitions are taken (rounded up to a multiple of N). Episodes still
     running then end as truncated, as D4RL's timeouts. Yields each episode when it ends. with_starts: ``act(obs,
     starts)`` with starts [N] bool marking the observations that begin an episode (a recurrent policy resets its
-    state there: ``Algorithm._episode_actor``)."""
+    state there: ``Algorithm.episode_actor``)."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
     obs = np.array(obs)

@@ -45,7 +45,7 @@ def record(model, env_id: str, path: Path, *, episodes: int = 1, seed: int = 0, 
         frame = frame[0] if frame.ndim == 4 else frame
         frames.append(frame[::2, ::2] if gif else frame)
 
-    act = model._episode_actor(1, deterministic)  # evaluation's acting: a recurrent policy carries its state
+    act = model.episode_actor(1, deterministic)  # evaluation's acting: a recurrent policy carries its state
     masked = bool(getattr(env, "action_mask_size", 0))
     obs, _ = env.reset(seed=seed)
     starts = np.ones(1, bool)

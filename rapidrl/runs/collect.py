@@ -87,7 +87,7 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
     rng = np.random.default_rng(seed)
     space = model.action_space
 
-    policy = model._episode_actor(num_envs, not stochastic)  # evaluation's acting: a recurrent policy keeps its state
+    policy = model.episode_actor(num_envs, not stochastic)  # evaluation's acting: a recurrent policy keeps its state
 
     def act(obs, starts):
         actions = policy(obs, starts)
@@ -122,7 +122,7 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
                                       seed + 1).mean())
     if ref_max is None:
         reference = load_run_model(Path(expert))[0] if expert else model
-        ref_max = float(policy_return(ref_env, reference._episode_actor(ref_episodes, True), seed + 1,
+        ref_max = float(policy_return(ref_env, reference.episode_actor(ref_episodes, True), seed + 1,
                                       with_starts=True).mean())
         print(f"ref_max_score {ref_max:.2f}: the deterministic return of "
               f"{expert or 'the collecting policy'} over {ref_episodes} episodes")

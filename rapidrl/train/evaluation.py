@@ -3,7 +3,7 @@
 A mixin of ``Algorithm``. The eval env is built once per episode count (``_get_eval_env``) with the env class's
 ``eval_overrides``; each evaluation resets it with a seed that moves with ``num_updates`` (``_reset_for_evaluation``);
 a sampled evaluation draws from generators of its own and leaves training's streams as they were
-(``_evaluation_rngs``); an algorithm acts through ``_episode_actor`` (a recurrent policy carries its state there).
+(``_evaluation_rngs``); an algorithm acts through ``episode_actor`` (a recurrent policy carries its state there).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Evaluation:
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
         starts = np.ones(n_episodes, dtype=bool)
-        act = self._episode_actor(n_episodes, deterministic)
+        act = self.episode_actor(n_episodes, deterministic)
         masked = getattr(env, "has_action_masks", False)
         with EvaluationProgress(n_episodes, f"eval {self.env_id or ''}".strip(), enabled=progress) as bar:
             steps = 0
@@ -122,10 +122,11 @@ class Evaluation:
                     bar.update(int(finished.sum()), steps, float(returns[finished].mean()) if finished.any() else None)
         return float(returns.mean()), float(returns.std())
 
-    def _episode_actor(self, n: int, deterministic: bool):
+    def episode_actor(self, n: int, deterministic: bool = True):
         """``act(obs [n, ...], episode_starts [n] bool[, action_masks [n, M] bool]) -> actions`` for stepping ``n``
-        envs through episodes (a recurrent policy keeps its state in the closure; a feed-forward one ignores the
-        starts; the masks come from an env that has them)."""
+        envs through episodes, as evaluation, ``rapidrl collect`` and videos act: a recurrent policy keeps each env's
+        state in the closure and resets it where ``episode_starts`` is True; a feed-forward one ignores the starts;
+        the masks come from an env that has them."""
         def act(obs, starts, action_masks=None):
             if action_masks is None:
                 return self._policy_actions(obs, deterministic)

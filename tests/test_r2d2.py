@@ -417,7 +417,8 @@ def test_frame_storage_refuses_what_it_cannot_rebuild_and_writes_nothing(tmp_pat
 # -- images: a CNN before the cell -------------------------------------------------------------------------------------
 def test_a_cnn_before_the_cell_on_minatar_trains_acts_with_a_state_saves_and_resumes(tmp_path):
     """R2D2 on MinAtar puts the MinAtar CNN before the LSTM, stores and acts on the uint8 images as they are; its
-    unroll equals stepping; predict carries the state; a resumed run equals the uninterrupted one bit for bit."""
+    unroll equals stepping; predict carries the state; the exported policy acts as predict does; a resumed run equals
+    the uninterrupted one bit for bit."""
     settings = dict(SMALL, num_envs=2, hidden=(), recurrent_size=16, learning_starts=40)
     model = rr.R2D2("MinAtar/Breakout-v1", seed=0, **settings)
     assert type(model.q_net.encoder.trunk[0]).__name__ == "MinAtarCNN" and model.q_net.encoder.image_input
@@ -438,6 +439,15 @@ def test_a_cnn_before_the_cell_on_minatar_trains_acts_with_a_state_saves_and_res
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], actions)
     np.testing.assert_allclose(loaded.predict(obs, state, deterministic=True)[1],
                                model.predict(obs, state, deterministic=True)[1], rtol=1e-6)
+    from rapidrl.export import export_policy
+
+    exported = torch.jit.load(str(export_policy(model, tmp_path / "policy.ts")))  # takes flat float rows too
+    net_state, state = torch.zeros(len(obs), model.q_net.state_size), None
+    for _ in range(3):
+        actions, state = model.predict(obs, state, deterministic=True)
+        got, net_state = exported(torch.from_numpy(obs).float(), net_state, torch.zeros(len(obs), dtype=torch.bool))
+        np.testing.assert_array_equal(got.numpy(), actions)
+        np.testing.assert_allclose(net_state.numpy(), state, rtol=1e-5, atol=1e-6)
     one, three = resumed_and_uninterrupted(lambda: rr.R2D2("MinAtar/Breakout-v1", seed=1, **settings), 120, 60,
                                            tmp_path / "resume")
     for a, b in zip(one.q_net.parameters(), three.q_net.parameters()):

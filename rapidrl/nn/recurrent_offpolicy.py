@@ -64,6 +64,13 @@ class RecurrentEncoder(nn.Module):
         """The state of fresh episodes: zeros [batch, S]."""
         return torch.zeros(batch, self.state_size, device=device)
 
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The cell's input [M, F] of observations [M, *obs]; images may also come as flat rows [M, C * H * W] (an
+        exported policy's input), which the CNN gets back in their shape."""
+        if self.image_input and obs.dim() == 2:
+            obs = obs.view(obs.shape[0], *self.trunk[0].obs_shape)
+        return self.trunk(obs)
+
     def check_state(self, state: torch.Tensor, batch: int) -> None:
         """ValueError/TypeError unless ``state`` is a float tensor [batch, S]."""
         check_state(state, batch, self.state_size)
@@ -74,14 +81,14 @@ class RecurrentEncoder(nn.Module):
         the state after it [B, S])."""
         if starts is not None:
             state = state * (~starts).unsqueeze(-1).to(state.dtype)
-        return cell_step(self.rnn, self.cell, self.size, self.trunk(obs), state)
+        return cell_step(self.rnn, self.cell, self.size, self.encode(obs), state)
 
     def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [L, B, *obs] from state [B, S] (entering step 0), starts [L, B] bool -> (h [L, B, size], states
         [L, B, S] after each step). The trunk runs once on all L * B rows, the cell step by step."""
         length, batch = obs.shape[0], obs.shape[1]
-        features = self.trunk(obs.reshape(length * batch, *obs.shape[2:])).view(length, batch, -1)
+        features = self.encode(obs.reshape(length * batch, *obs.shape[2:])).view(length, batch, -1)
         keep = (~starts).unsqueeze(-1).to(state.dtype)  # [L, B, 1]
         outputs, states = [], []
         for t in range(length):
@@ -92,7 +99,7 @@ class RecurrentEncoder(nn.Module):
 
     def step_from(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """h [M, size] of observations obs [M, *obs], each one cell step after its state [M, S] (no reset)."""
-        return cell_step(self.rnn, self.cell, self.size, self.trunk(obs), states)[0]
+        return cell_step(self.rnn, self.cell, self.size, self.encode(obs), states)[0]
 
 
 class _OnEncoder(nn.Module):

@@ -19,6 +19,7 @@ from rapidrl.algos.offpolicy_losses import (
     value_rescale_inverse,
 )
 from rapidrl.buffers.sequence import SequenceReplayBuffer
+from rapidrl.nn.recurrent import segment_layout
 from rapidrl.nn.recurrent_offpolicy import RecurrentQNetwork
 from rapidrl.train.config import ConfigError
 
@@ -128,22 +129,57 @@ def test_sequence_buffer_bad_input_is_a_clear_error():
 
 
 # -- the recurrent Q network -------------------------------------------------------------------------------------------
+def stepped(encoder, obs, next_obs, state, starts):
+    """The reference of ``RecurrentEncoder.unroll``: one ``step`` at a time, each step's bootstrap features one
+    ``step_from`` on next_obs after its state (h [L, B, size], h_next [L, B, size], the final state)."""
+    hs, nexts = [], []
+    for t in range(obs.shape[0]):
+        h, state = encoder.step(obs[t], state, starts[t])
+        hs.append(h)
+        nexts.append(encoder.step_from(next_obs[t], state))
+    return torch.stack(hs), torch.stack(nexts), state
+
+
 @pytest.mark.parametrize("cell, dueling", [("lstm", False), ("gru", True)])
-def test_unroll_equals_stepping_with_resets_and_q_from_states_is_the_next_step(cell, dueling):
+def test_unroll_in_one_fused_call_equals_stepping_with_resets_and_bootstraps(cell, dueling):
+    """The fused unroll (episode segments side by side, a bootstrap step after each) gives the outputs and bootstrap
+    features of stepping one observation at a time, and the same gradients; the burn-in's state_after is stepping's
+    final state. Starts at step 0, inside the sequence, at the last step, and none at all."""
     torch.manual_seed(0)
     net = RecurrentQNetwork(3, 4, (8,), cell=cell, size=5, dueling=dueling)
-    obs, starts = torch.randn(6, 2, 3), torch.zeros(6, 2, dtype=torch.bool)
-    starts[3, 1] = True
-    state = torch.randn(2, net.state_size)
-    q, states = net.unroll(obs, state, starts)
-    s = state
-    for t in range(6):
-        qt, s = net.step(obs[t], s, starts[t])
-        torch.testing.assert_close(q[t], qt)
-        torch.testing.assert_close(states[t], s)
-    torch.testing.assert_close(net.q_from_states(obs[4], states[3]), q[4])  # no start at step 4
+    enc, L, B = net.encoder, 7, 4
+    obs, next_obs = torch.randn(L, B, 3, requires_grad=True), torch.randn(L, B, 3)
+    starts = torch.zeros(L, B, dtype=torch.bool)
+    starts[[0, 3, 3, 6, 1], [0, 1, 2, 2, 2]] = True
+    for case in (starts, torch.zeros(L, B, dtype=torch.bool)):
+        with_next = case.clone()
+        next_obs_eq = next_obs.clone()
+        for t in range(L - 1):  # inside a segment the next step's observation is the bootstrap one
+            inside = ~with_next[t + 1]
+            next_obs_eq[t, inside] = obs.detach()[t + 1, inside]
+        state = torch.randn(B, net.state_size)
+        h, h_next = enc.unroll(obs, state, case, next_obs_eq)
+        ref_h, ref_next, ref_state = stepped(enc, obs, next_obs_eq, state, case)
+        torch.testing.assert_close(h, ref_h, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(h_next, ref_next, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(enc.state_after(obs, state, case), ref_state, rtol=1e-5, atol=1e-6)
+        grads = torch.autograd.grad(h.square().sum(), [obs, *enc.parameters()])  # the learners detach h_next
+        ref_grads = torch.autograd.grad(ref_h.square().sum(), [obs, *enc.parameters()])
+        for a, b in zip(grads, ref_grads):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        h_only, none = enc.unroll(obs, state, case)
+        assert none is None
+        torch.testing.assert_close(h_only, ref_h, rtol=1e-5, atol=1e-6)
+    layout = segment_layout(starts, with_next=True)
+    assert layout.count == 8 and layout.length == L + 1  # 1 + 2 + 4 + 1 segments; the longest and its bootstrap
+    with pytest.raises(ValueError, match="segment layout"):
+        enc.unroll(obs[:5], state, starts[:5], next_obs[:5], layout)
+    with pytest.raises(ValueError, match="without next steps"):
+        enc.unroll(obs, state, starts, next_obs, segment_layout(starts))
+    q_t, _ = net.step(obs[0], state, starts[0])
+    torch.testing.assert_close(net.q_from_states(obs[0], state * (~starts[0]).unsqueeze(-1).float()), q_t)
     with pytest.raises(ValueError, match="state must be a float tensor"):
-        net.act(obs[0], torch.zeros(2, net.state_size + 1))
+        net.act(obs[0], torch.zeros(B, net.state_size + 1))
 
 
 # -- the algorithm -----------------------------------------------------------------------------------------------------
@@ -426,12 +462,10 @@ def test_a_cnn_before_the_cell_on_minatar_trains_acts_with_a_state_saves_and_res
     assert model.num_gradient_steps > 0 and model.buffer.obs.dtype == np.uint8
     assert model.buffer.obs.shape[2:] == model.observation_space.shape
     batch = model.buffer.sample(3)
-    q, states = model.q_net.unroll(batch.obs, batch.state, batch.starts)
-    state = batch.state
-    for t in range(batch.obs.shape[0]):
-        q_t, state = model.q_net.step(batch.obs[t], state, batch.starts[t])
-        torch.testing.assert_close(q[t], q_t, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(states[t], state, rtol=1e-5, atol=1e-6)
+    h, h_next = model.q_net.encoder.unroll(batch.obs, batch.state, batch.starts, batch.next_obs)
+    ref_h, ref_next, _ = stepped(model.q_net.encoder, batch.obs, batch.next_obs, batch.state, batch.starts)
+    torch.testing.assert_close(h, ref_h, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h_next, ref_next, rtol=1e-5, atol=1e-6)
     obs = model.buffer.obs[0]
     actions, state = model.predict(obs, deterministic=True)
     model.save(tmp_path / "r2d2.pt")

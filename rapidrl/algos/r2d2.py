@@ -13,9 +13,10 @@ One update, on B sequences of L = ``sequence_length`` steps:
 1. burn-in: the online and the target network run over the first ``burn_in`` steps from the stored state, without
    gradients (R2D2's "stored state with burn-in");
 2. both unroll over the remaining steps (the online one with gradients), resetting the state where an episode starts
-   inside the sequence, and keep the state after every step;
-3. for every step t, Q(next_obs_t) one cell step after the state after step t: the next observation inside an
-   episode, the true final observation after a time limit (bootstrapped exactly), nothing after a termination;
+   inside the sequence, in one call of the fused LSTM/GRU layer each (``RecurrentEncoder.unroll``);
+3. for every step t, Q(next_obs_t) one cell step after the state after step t: the next step's features inside an
+   episode, one more step on the true final observation after a time limit (bootstrapped exactly), nothing after a
+   termination;
 4. the double-Q target: a* = argmax over the valid actions of the online network's Q(next_obs_t), valued by the
    target network, through h^-1; the n-step return within the sequence, stopped at episode ends
    (``sequence_nstep_returns``), back through h: y_t = h(G_t) (``value_rescaling``; off: G_t itself);
@@ -51,6 +52,7 @@ from rapidrl.buffers.sequence import SequenceReplayBuffer
 from rapidrl.nn.distributions import apply_action_mask, masked_max
 from rapidrl.nn.encoders import make_encoder
 from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.recurrent import segment_layout
 from rapidrl.nn.recurrent_offpolicy import RecurrentQNetwork
 from rapidrl.train.config import check_positive, check_unit_interval, require, with_defaults
 from rapidrl.train.schedules import linear_decay
@@ -155,15 +157,15 @@ class R2D2(RecurrentOffPolicy, OffPolicyAlgorithm):
         terminated, truncated = batch.terminated[k:], batch.truncated[k:]
         next_mask = None if next_mask is None else next_mask[k:]
         length, b = obs.shape[0], obs.shape[1]
-        q_all, states = self.q_net.unroll(obs, state, starts)  # [T, B, A], [T, B, S]
-        q = q_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
+        layout = segment_layout(starts, with_next=True)  # one for both networks
+        h, h_next = self.q_net.encoder.unroll(obs, state, starts, next_obs, layout)  # [T, B, size] each
+        q = self.q_net.q_of(h).gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # [T, B]
         with torch.no_grad():
-            _, target_states = self.q_target.unroll(obs, target_state, starts)
-            flat_next = next_obs.reshape(length * b, *next_obs.shape[2:])
-            next_q_target = self.q_target.q_from_states(flat_next, target_states.reshape(length * b, -1))
+            _, h_next_target = self.q_target.encoder.unroll(obs, target_state, starts, next_obs, layout)
+            next_q_target = self.q_target.q_of(h_next_target.reshape(length * b, -1))
             mask = None if next_mask is None else next_mask.reshape(length * b, -1)
             if c.double_q:
-                next_q_online = self.q_net.q_from_states(flat_next, states.detach().reshape(length * b, -1))
+                next_q_online = self.q_net.q_of(h_next.detach().reshape(length * b, -1))
                 best = apply_action_mask(next_q_online, mask).argmax(-1, keepdim=True)
                 next_value = next_q_target.gather(-1, best).squeeze(-1)
                 if mask is not None:  # a state without a valid action is worth 0

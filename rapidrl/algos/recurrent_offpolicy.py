@@ -54,12 +54,12 @@ class SequenceConfig:
 
 
 def burn_in(encoders, obs: torch.Tensor, states, starts: torch.Tensor) -> list[torch.Tensor]:
-    """The states after running each of ``encoders`` (modules with ``unroll``) over obs [K, B, O] from its state in
+    """The states after running each of ``encoders`` (``RecurrentEncoder``s) over obs [K, B, *obs] from its state in
     ``states`` ([B, S_i] each) without gradients: R2D2's burn-in. K = 0 returns the states as they are."""
     if obs.shape[0] == 0:
         return list(states)
     with torch.no_grad():
-        return [enc.unroll(obs, s, starts)[1][-1] for enc, s in zip(encoders, states)]
+        return [enc.state_after(obs, s, starts) for enc, s in zip(encoders, states)]
 
 
 @dataclass

@@ -12,7 +12,8 @@ functions (``rapidrl.algos.offpolicy_losses``).
 One update, on B sequences of L = ``sequence_length`` steps, every step after the burn-in a SAC sample:
 1. burn-in: the actor's, the critic's and the target critic's encoders run over the first ``burn_in`` steps from the
    stored states without gradients;
-2. each unrolls over the remaining T steps (resets where episodes start), keeping the state after every step;
+2. each unrolls over the remaining T steps (resets where episodes start) in one call of the fused layer
+   (``RecurrentEncoder.unroll``, with the bootstrap step after each episode segment);
 3. the bootstrap: a' ~ pi(next_obs_t) and Q'(next_obs_t, a'), each one cell step after the state after step t (so a
    truncation bootstraps from the true final observation), target r + discount (min_i Q'_i - alpha log pi(a'));
 4. the losses over the T * B samples: the critics' squared TD errors; the actor's alpha log pi(a|h) - min_i Q_i(h, a),
@@ -36,6 +37,7 @@ from rapidrl.algos.recurrent_offpolicy import RecurrentActorCritic, RecurrentAct
 from rapidrl.algos.registry import register
 from rapidrl.algos.soft_actor_critic import EntropyConfig, initial_log_alpha, joint_step, soft_stats
 from rapidrl.nn.optim import adam
+from rapidrl.nn.recurrent import segment_layout
 from rapidrl.nn.recurrent_offpolicy import RecurrentCritic, RecurrentSquashedGaussianActor
 from rapidrl.train.config import with_defaults
 
@@ -89,15 +91,13 @@ class RecurrentSAC(RecurrentActorCritic, OffPolicyAlgorithm):
         steps, b = obs.shape[0], obs.shape[1]
         m = steps * b
         alpha = self.log_alpha.detach().exp()
-        h_actor, states_actor = actor.encoder.unroll(obs, state_a, starts)  # [T, B, size], [T, B, S]
-        h_critic, _ = critic.encoder.unroll(obs, state_c, starts)
+        layout = segment_layout(starts, with_next=True)  # one for the three networks
+        h_actor, h_actor_next = actor.encoder.unroll(obs, state_a, starts, next_obs, layout)  # [T, B, size] each
+        h_critic, _ = critic.encoder.unroll(obs, state_c, starts, layout=layout)
         with torch.no_grad():
-            _, states_target = target.encoder.unroll(obs, state_t, starts)
-            flat_next = next_obs.reshape(m, -1)
-            next_actions, next_log_prob = actor.sample(actor.encoder.step_from(flat_next,
-                                                                               states_actor.detach().reshape(m, -1)),
-                                                       generator=self.torch_rng)
-            next_q = target.heads(target.encoder.step_from(flat_next, states_target.reshape(m, -1)), next_actions)
+            _, h_target_next = target.encoder.unroll(obs, state_t, starts, next_obs, layout)
+            next_actions, next_log_prob = actor.sample(h_actor_next.detach().reshape(m, -1), generator=self.torch_rng)
+            next_q = target.heads(h_target_next.reshape(m, -1), next_actions)
             discounts = c.gamma * (~batch.terminated[k:]).float().reshape(m)
             y = soft_target(batch.rewards[k:].reshape(m), discounts, next_q, next_log_prob, alpha)  # [T * B]
         h_c = h_critic.reshape(m, -1)

@@ -11,9 +11,10 @@ core's (``rapidrl.algos.recurrent_offpolicy``); the losses are TD3's pure functi
 One update, on B sequences of L = ``sequence_length`` steps, every step after the burn-in a TD3 sample:
 1. burn-in: the four encoders (actor, critic and their targets) run over the first ``burn_in`` steps from the stored
    states without gradients;
-2. the critic step: the target actor's and target critic's encoders unroll (keeping the state after every step); the
-   target action a' = mu'(next_obs_t) + clipped Gaussian smoothing noise and Q'_i(next_obs_t, a'), each one cell step
-   after the state after step t (a truncation bootstraps from the true final observation); target r + discount min_i
+2. the critic step: the target actor's and target critic's encoders unroll (one call of the fused layer each,
+   ``RecurrentEncoder.unroll``, with the bootstrap step after each episode segment); the target action a' =
+   mu'(next_obs_t) + clipped Gaussian smoothing noise and Q'_i(next_obs_t, a'), each one cell step after the state
+   after step t (a truncation bootstraps from the true final observation); target r + discount min_i
    Q'_i; the critics' squared TD errors on the critic encoder's unroll; one Adam step;
 3. every ``policy_delay``-th update the actor step: -mean Q_1(h_t, mu(s_t)) through the first critic head held
    constant, on the (updated) critic encoder's features detached, so it moves the actor only; one Adam step; then the
@@ -36,6 +37,7 @@ from rapidrl.algos.offpolicy_losses import critic_loss, polyak_update, smoothed_
 from rapidrl.algos.recurrent_offpolicy import RecurrentActorCritic, RecurrentActorCriticConfig, burn_in
 from rapidrl.algos.registry import register
 from rapidrl.nn.optim import adam, optimizer_step
+from rapidrl.nn.recurrent import segment_layout
 from rapidrl.nn.recurrent_offpolicy import RecurrentCritic, RecurrentDeterministicActor
 from rapidrl.train.config import with_defaults
 
@@ -91,30 +93,28 @@ class RecurrentTD3(RecurrentActorCritic, OffPolicyAlgorithm):
             [s_actor, s_critic, s_actor, s_critic], batch.starts[:k])
         obs, next_obs, starts = batch.obs[k:], batch.next_obs[k:], batch.starts[k:]
         m = obs.shape[0] * obs.shape[1]
-        flat_next = next_obs.reshape(m, -1)
+        layout = segment_layout(starts, with_next=True)  # one for the four networks
         with torch.no_grad():
-            _, states_at = self.actor_target.encoder.unroll(obs, state_at, starts)
-            _, states_ct = self.critic_target.encoder.unroll(obs, state_ct, starts)
-            target_mu = self.actor_target.mu(self.actor_target.encoder.step_from(flat_next, states_at.reshape(m, -1)))
+            _, h_at_next = self.actor_target.encoder.unroll(obs, state_at, starts, next_obs, layout)
+            _, h_ct_next = self.critic_target.encoder.unroll(obs, state_ct, starts, next_obs, layout)
+            target_mu = self.actor_target.mu(h_at_next.reshape(m, -1))
             noise = torch.empty_like(target_mu).normal_(generator=self.torch_rng)
             next_actions = smoothed_target_actions(target_mu, noise, actor.scale, actor.center,
                                                    c.target_policy_noise, c.target_noise_clip)
-            next_q = self.critic_target.heads(self.critic_target.encoder.step_from(flat_next,
-                                                                                   states_ct.reshape(m, -1)),
-                                              next_actions)
+            next_q = self.critic_target.heads(h_ct_next.reshape(m, -1), next_actions)
             discounts = c.gamma * (~batch.terminated[k:]).float().reshape(m)
             y = td3_target(batch.rewards[k:].reshape(m), discounts, next_q)  # [T * B]
-        h_critic, _ = critic.encoder.unroll(obs, state_c, starts)
+        h_critic, _ = critic.encoder.unroll(obs, state_c, starts, layout=layout)
         q = critic.heads(h_critic.reshape(m, -1), batch.actions[k:].reshape(m, -1))  # [n, T * B]
         loss_q = critic_loss(q, y)
         self.critic_optimizer.zero_grad(set_to_none=False)
         loss_q.backward()
         optimizer_step(self.critic_optimizer)
         if (self.num_gradient_steps + 1) % c.policy_delay == 0:  # num_gradient_steps: the updates before this one
-            h_actor, _ = actor.encoder.unroll(obs, state_a, starts)
+            h_actor, _ = actor.encoder.unroll(obs, state_a, starts, layout=layout)
             state_c = burn_in([critic.encoder], batch.obs[:k], [s_critic], batch.starts[:k])[0]  # the critic after
             with torch.no_grad():  # its step, burn-in included
-                h_c = critic.encoder.unroll(obs, state_c, starts)[0].reshape(m, -1)
+                h_c = critic.encoder.unroll(obs, state_c, starts, layout=layout)[0].reshape(m, -1)
             q_pi = critic.heads(h_c, actor.mu(h_actor.reshape(m, -1)), members=1, detach_params=True)  # Q_1
             loss_pi = -q_pi.mean()
             self.actor_optimizer.zero_grad(set_to_none=False)

@@ -39,6 +39,37 @@ from rapidrl.nn.policies import ActorCritic, flat_obs_dim, mlp, orthogonal_init
 CELLS = ("lstm", "gru")
 
 
+def run_cell(rnn: nn.Module, cell: str, size: int, x: torch.Tensor, state: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer ``rnn`` (``make_cell``'s) over x [L, B, F] from its state [B, S] ([h | c] for an LSTM, h for a GRU),
+    no resets, in one call of the fused layer: (outputs [L, B, size], state after the last step [B, S])."""
+    if cell == "lstm":
+        h0 = state[:, :size].unsqueeze(0).contiguous()
+        c0 = state[:, size:].unsqueeze(0).contiguous()
+        out, (h, c) = rnn(x, (h0, c0))
+        return out, torch.cat([h[0], c[0]], -1)
+    out, h = rnn(x, state.unsqueeze(0).contiguous())
+    return out, h[0]
+
+
+def unroll_stretches(run, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """features [T, B, F] from state [B, S] (entering step 0) with episode_starts [T, B] bool (the state entering step
+    t is zeroed where True) -> (outputs [T, B, .], state after step T-1 [B, S]), calling ``run(x [L, B, F], state) ->
+    (outputs, state)`` once per stretch of steps in which no column starts an episode."""
+    T = features.shape[0]
+    any_start = episode_starts.any(1).tolist()
+    cuts = [t for t in range(1, T) if any_start[t]] + [T]
+    outputs, t0 = [], 0
+    for t1 in cuts:
+        if any_start[t0]:
+            state = state * (~episode_starts[t0]).unsqueeze(-1).to(state.dtype)
+        out, state = run(features[t0:t1], state)
+        outputs.append(out)
+        t0 = t1
+    return (outputs[0] if len(outputs) == 1 else torch.cat(outputs)), state
+
+
 def make_cell(cell: str, features: int, size: int) -> nn.Module:
     """One LSTM or GRU layer (``nn.LSTM``/``nn.GRU``) of ``size`` units on ``features`` inputs: orthogonal weights
     (gain 1), zero biases."""
@@ -158,13 +189,7 @@ class RecurrentActorCritic(ActorCritic):
 
     def _run_core(self, rnn: nn.Module, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer over x [L, B, F] from its state [B, core_state_size], no resets: (outputs [L, B, size], state)."""
-        if self.cell == "lstm":
-            h0 = state[:, :self.size].unsqueeze(0).contiguous()
-            c0 = state[:, self.size:].unsqueeze(0).contiguous()
-            out, (h, c) = rnn(x, (h0, c0))
-            return out, torch.cat([h[0], c[0]], -1)
-        out, h = rnn(x, state.unsqueeze(0).contiguous())
-        return out, h[0]
+        return run_cell(rnn, self.cell, self.size, x, state)
 
     def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The layers over x [L, B, F] from state [B, S] with no resets: (outputs [L, B, output_size], state [B, S])."""
@@ -175,17 +200,7 @@ class RecurrentActorCritic(ActorCritic):
         """features [T, B, F], state [B, S] (entering step 0), episode_starts [T, B] bool ->
         (outputs [T, B, output_size], state after step T-1 [B, S]). The state entering step t is zeroed where
         episode_starts[t]; the cell runs once per stretch of steps in which no env starts an episode."""
-        T = features.shape[0]
-        any_start = episode_starts.any(1).tolist()
-        cuts = [t for t in range(1, T) if any_start[t]] + [T]
-        outputs, t0 = [], 0
-        for t1 in cuts:
-            if any_start[t0]:
-                state = state * (~episode_starts[t0]).unsqueeze(-1).to(state.dtype)
-            out, state = self._run(features[t0:t1], state)
-            outputs.append(out)
-            t0 = t1
-        return (outputs[0] if len(outputs) == 1 else torch.cat(outputs)), state
+        return unroll_stretches(self._run, features, state, episode_starts)
 
     def unroll_segments(self, features: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor,
                         layout: SegmentLayout | None = None) -> torch.Tensor:
@@ -341,19 +356,42 @@ class SegmentLayout:
     """[B] int64: the segment each column begins with (None with ``rows``: column b is segment b)."""
     keep: torch.Tensor
     """[B, 1] float32: 0 where step 0 of a column starts an episode (its stored state is dropped), else 1."""
+    next_rows: torch.Tensor | None = None
+    """``with_next``: [T * B] int64, the row of the step that follows step (t, b) in its segment: (t + 1, b) inside
+    it, and after a segment's last step one extra step appended to the segment (its bootstrap observation)."""
+    ends: torch.Tensor | None = None
+    """``with_next``: [K] int64, step t * B + b of each segment's last step, in segment order."""
+    extra: torch.Tensor | None = None
+    """``with_next``: [K] int64, the row of the extra step after each segment."""
 
 
-def segment_layout(episode_starts: torch.Tensor) -> SegmentLayout:
-    """The ``SegmentLayout`` of episode_starts [T, B] bool (one host read of the starts)."""
+def segment_layout(episode_starts: torch.Tensor, with_next: bool = False) -> SegmentLayout:
+    """The ``SegmentLayout`` of episode_starts [T, B] bool (one host read of the starts). ``with_next``: every segment
+    gets one more step after its last, for the observation its last step bootstraps from (``next_rows``, ``ends``,
+    ``extra``; the off-policy learners' ``RecurrentEncoder.unroll``)."""
     T, B = episode_starts.shape
     device = episode_starts.device
     keep = (~episode_starts[0]).unsqueeze(-1).float()
     starts = episode_starts.cpu().numpy()
-    if not starts[1:].any():
+    if not with_next and not starts[1:].any():
         return SegmentLayout(T, B, B, T, None, None, keep)
     offset, seg_of, first, length = _segments(starts)
-    rows = torch.from_numpy((offset * first.shape[0] + seg_of).reshape(-1)).to(device)
-    return SegmentLayout(T, B, first.shape[0], length, rows, torch.from_numpy(seg_of[0].copy()).to(device), keep)
+    count = first.shape[0]
+    rows = offset * count + seg_of  # [T, B]
+    tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.int64).reshape(-1)).to(device)  # noqa: E731
+    if not with_next:
+        return SegmentLayout(T, B, count, length, tensor(rows), tensor(seg_of[0]), keep)
+    extra = np.bincount(seg_of.reshape(-1), minlength=count) * count + np.arange(count)  # after each segment
+    last = np.ones((T, B), bool)
+    last[:-1] = starts[1:]  # a segment's last step: the next one starts an episode, or the sequence ends
+    next_rows = np.empty_like(rows)
+    next_rows[:-1] = rows[1:]
+    next_rows[last] = extra[seg_of[last]]
+    ends_flat = np.flatnonzero(last.reshape(-1))
+    ends = np.empty(count, np.int64)
+    ends[seg_of.reshape(-1)[ends_flat]] = ends_flat
+    return SegmentLayout(T, B, count, length + 1, tensor(rows), tensor(seg_of[0]), keep, tensor(next_rows),
+                         tensor(ends), tensor(extra))
 
 
 def _segments(episode_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -373,4 +411,4 @@ def _segments(episode_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return offset, np.ascontiguousarray(seg_of), seg_t == 0, int(offset.max()) + 1
 
 
-__all__ = ["CELLS", "RecurrentActorCritic", "SegmentLayout", "segment_layout"]
+__all__ = ["CELLS", "RecurrentActorCritic", "SegmentLayout", "run_cell", "segment_layout", "unroll_stretches"]

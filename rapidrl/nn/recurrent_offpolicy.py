@@ -4,10 +4,11 @@ head, or dueling value and advantage heads, Q [B, A]) and recurrent SAC's actor 
 (``rapidrl.algos.recurrent_sac``).
 
 The state of B envs is one tensor [B, S] as in ``rapidrl.nn.recurrent`` ([h | c] for an LSTM, h for a GRU), and
-``starts[t, b]`` True zeroes the state entering step t of column b (an episode begins there). ``unroll`` steps the
-cell one step at a time and returns the state after every step: the target of step t bootstraps from
-Q(next_obs_t), one more cell step from the state after step t (``q_from_states``), which is exactly Q of the next
-step's observation inside an episode, and Q of the true final observation where a time limit cut it.
+``starts[t, b]`` True zeroes the state entering step t of column b (an episode begins there). The target of step t
+bootstraps from next_obs_t one more cell step after the state after step t: inside an episode that is the next step's
+observation, whose features the unroll has already computed (h[t + 1]); after an episode's last step (the true final
+observation where a time limit cut it) and the sequence's last, ``unroll`` appends that one step to the segment, so the
+whole sequence and every bootstrap run in one call of the fused LSTM/GRU layer.
 
 ``act``, ``initial_state``, ``check_state`` and ``to_env_action`` are the interface of a recurrent policy
 (``rapidrl.train.recurrent.predict_with_state`` and ``RecurrentActor``): acting is greedy, among the valid actions of
@@ -24,7 +25,16 @@ from torch import nn
 from rapidrl.nn.distributions import apply_action_mask
 from rapidrl.nn.policies import mlp, orthogonal_init
 from rapidrl.nn.qnets import CriticEnsemble, sample_squashed_gaussian
-from rapidrl.nn.recurrent import CELLS, cell_step, check_state, make_cell
+from rapidrl.nn.recurrent import (
+    CELLS,
+    SegmentLayout,
+    cell_step,
+    check_state,
+    make_cell,
+    run_cell,
+    segment_layout,
+    unroll_stretches,
+)
 
 __all__ = ["RecurrentCritic", "RecurrentDeterministicActor", "RecurrentEncoder", "RecurrentQNetwork",
            "RecurrentSquashedGaussianActor"]
@@ -38,10 +48,10 @@ class RecurrentEncoder(nn.Module):
     which then starts from its ``out_dim`` features (R2D2's convolutional torso before the LSTM). Without it the
     observations are flat float rows [M, O].
 
-    ``step(obs [B, *obs], state, starts [B]) -> (h [B, size], state after)``; ``unroll(obs [L, B, *obs], state,
-    starts [L, B]) -> (h [L, B, size], states after each step [L, B, S])``; ``step_from(obs [M, *obs], states [M, S])
-    -> h``: one step from given states, no reset (the bootstrap observations). ``*obs`` is [O], or [C, H, W] with
-    ``features``."""
+    ``step(obs [B, *obs], state, starts [B]) -> (h [B, size], state after)``: acting; ``unroll(obs [L, B, *obs],
+    state, starts [L, B], next_obs) -> (h [L, B, size], bootstrap features h_next [L, B, size])``: training, in one
+    call of the fused layer; ``state_after``: burn-in; ``step_from(obs [M, *obs], states [M, S]) -> h``: one step
+    from given states, no reset. ``*obs`` is [O], or [C, H, W] with ``features``."""
 
     def __init__(self, obs_dim: int, hidden: Sequence[int], *, cell: str = "lstm", size: int = 128,
                  features: nn.Module | None = None):
@@ -83,19 +93,48 @@ class RecurrentEncoder(nn.Module):
             state = state * (~starts).unsqueeze(-1).to(state.dtype)
         return cell_step(self.rnn, self.cell, self.size, self.encode(obs), state)
 
-    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [L, B, *obs] from state [B, S] (entering step 0), starts [L, B] bool -> (h [L, B, size], states
-        [L, B, S] after each step). The trunk runs once on all L * B rows, the cell step by step."""
-        length, batch = obs.shape[0], obs.shape[1]
-        features = self.encode(obs.reshape(length * batch, *obs.shape[2:])).view(length, batch, -1)
-        keep = (~starts).unsqueeze(-1).to(state.dtype)  # [L, B, 1]
-        outputs, states = [], []
-        for t in range(length):
-            h, state = cell_step(self.rnn, self.cell, self.size, features[t], state * keep[t])
-            outputs.append(h)
-            states.append(state)
-        return torch.stack(outputs), torch.stack(states)
+    def _run(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cell over x [L, B, F] from state [B, S], no resets, in one call (``run_cell``)."""
+        return run_cell(self.rnn, self.cell, self.size, x, state)
+
+    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor, next_obs: torch.Tensor | None = None,
+               layout: SegmentLayout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """obs [L, B, *obs] from state [B, S] (entering step 0), starts [L, B] bool -> (h [L, B, size], h_next
+        [L, B, size] or None). ``h_next[t]`` (with ``next_obs`` [L, B, *obs]) is the features of next_obs[t] one cell
+        step after step t: the bootstrap of every step, h[t + 1] inside an episode, and after an episode's last step
+        (a time limit, a termination) or the sequence's last, one more step on its own next observation.
+
+        One call of the fused layer: each column is cut into its episode segments, laid side by side as a batch padded
+        at the end (``segment_layout(starts, with_next=True)``; pass it when several networks unroll the same
+        starts), with the extra bootstrap step after each segment. The trunk (a CNN) runs on the L * B observations
+        and only the K segment-end next observations, not on all L * B of next_obs."""
+        L, B = starts.shape
+        with_next = next_obs is not None
+        layout = segment_layout(starts, with_next) if layout is None else layout
+        if (layout.steps, layout.columns) != (L, B) or (with_next and layout.next_rows is None):
+            raise ValueError(f"the segment layout is for [{layout.steps}, {layout.columns}] steps x columns"
+                             f"{'' if layout.next_rows is not None else ' without next steps'}, the sequence is "
+                             f"[{L}, {B}]{' with next_obs' if with_next else ''}")
+        x = self.encode(obs.reshape(L * B, *obs.shape[2:]))
+        init = state * layout.keep
+        if layout.rows is None:  # no episode starts after step 0, no next steps: one segment per column
+            return self._run(x.view(L, B, -1), init)[0], None
+        count, length, width = layout.count, layout.length, x.shape[-1]
+        padded = x.new_zeros(length * count, width).index_copy(0, layout.rows, x)
+        if with_next:
+            flat_next = next_obs.reshape(L * B, *next_obs.shape[2:]).index_select(0, layout.ends)
+            padded = padded.index_copy(0, layout.extra, self.encode(flat_next))
+        init = state.new_zeros(count, self.state_size).index_copy(0, layout.first, init)
+        out = self._run(padded.view(length, count, width), init)[0].reshape(length * count, self.size)
+        h = out.index_select(0, layout.rows).view(L, B, self.size)
+        return h, (out.index_select(0, layout.next_rows).view(L, B, self.size) if with_next else None)
+
+    def state_after(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+        """The state [B, S] after obs [L, B, *obs] from state [B, S] with starts [L, B] (R2D2's burn-in): the fused
+        layer once per stretch of steps in which no column starts an episode (``unroll_stretches``)."""
+        L, B = starts.shape
+        x = self.encode(obs.reshape(L * B, *obs.shape[2:])).view(L, B, -1)
+        return unroll_stretches(self._run, x, state, starts)[1]
 
     def step_from(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """h [M, size] of observations obs [M, *obs], each one cell step after its state [M, S] (no reset)."""
@@ -128,8 +167,8 @@ class _OnEncoder(nn.Module):
 
 class RecurrentQNetwork(_OnEncoder):
     """Q values of every discrete action with memory: a ``RecurrentEncoder`` (with a CNN ``features`` for images) and a
-    linear Q head (or dueling heads). ``step(obs [B, *obs], state [B, S]) -> (Q [B, A], state)``, ``unroll(obs
-    [L, B, *obs], state [B, S], starts [L, B]) -> (Q [L, B, A], states after each step [L, B, S])``."""
+    linear Q head (or dueling heads). ``step(obs [B, *obs], state [B, S]) -> (Q [B, A], state)``; training unrolls
+    ``self.encoder`` and puts ``q_of`` on its features."""
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], *, cell: str = "lstm",
                  size: int = 128, dueling: bool = False, features: nn.Module | None = None):
@@ -154,12 +193,6 @@ class RecurrentQNetwork(_OnEncoder):
         """One step of B envs -> (Q [B, A], the state after it [B, S]) (``RecurrentEncoder.step``)."""
         h, state = self.encoder.step(obs, state, starts)
         return self.q_of(h), state
-
-    def unroll(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Q [L, B, A], states [L, B, S] after each step) (``RecurrentEncoder.unroll``)."""
-        h, states = self.encoder.unroll(obs, state, starts)
-        return self.q_of(h), states
 
     def q_from_states(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """Q [M, A] of observations obs [M, *obs] each one cell step after its state [M, S] (no reset)."""

@@ -70,6 +70,29 @@ def unroll_stretches(run, features: torch.Tensor, state: torch.Tensor, episode_s
     return (outputs[0] if len(outputs) == 1 else torch.cat(outputs)), state
 
 
+def run_segments(run, features: torch.Tensor, state: torch.Tensor, layout: SegmentLayout,
+                 next_features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """features [T, B, F] from state [B, S] (entering step 0) in one call of ``run(x [P, K, F], state [K, S]) ->
+    (outputs, state)``: the episode segments of ``layout`` side by side, padded at the end (padding after a segment
+    cannot change its outputs), each from its own initial state (the column's stored one for its first segment unless
+    step 0 starts an episode, zeros otherwise). Returns (outputs [T, B, O], next outputs [T, B, O] or None):
+    ``next_features`` [K, F] (the observation each segment's last step bootstraps from, in segment order; a layout
+    ``with_next``) go into the step after each segment, and the next outputs are ``layout.next_rows``'."""
+    T, B = layout.steps, layout.columns
+    init = state * layout.keep
+    if layout.rows is None:  # no episode starts after step 0, no next steps: one segment per column
+        return run(features, init)[0], None
+    count, length, width = layout.count, layout.length, features.shape[-1]
+    padded = features.new_zeros(length * count, width).index_copy(0, layout.rows, features.reshape(T * B, width))
+    if next_features is not None:
+        padded = padded.index_copy(0, layout.extra, next_features)
+    init = state.new_zeros(count, state.shape[1]).index_copy(0, layout.first, init)
+    out = run(padded.view(length, count, width), init)[0]
+    out = out.reshape(length * count, out.shape[-1])
+    outputs = out.index_select(0, layout.rows).view(T, B, -1)
+    return outputs, (None if next_features is None else out.index_select(0, layout.next_rows).view(T, B, -1))
+
+
 def make_cell(cell: str, features: int, size: int) -> nn.Module:
     """One LSTM or GRU layer (``nn.LSTM``/``nn.GRU``) of ``size`` units on ``features`` inputs: orthogonal weights
     (gain 1), zero biases."""
@@ -217,14 +240,7 @@ class RecurrentActorCritic(ActorCritic):
         if (layout.steps, layout.columns) != (T, B):
             raise ValueError(f"the segment layout is for [{layout.steps}, {layout.columns}] steps x columns, "
                              f"the sequence is [{T}, {B}]")
-        init = state * layout.keep
-        if layout.rows is None:  # no episode starts after step 0: one segment per column
-            return self._run(features, init)[0]
-        n, width = layout.length * layout.count, features.shape[-1]
-        padded = features.new_zeros(n, width).index_copy(0, layout.rows, features.reshape(T * B, width))
-        init = state.new_zeros(layout.count, self.state_size).index_copy(0, layout.first, init)
-        out, _ = self._run(padded.view(layout.length, layout.count, width), init)
-        return out.reshape(n, self.output_size).index_select(0, layout.rows).view(T, B, self.output_size)
+        return run_segments(self._run, features, state, layout)[0]
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [B, *obs_shape] -> encoder features [B, F]."""
@@ -411,4 +427,5 @@ def _segments(episode_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return offset, np.ascontiguousarray(seg_of), seg_t == 0, int(offset.max()) + 1
 
 
-__all__ = ["CELLS", "RecurrentActorCritic", "SegmentLayout", "run_cell", "segment_layout", "unroll_stretches"]
+__all__ = ["CELLS", "RecurrentActorCritic", "SegmentLayout", "run_cell", "run_segments", "segment_layout",
+           "unroll_stretches"]

@@ -32,6 +32,7 @@ from rapidrl.nn.recurrent import (
     check_state,
     make_cell,
     run_cell,
+    run_segments,
     segment_layout,
     unroll_stretches,
 )
@@ -115,19 +116,11 @@ class RecurrentEncoder(nn.Module):
             raise ValueError(f"the segment layout is for [{layout.steps}, {layout.columns}] steps x columns"
                              f"{'' if layout.next_rows is not None else ' without next steps'}, the sequence is "
                              f"[{L}, {B}]{' with next_obs' if with_next else ''}")
-        x = self.encode(obs.reshape(L * B, *obs.shape[2:]))
-        init = state * layout.keep
-        if layout.rows is None:  # no episode starts after step 0, no next steps: one segment per column
-            return self._run(x.view(L, B, -1), init)[0], None
-        count, length, width = layout.count, layout.length, x.shape[-1]
-        padded = x.new_zeros(length * count, width).index_copy(0, layout.rows, x)
-        if with_next:
-            flat_next = next_obs.reshape(L * B, *next_obs.shape[2:]).index_select(0, layout.ends)
-            padded = padded.index_copy(0, layout.extra, self.encode(flat_next))
-        init = state.new_zeros(count, self.state_size).index_copy(0, layout.first, init)
-        out = self._run(padded.view(length, count, width), init)[0].reshape(length * count, self.size)
-        h = out.index_select(0, layout.rows).view(L, B, self.size)
-        return h, (out.index_select(0, layout.next_rows).view(L, B, self.size) if with_next else None)
+        x = self.encode(obs.reshape(L * B, *obs.shape[2:])).view(L, B, -1)
+        x_next = None
+        if with_next:  # the trunk on the K observations the segments' last steps bootstrap from
+            x_next = self.encode(next_obs.reshape(L * B, *next_obs.shape[2:]).index_select(0, layout.ends))
+        return run_segments(self._run, x, state, layout, x_next)
 
     def state_after(self, obs: torch.Tensor, state: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
         """The state [B, S] after obs [L, B, *obs] from state [B, S] with starts [L, B] (R2D2's burn-in): the fused

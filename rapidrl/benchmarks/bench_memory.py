@@ -11,6 +11,10 @@ docs/r2d2.md has rapidrl's learning at its preset's smaller sizes.
 
     python -m rapidrl.benchmarks.bench_memory --steps 400 --seeds 0 1 --threads 1
 
+``--update-cost PRESET ...`` times instead one update of rapidrl's recurrent learners at their presets' settings in
+this process (``update_cost``: the median over ``--repeats`` updates on fresh batches, after the warm-up's replay
+and 3 updates), e.g. ``--update-cost r2d2_cartpolenovel recurrent_sac_pendulumnovel recurrent_td3_pendulumnovel``.
+
 skrl runs in ``RAPIDRL_SB3_PYTHON``'s interpreter (``peers.sb3_python``: the peers' venv, where skrl is installed),
 rapidrl in this one; seeds and contenders interleaved.
 """
@@ -56,6 +60,36 @@ def job_rapidrl(steps: int, seed: int, threads: int) -> dict:
             "timed_s": round(t2 - marks["timed_from"], 2), "sps": round(timed / (t2 - marks["timed_from"]), 2)}
 
 
+def update_cost(preset: str, repeats: int = 40, threads: int = 1) -> dict:
+    """Milliseconds of one update (``_update_step`` on a freshly sampled batch: the median of ``repeats``) of the
+    recurrent off-policy preset ``preset`` (R2D2, recurrent SAC or TD3), after its warm-up's replay and 3 updates."""
+    import warnings
+
+    import numpy as np
+
+    from rapidrl.algos.registry import get_algorithm
+    from rapidrl.runs.config import PRESETS_DIR, read_toml
+
+    data = read_toml(PRESETS_DIR / f"{preset}.toml")
+    settings = {**data.get("algo", {}), "torch_threads": threads}
+    model = get_algorithm(data["run"]["algo"])(data["run"]["env"], seed=0, **settings)
+    if not getattr(model, "recurrent", False) or not hasattr(model, "_update_step"):
+        raise ValueError(f"{preset} is not a recurrent off-policy preset (R2D2, recurrent SAC or TD3)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the short run ends right after the warm-up
+        model.learn(model.config.learning_starts + 2 * model.config.num_envs, progress_bar=False)
+    for _ in range(3):
+        model._update_step(model._sample_batch())
+    times = []
+    for _ in range(repeats):
+        batch = model._sample_batch()
+        t0 = time.perf_counter()
+        model._update_step(batch)
+        times.append(time.perf_counter() - t0)
+    return {"preset": preset, "ms_per_update": round(float(np.median(times)) * 1e3, 2), "repeats": repeats,
+            "threads": threads}
+
+
 def run(lib: str, steps: int, seed: int, threads: int) -> dict:
     """One contender in a fresh process; its JSON line."""
     if lib == "rapidrl":
@@ -81,7 +115,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--update-cost", nargs="+", metavar="PRESET", help="time one update of these recurrent presets")
+    p.add_argument("--repeats", type=int, default=40, help="updates timed per preset (--update-cost)")
     a = p.parse_args(argv)
+    if a.update_cost:
+        import rapidrl
+
+        print(f"rapidrl from {rapidrl.__file__}", flush=True)
+        for preset in a.update_cost:
+            print(json.dumps(update_cost(preset, a.repeats, a.threads)), flush=True)
+        return
     if a.steps <= WARMUP:
         p.error(f"--steps must be above the {WARMUP} warm-up steps")
     if a.child:

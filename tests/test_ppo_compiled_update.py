@@ -102,8 +102,9 @@ def test_two_threaded_epoch_needs_the_handwritten_backend():
 
 def test_two_threaded_kernel_rejects_bad_thread_counts_and_restarts_after_close():
     kernel, ref = _kernel(), _kernel()
-    with pytest.raises(ValueError, match="threads must be 1 or 2"):
-        kernel(*_epoch_args(), **HYPER, threads=4)
+    for bad in (4, True):
+        with pytest.raises(ValueError, match="threads must be 1 or 2"):
+            kernel(*_epoch_args(), **HYPER, threads=bad)
     for _ in range(2):
         stats = kernel(*_epoch_args(), **HYPER, threads=2)
         kernel.close()

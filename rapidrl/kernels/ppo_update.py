@@ -366,7 +366,7 @@ class PPOEpochKernel:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if norm_mode not in (NORM_NONE, NORM_MINIBATCH, NORM_BATCH):
             raise ValueError(f"norm_mode must be 0, 1 or 2, got {norm_mode!r}")
-        if threads not in (1, 2):
+        if isinstance(threads, bool) or threads not in (1, 2):
             raise ValueError(f"threads must be 1 or 2, got {threads!r}")
         stats = np.zeros((-(-total // batch_size), 5), np.float64)
         actor_scratch, critic_scratch = self._scratch_for(batch_size)

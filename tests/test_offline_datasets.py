@@ -262,6 +262,25 @@ def test_rapidrl_collect_carries_a_recurrent_policys_state_through_each_episode(
             start = np.zeros(1, bool)
 
 
+def test_rapidrl_collect_acts_among_the_valid_actions_of_an_env_with_masks(root, tmp_path, capsys):
+    """On Tic-Tac-Toe (the valid moves are the empty cells of the observed board) the policy's actions, the epsilon
+    exploration's and the random reference policy's are all valid moves: collect gives them the env's masks as
+    evaluation does (before: no masks, so the policy and the exploration played occupied cells)."""
+    model = rr.PPO("TicTacToe-v3", hidden=(16,), num_envs=4, num_steps=16, minibatch_size=32, seed=0)
+    model.learn(64, progress_bar=False)
+    path = model.save(tmp_path / "ppo.pt")
+    assert cli.main(["collect", str(path), "--steps", "400", "--num-envs", "4", "--epsilon", "0.5", "--dataset-id",
+                     "test/tictactoe/masked-v0", "--ref-episodes", "8"]) == 0, capsys.readouterr().err
+    episodes = list(iter_episodes("test/tictactoe/masked-v0"))
+    assert sum(len(e.actions) for e in episodes) == 400
+    for e in episodes:
+        board = e.observations[:-1].reshape(len(e.actions), 9, 2)  # per cell: mine, the opponent's
+        empty = ~board.any(-1)
+        assert empty[np.arange(len(e.actions)), e.actions.astype(int)].all()
+    header = read_header("test/tictactoe/masked-v0")
+    assert -1.0 <= header.ref_min_score <= 1.0 and -1.0 <= header.ref_max_score <= 1.0
+
+
 def test_a_relative_datasets_path_writes_and_reads(tmp_path, monkeypatch):
     """MINARI_DATASETS_PATH=datasets (the docs' setting) relative to the working directory."""
     monkeypatch.chdir(tmp_path)

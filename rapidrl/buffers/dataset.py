@@ -519,7 +519,8 @@ def collect_episodes(env, act: Callable[..., np.ndarray], steps: int, seed: int 
     with ``info["final_obs"]``), until ``steps`` transitions are taken (rounded up to a multiple of N). Episodes still
     running then end as truncated, as D4RL's timeouts. Yields each episode when it ends. with_starts: ``act(obs,
     starts)`` with starts [N] bool marking the observations that begin an episode (a recurrent policy resets its
-    state there: ``Algorithm.episode_actor``)."""
+    state there: ``Algorithm.episode_actor``). On an env with action masks ``act`` also gets ``action_masks=`` [N, M]
+    bool, the valid actions of each observation (``env.action_masks()``, as evaluation gives them)."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
     obs = np.array(obs)
@@ -535,7 +536,7 @@ def collect_episodes(env, act: Callable[..., np.ndarray], steps: int, seed: int 
 
     taken = 0
     while taken < steps:
-        actions = np.asarray(act(obs, starts) if with_starts else act(obs))
+        actions = np.asarray(_act(env, act, obs, starts, with_starts))
         next_obs, rewards, terminated, truncated, info = env.step(actions)
         next_obs = np.array(next_obs)
         starts = np.asarray(terminated) | np.asarray(truncated)
@@ -611,17 +612,26 @@ def replay_episodes(buffer_dir: str | os.PathLike) -> tuple[dict, Iterator[Episo
     return config, episodes()
 
 
+def _act(env, act: Callable[..., np.ndarray], obs: np.ndarray, starts: np.ndarray, with_starts: bool):
+    """``act``'s actions for obs [N, ...]: with the episode starts when ``with_starts``, and with ``action_masks=`` on
+    an env that has them."""
+    args = (obs, starts) if with_starts else (obs,)
+    if getattr(env, "has_action_masks", False):
+        return act(*args, action_masks=np.asarray(env.action_masks(), bool))
+    return act(*args)
+
+
 def policy_return(env, act: Callable[..., np.ndarray], seed: int | None = 0, *, with_starts: bool = False
                   ) -> np.ndarray:
     """The return of the first episode of each of the vector env's N envs under ``act`` [N]: a reference score
     (``ref_min_score`` with uniform-random actions, ``ref_max_score`` with an expert). with_starts: ``act(obs,
-    starts)``, as ``collect_episodes``."""
+    starts)``, and the action masks, as ``collect_episodes``."""
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
     returns, finished, starts = np.zeros(n), np.zeros(n, bool), np.ones(n, bool)
     while not finished.all():
         obs = np.asarray(obs)
-        obs, rewards, terminated, truncated, _ = env.step(np.asarray(act(obs, starts) if with_starts else act(obs)))
+        obs, rewards, terminated, truncated, _ = env.step(np.asarray(_act(env, act, obs, starts, with_starts)))
         returns += np.where(finished, 0.0, rewards)
         starts = np.asarray(terminated) | np.asarray(truncated)
         finished |= starts

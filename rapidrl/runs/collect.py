@@ -72,6 +72,7 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
     ``ref_episodes`` episodes, unless given. Returns the dataset's directory (``rapidrl.buffers.dataset``)."""
     import numpy as np
 
+    from rapidrl.algos.offpolicy import uniform_valid
     from rapidrl.buffers.dataset import collect_episodes, policy_return, replay_episodes, write_dataset
     from rapidrl.envs import make_vec
     from rapidrl.runs.config import env_slug
@@ -89,14 +90,20 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
 
     policy = model.episode_actor(num_envs, not stochastic)  # evaluation's acting: a recurrent policy keeps its state
 
-    def act(obs, starts):
-        actions = policy(obs, starts)
+    def random_actions(n: int, action_masks=None) -> np.ndarray:
+        """Uniform actions (among the valid ones of an env with action masks)."""
+        if action_masks is not None:
+            return uniform_valid(action_masks, rng.random(n))
+        return np.stack([space.sample() for _ in range(n)])
+
+    def act(obs, starts, action_masks=None):
+        actions = policy(obs, starts) if action_masks is None else policy(obs, starts, action_masks)
         if noise:
             half = (space.high - space.low) / 2
             actions = np.clip(actions + rng.normal(0.0, noise, actions.shape) * half, space.low, space.high)
         if epsilon:
             explore = rng.random(len(actions)) < epsilon
-            actions = np.where(explore, rng.integers(space.n, size=len(actions)), actions)
+            actions = np.where(explore, random_actions(len(actions), action_masks), actions)
         return actions.astype(space.dtype, copy=False)
 
     if from_replay:
@@ -118,7 +125,7 @@ def collect_dataset(target: Path, *, steps: int | None = None, from_replay: bool
     dataset_id = dataset_id or f"rapidrl/{env_slug(env_id)}/{model.name}-{kind}-{model.num_timesteps}-v0"
     ref_env = make_vec(env_id, ref_episodes, seed=seed + 1, flatten_observations=True, **kwargs)
     if ref_min is None:
-        ref_min = float(policy_return(ref_env, lambda o: np.stack([space.sample() for _ in range(len(o))]),
+        ref_min = float(policy_return(ref_env, lambda o, action_masks=None: random_actions(len(o), action_masks),
                                       seed + 1).mean())
     if ref_max is None:
         reference = load_run_model(Path(expert))[0] if expert else model

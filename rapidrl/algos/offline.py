@@ -175,8 +175,8 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
         if len(ds) < c.batch_size:
             raise DatasetError(f"{ds.dataset_id} holds {len(ds)} transitions, fewer than batch_size={c.batch_size}")
         self.dataset = ds
-        if ds.ref_min_score is not None and ds.ref_max_score is not None:
-            self.ref_scores = (float(ds.ref_min_score), float(ds.ref_max_score))
+        scored = ds.ref_min_score is not None and ds.ref_max_score is not None
+        self.ref_scores = (float(ds.ref_min_score), float(ds.ref_max_score)) if scored else None
         if self.num_timesteps == 0 and self.num_gradient_steps == 0:
             if c.normalize_obs:
                 rms = self.obs_normalizer.rms
@@ -292,15 +292,15 @@ class OfflineAlgorithm(OffPolicyAlgorithm):
     def normalized_score(self, returns) -> np.ndarray:
         """D4RL's normalised score of ``returns`` with the dataset's reference scores (``OfflineDataset``). A loaded
         model has them from its checkpoint, so scoring needs no data on the machine."""
-        if self.dataset is not None:
-            return self.dataset.normalized_score(returns)
-        if self.ref_scores is not None:
-            return normalized_score(returns, *self.ref_scores)
-        if self.config.dataset:  # a checkpoint from before the scores were saved: the dataset's header has them
-            header = read_header(self.config.dataset)
+        if self.ref_scores is None and self.dataset is None and self.config.dataset:
+            header = read_header(self.config.dataset)  # a checkpoint from before the scores were saved
             if header.ref_min_score is not None and header.ref_max_score is not None:
-                return normalized_score(returns, header.ref_min_score, header.ref_max_score)
-            raise DatasetError(f"{header.dataset_id} has no reference scores (ref_min_score, ref_max_score)")
+                self.ref_scores = (float(header.ref_min_score), float(header.ref_max_score))
+        if self.ref_scores is not None:  # one source: set when a dataset is bound, saved with the model
+            return normalized_score(returns, *self.ref_scores)
+        if self.dataset is not None or self.config.dataset:
+            raise DatasetError(f"{self.dataset.dataset_id if self.dataset is not None else self.config.dataset} has "
+                               "no reference scores (ref_min_score, ref_max_score)")
         raise ValueError("normalized_score needs the model's dataset (learn(..., dataset=...) binds one)")
 
     # -- persistence -------------------------------------------------------------------------------------------------

@@ -131,12 +131,12 @@ def test_sequence_buffer_bad_input_is_a_clear_error():
 # -- the recurrent Q network -------------------------------------------------------------------------------------------
 def stepped(encoder, obs, next_obs, state, starts):
     """The reference of ``RecurrentEncoder.unroll``: one ``step`` at a time, each step's bootstrap features one
-    ``step_from`` on next_obs after its state (h [L, B, size], h_next [L, B, size], the final state)."""
+    ``step`` on next_obs from its state (h [L, B, size], h_next [L, B, size], the final state)."""
     hs, nexts = [], []
     for t in range(obs.shape[0]):
         h, state = encoder.step(obs[t], state, starts[t])
         hs.append(h)
-        nexts.append(encoder.step_from(next_obs[t], state))
+        nexts.append(encoder.step(next_obs[t], state)[0])
     return torch.stack(hs), torch.stack(nexts), state
 
 
@@ -176,8 +176,6 @@ def test_unroll_in_one_fused_call_equals_stepping_with_resets_and_bootstraps(cel
         enc.unroll(obs[:5], state, starts[:5], next_obs[:5], layout)
     with pytest.raises(ValueError, match="without next steps"):
         enc.unroll(obs, state, starts, next_obs, segment_layout(starts))
-    q_t, _ = net.step(obs[0], state, starts[0])
-    torch.testing.assert_close(net.q_from_states(obs[0], state * (~starts[0]).unsqueeze(-1).float()), q_t)
     with pytest.raises(ValueError, match="state must be a float tensor"):
         net.act(obs[0], torch.zeros(B, net.state_size + 1))
 
@@ -362,7 +360,7 @@ def test_sequence_buffer_storage_bytes_are_its_arrays():
     stored = sum(getattr(buf, name).nbytes for name in buf._fields())
     assert SequenceReplayBuffer.storage_bytes(40, (3,), 5, (2,), action_dtype=np.float32) == stored
     frames = SequenceReplayBuffer(40, 2, (4, 6, 6), 5, sequence_length=4, obs_dtype=np.uint8, frame_stack=4)
-    stored = sum(getattr(frames, name).nbytes for name in frames._fields() if name != "has_last")
+    stored = sum(getattr(frames, name).nbytes for name in frames._fields())
     assert SequenceReplayBuffer.storage_bytes(40, (4, 6, 6), 5, obs_dtype=np.uint8, frame_stack=4,
                                               num_envs=2) == stored
     big = SequenceReplayBuffer(400, 2, (4, 6, 6), 1, sequence_length=4, obs_dtype=np.uint8, frame_stack=4)
@@ -433,7 +431,7 @@ def test_frame_storage_refuses_what_it_cannot_rebuild_and_writes_nothing(tmp_pat
     not_padded[0, 0] = 3  # older frames neither zero, nor the first frame, nor a continuation
     with pytest.raises(ValueError, match="env 0's observation neither continues"):
         buf.add(not_padded, args[0], args[1], np.concatenate([not_padded[:, 1:], nxt[:, -1:]], 1), *args[2:])
-    assert buf.total == buf.pos == buf.stored == 0 and not buf.has_last.any()
+    assert buf.total == buf.pos == buf.stored == 0
     for _ in range(5):
         buf.add(obs, args[0], args[1], nxt, *args[2:])
         obs, nxt = nxt, np.concatenate([nxt[:, 1:], nxt[:, -1:] + 1], 1)

@@ -38,8 +38,8 @@ def reference_losses(model, batch, noise_next: torch.Tensor, noise_pi: torch.Ten
                 s_a, s_c, s_t = s_a.detach(), s_c.detach(), s_t.detach()
                 continue
             h_a_rows[(t, b)], h_c_rows[(t, b)] = h_a, h_c
-            next_rows[(t, b)] = (actor.encoder.step_from(batch.next_obs[t, b:b + 1], s_a.detach()),
-                                 target.encoder.step_from(batch.next_obs[t, b:b + 1], s_t))
+            next_rows[(t, b)] = (actor.encoder.step(batch.next_obs[t, b:b + 1], s_a.detach())[0],
+                                 target.encoder.step(batch.next_obs[t, b:b + 1], s_t)[0])
     for t in range(k, L):
         for b in range(B):
             i = (t - k) * B + b
@@ -184,12 +184,12 @@ def test_recurrent_td3_update_equals_a_plain_per_step_reference():
                 continue
             i = (t - k) * B + b
             with torch.no_grad():
-                mu_next = model.actor_target.mu(model.actor_target.encoder.step_from(batch.next_obs[t, b:b + 1],
-                                                                                     s["actor_target"]))
+                mu_next = model.actor_target.mu(model.actor_target.encoder.step(batch.next_obs[t, b:b + 1],
+                                                                                s["actor_target"])[0])
                 a_next = smoothed_target_actions(mu_next, noise[i:i + 1], actor.scale, actor.center,
                                                  c.target_policy_noise, c.target_noise_clip)
-                q_next = model.critic_target.heads(model.critic_target.encoder.step_from(batch.next_obs[t, b:b + 1],
-                                                                                         s["critic_target"]), a_next)
+                q_next = model.critic_target.heads(model.critic_target.encoder.step(batch.next_obs[t, b:b + 1],
+                                                                                    s["critic_target"])[0], a_next)
                 d = torch.tensor([c.gamma * float(not batch.terminated[t, b])])
                 ys.append((i, td3_target(batch.rewards[t, b:b + 1], d, q_next)))
             qs.append((i, critic.heads(out["critic"], batch.actions[t, b:b + 1])))

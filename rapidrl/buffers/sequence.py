@@ -137,8 +137,7 @@ class SequenceReplayBuffer:
             self.next_frames = np.zeros((T, N, frame), obs_dtype)
             """The newest frame of every step's next_obs."""
             self.last_obs = np.zeros((N, self.frame_stack, frame), obs_dtype)
-            """Each env's latest observation (to tell a sliding stack)."""
-            self.has_last = np.zeros(N, bool)
+            """Each env's latest observation (to tell a sliding stack; none before the first ``add``)."""
         else:
             self.obs = np.zeros((T, N, *self.obs_shape), obs_dtype)
             self.next_obs = np.zeros_like(self.obs)
@@ -227,7 +226,8 @@ class SequenceReplayBuffer:
         codes = np.full(N, -1, np.int8)
         codes[np.all(older == o[:, -1:], (1, 2))] = REPEAT
         codes[np.all(older == 0, (1, 2))] = ZERO
-        codes[self.has_last & np.all(older == self.last_obs[:, 1:], (1, 2))] = SLIDE
+        if self.total > 0:  # every env adds a step each time: each has a previous observation
+            codes[np.all(older == self.last_obs[:, 1:], (1, 2))] = SLIDE
         if (codes < 0).any():
             raise ValueError(f"env {int(np.argmin(codes))}'s observation neither continues its previous one "
                              "(obs[:-1] == the previous obs[1:]) nor begins a stack padded with zeros or with its "
@@ -236,7 +236,6 @@ class SequenceReplayBuffer:
         row = self.total % self.frames.shape[0]
         self.frames[row], self.codes[row], self.next_frames[self.pos] = o[:, -1], codes, n[:, -1]
         self.last_obs[:] = o
-        self.has_last[:] = True
 
     def _stacks(self, rows: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(obs, next_obs) [L, B, *obs_shape] of the steps at ring rows ``rows`` [L, B] of envs ``envs`` [B],
@@ -301,7 +300,7 @@ class SequenceReplayBuffer:
     # -- persistence (``save(include_buffer=True)``, checkpoints) ------------------------------------
     _FIELDS = ("actions", "rewards", "terminated", "truncated", "starts", "states")
     _WHOLE = ("obs", "next_obs")
-    _FRAMES = ("frames", "codes", "next_frames", "last_obs", "has_last")
+    _FRAMES = ("frames", "codes", "next_frames", "last_obs")
 
     def _fields(self) -> tuple[str, ...]:
         return self._FIELDS + (self._FRAMES if self.frame_stack > 1 else self._WHOLE)

@@ -51,8 +51,7 @@ class RecurrentEncoder(nn.Module):
 
     ``step(obs [B, *obs], state, starts [B]) -> (h [B, size], state after)``: acting; ``unroll(obs [L, B, *obs],
     state, starts [L, B], next_obs) -> (h [L, B, size], bootstrap features h_next [L, B, size])``: training, in one
-    call of the fused layer; ``state_after``: burn-in; ``step_from(obs [M, *obs], states [M, S]) -> h``: one step
-    from given states, no reset. ``*obs`` is [O], or [C, H, W] with ``features``."""
+    call of the fused layer; ``state_after``: burn-in. ``*obs`` is [O], or [C, H, W] with ``features``."""
 
     def __init__(self, obs_dim: int, hidden: Sequence[int], *, cell: str = "lstm", size: int = 128,
                  features: nn.Module | None = None):
@@ -129,10 +128,6 @@ class RecurrentEncoder(nn.Module):
         x = self.encode(obs.reshape(L * B, *obs.shape[2:])).view(L, B, -1)
         return unroll_stretches(self._run, x, state, starts)[1]
 
-    def step_from(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """h [M, size] of observations obs [M, *obs], each one cell step after its state [M, S] (no reset)."""
-        return cell_step(self.rnn, self.cell, self.size, self.encode(obs), states)[0]
-
 
 class _OnEncoder(nn.Module):
     """A network on a ``RecurrentEncoder`` (``self.encoder``): its state and the recurrent-policy interface's
@@ -186,10 +181,6 @@ class RecurrentQNetwork(_OnEncoder):
         """One step of B envs -> (Q [B, A], the state after it [B, S]) (``RecurrentEncoder.step``)."""
         h, state = self.encoder.step(obs, state, starts)
         return self.q_of(h), state
-
-    def q_from_states(self, obs: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """Q [M, A] of observations obs [M, *obs] each one cell step after its state [M, S] (no reset)."""
-        return self.q_of(self.encoder.step_from(obs, states))
 
     # -- acting (the recurrent-policy interface) --------------------------------------------------
     def act(self, obs: torch.Tensor, state: torch.Tensor, episode_starts: torch.Tensor | None = None,

@@ -15,7 +15,8 @@ def test_mlp_macs_are_the_layer_products():
 
 @pytest.mark.parametrize("update_threads", [1, 2])
 def test_a_small_profile_times_every_part_and_its_table_adds_up(update_threads):
-    result = profile_ppo.profile({"num_envs": 64, "num_steps": 8, "minibatch_size": 256, "torch_threads": 1,
+    result = profile_ppo.profile({"num_envs": 64, "num_steps": 8, "minibatch_size": 256, "update_epochs": 2,
+                                  "torch_threads": 1,
                                   "update_threads": update_threads}, repeats=2)
     s = result["seconds"]
     assert set(s) == {"iteration", "collect", "gae", "update", "env", "acting_forward", "update_forward", "adam"}

@@ -1,7 +1,7 @@
 """Where one iteration of PPO's throughput setting goes: ``python -m rapidrl.benchmarks.profile_ppo [--repeats R]``.
 
-The setting is ``configs/variants/ppo_cartpole_throughput.toml`` (1024 CartPole envs x 16 steps, 2 epochs of
-minibatches of 4096, separate 64x64 tanh actor and critic MLPs, the fused collector and the compiled update). Each
+The setting is ``configs/variants/ppo_cartpole_throughput.toml`` (1024 CartPole envs x 16 steps, one epoch of
+minibatches of 512, separate 64x64 tanh actor and critic MLPs, the fused collector and the compiled update). Each
 part of an iteration is timed alone, as the median of ``repeats`` calls after a warm-up, on the model's own arrays
 and under the process settings ``learn`` holds (``harness.as_in_learn``):
 

@@ -226,9 +226,9 @@ def categorical_soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next
     the one of least expected value (clipped double Q on distributions); the entropy term shifts every atom, which is
     the projection of ``categorical_projection`` with reward r - discount alpha log pi(a'|s'). Returns [B, N].
     """
-    values = categorical_values(next_logits, support)  # [n, B]
-    chosen = values.argmin(0)  # [B]
-    probs = torch.softmax(next_logits, -1)[chosen, torch.arange(next_logits.shape[1], device=chosen.device)]  # [B, N]
+    next_probs = torch.softmax(next_logits, -1)  # [n, B, N]
+    chosen = (next_probs * support).sum(-1).argmin(0)  # [B]: the member of least expected value (categorical_values)
+    probs = next_probs[chosen, torch.arange(next_logits.shape[1], device=chosen.device)]  # [B, N]
     shifted = rewards - discounts * alpha * next_log_prob
     return categorical_projection(shifted, discounts, probs, support)
 

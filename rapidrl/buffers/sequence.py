@@ -40,7 +40,7 @@ import numba
 import numpy as np
 import torch
 
-from rapidrl.buffers.frame_replay import _copy_frame
+from rapidrl.buffers.frame_replay import copy_frame
 from rapidrl.buffers.persist import read_buffer_dir, write_buffer_dir
 from rapidrl.kernels.sumtree import SumMinTree
 
@@ -68,7 +68,7 @@ def _gather_stacks(frames, codes, next_frames, steps, rows, envs, obs_out, next_
             a, row = steps[t, b], rows[t, b]
             if a < 0 or row < 0 or row >= T:
                 return b
-            _copy_frame(obs_out[t, b, S - 1], frames[a % R, e])
+            copy_frame(obs_out[t, b, S - 1], frames[a % R, e])
             pad = SLIDE
             for i in range(S - 2, -1, -1):
                 if pad == SLIDE:
@@ -82,10 +82,10 @@ def _gather_stacks(frames, codes, next_frames, steps, rows, envs, obs_out, next_
                 if pad == ZERO:
                     obs_out[t, b, i, :] = 0
                 else:
-                    _copy_frame(obs_out[t, b, i], frames[a % R, e])
+                    copy_frame(obs_out[t, b, i], frames[a % R, e])
             for i in range(S - 1):
-                _copy_frame(next_out[t, b, i], obs_out[t, b, i + 1])
-            _copy_frame(next_out[t, b, S - 1], next_frames[row, e])
+                copy_frame(next_out[t, b, i], obs_out[t, b, i + 1])
+            copy_frame(next_out[t, b, S - 1], next_frames[row, e])
     return -1
 
 

@@ -1,15 +1,16 @@
-"""Recurrent SAC against skrl's ``SAC_RNN`` on PendulumNoVel, each in its own process, at skrl's example settings
-(``rapidrl.benchmarks.peer_skrl_rnn_sac``): an LSTM of 400 units straight on the observation for the actor and the
-critics, heads of 400 and 300, sequences of 20 steps without burn-in, batch 100 sequences, gamma 0.98, learning from
-step 100, replay 15,000, one update per env step. rapidrl's side is ``RecurrentSAC`` with those sizes (its own
-squashed Gaussian head and its critics' one shared encoder; skrl's policy has a state-independent log std and each
-of its four critics its own LSTM).
+"""Recurrent SAC and TD3 against skrl's ``SAC_RNN`` and ``TD3_RNN`` on PendulumNoVel, each in its own process, at
+skrl's example settings (``rapidrl.benchmarks.peer_skrl_rnn``): an LSTM of 400 units straight on the observation for
+the actor and the critics, heads of 400 and 300, sequences of 20 steps without burn-in, batch 100 sequences, gamma
+0.98, learning from step 100, replay 15,000 (TD3: 20,000), one update per env step. rapidrl's side is
+``RecurrentSAC`` or ``RecurrentTD3`` with those sizes (its critics share one encoder; SAC's head is its own squashed
+Gaussian; skrl's SAC policy has a state-independent log std, and each of skrl's critics and targets, and TD3's target
+policy, has its own LSTM).
 
 Per run: env steps per second over the steps from 200 on (each with one update), after 200 warm-up steps timed
 apart. No learning is compared here (one update costs about a second at these sizes here, so 15,000 steps are hours);
 docs/r2d2.md has rapidrl's learning at its preset's smaller sizes.
 
-    python -m rapidrl.benchmarks.bench_memory --steps 400 --seeds 0 1 --threads 1
+    python -m rapidrl.benchmarks.bench_memory --algo td3 --steps 400 --seeds 0 1 --threads 1
 
 ``--update-cost PRESET ...`` times instead one update of rapidrl's recurrent learners at their presets' settings in
 this process (``update_cost``: the median over ``--repeats`` updates on fresh batches, after the warm-up's replay
@@ -32,19 +33,23 @@ import time
 from rapidrl.benchmarks.peers import sb3_python
 
 WARMUP = 200
-PEER_SETTINGS = dict(hidden=(), recurrent_size=400, head_hidden=(400, 300), sequence_length=20, burn_in=0,
-                     batch_size=100, gamma=0.98, learning_starts=100, buffer_size=15_000, log_every_steps=1_000)
-"""skrl's example settings as RecurrentSAC's fields."""
+_SHARED = dict(hidden=(), recurrent_size=400, head_hidden=(400, 300), sequence_length=20, burn_in=0, batch_size=100,
+               gamma=0.98, learning_starts=100, log_every_steps=1_000)
+PEER_SETTINGS = {"sac": dict(_SHARED, buffer_size=15_000),
+                 "td3": dict(_SHARED, buffer_size=20_000, exploration_noise=0.1, target_policy_noise=0.2,
+                             target_noise_clip=0.5, policy_delay=2, learning_rate=1e-3, tau=0.005)}
+"""skrl's example settings as RecurrentSAC's and RecurrentTD3's fields."""
+ALGORITHMS = {"sac": "RecurrentSAC", "td3": "RecurrentTD3"}
 
 
-def job_rapidrl(steps: int, seed: int, threads: int) -> dict:
+def job_rapidrl(steps: int, seed: int, threads: int, algo: str = "sac") -> dict:
     """rapidrl's run in this process: SPS over the steps from ``WARMUP`` on."""
     import torch
 
     import rapidrl as rr
 
     torch.set_num_threads(threads)
-    model = rr.RecurrentSAC("PendulumNoVel-v1", seed=seed, **PEER_SETTINGS)
+    model = getattr(rr, ALGORITHMS[algo])("PendulumNoVel-v1", seed=seed, **PEER_SETTINGS[algo])
     marks: dict[str, float] = {}
 
     def mark(m) -> bool:
@@ -90,17 +95,17 @@ def update_cost(preset: str, repeats: int = 40, threads: int = 1) -> dict:
             "threads": threads}
 
 
-def run(lib: str, steps: int, seed: int, threads: int) -> dict:
+def run(lib: str, steps: int, seed: int, threads: int, algo: str = "sac") -> dict:
     """One contender in a fresh process; its JSON line."""
     if lib == "rapidrl":
-        cmd = [sys.executable, "-m", "rapidrl.benchmarks.bench_memory", "--child", "--steps", str(steps), "--seeds",
-               str(seed), "--threads", str(threads)]
+        cmd = [sys.executable, "-m", "rapidrl.benchmarks.bench_memory", "--child", "--algo", algo, "--steps",
+               str(steps), "--seeds", str(seed), "--threads", str(threads)]
     else:
         python = sb3_python()
         if python is None:
             return {"lib": lib, "skipped": "no peers' interpreter (RAPIDRL_SB3_PYTHON) with skrl"}
-        cmd = [python, "-m", "rapidrl.benchmarks.peer_skrl_rnn_sac", "--steps", str(steps), "--seed", str(seed),
-               "--threads", str(threads)]
+        cmd = [python, "-m", "rapidrl.benchmarks.peer_skrl_rnn", "--algo", algo, "--steps", str(steps), "--seed",
+               str(seed), "--threads", str(threads)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -111,6 +116,7 @@ def run(lib: str, steps: int, seed: int, threads: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algo", choices=sorted(ALGORITHMS), default="sac", help="recurrent SAC or TD3")
     p.add_argument("--steps", type=int, default=400, help=f"env steps per run (the first {WARMUP} are the warm-up)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--threads", type=int, default=1)
@@ -128,18 +134,18 @@ def main(argv: list[str] | None = None) -> None:
     if a.steps <= WARMUP:
         p.error(f"--steps must be above the {WARMUP} warm-up steps")
     if a.child:
-        print(json.dumps(job_rapidrl(a.steps, a.seeds[0], a.threads)), flush=True)
+        print(json.dumps(job_rapidrl(a.steps, a.seeds[0], a.threads, a.algo)), flush=True)
         return
     results: dict[str, list[dict]] = {"rapidrl": [], "skrl": []}
     for seed in a.seeds:
         for lib in ("rapidrl", "skrl"):
-            r = run(lib, a.steps, seed, a.threads)
+            r = run(lib, a.steps, seed, a.threads, a.algo)
             results[lib].append(r)
             print(json.dumps({"seed": seed, **r}), flush=True)
     sps = {lib: [r["sps"] for r in rs if "sps" in r] for lib, rs in results.items()}
     if sps["rapidrl"] and sps["skrl"]:
         ratio = statistics.median(sps["rapidrl"]) / statistics.median(sps["skrl"])
-        print(f"RecurrentSAC PendulumNoVel at skrl's example settings, {a.threads} thread(s): rapidrl "
+        print(f"{ALGORITHMS[a.algo]} PendulumNoVel at skrl's example settings, {a.threads} thread(s): rapidrl "
               f"{statistics.median(sps['rapidrl']):.2f} SPS, skrl {statistics.median(sps['skrl']):.2f} SPS: "
               f"{ratio:.2f}x (medians over seeds {a.seeds})")
 

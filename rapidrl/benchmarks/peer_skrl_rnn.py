@@ -1,11 +1,13 @@
-"""skrl's recurrent SAC (``SAC_RNN``) on PendulumNoVel at the settings of its own example
-(``examples/gymnasium/torch_gymnasium_pendulumnovel_sac_lstm.py`` of skrl 2.0.0): an LSTM of 400 units on the
-observation for the policy and for each of the two critics and two target critics, MLP heads of 400 and 300 (the
-policy's a tanh mean scaled to the bounds with a state-independent log std), sequences of 20 steps, batch 100
-sequences, gamma 0.98, learning from step 100, replay of 15,000, automatic entropy. Written here against skrl's
-public API for ``rapidrl.benchmarks.bench_memory``; run in skrl's own interpreter:
+"""skrl's recurrent SAC (``SAC_RNN``) or TD3 (``TD3_RNN``) on PendulumNoVel at the settings of skrl's own examples
+(``torch_gymnasium_pendulumnovel_{sac,td3}_lstm.py``): an LSTM of 400 units on the observation for the policy and
+for each critic and target (skrl's TD3 also has a target policy), MLP heads of 400 and 300, sequences of 20 steps,
+batch 100 sequences, gamma 0.98, learning from step 100 (TD3's example: 1,000; the timed window needs learning),
+replay of 15,000 (TD3's example: 20,000). SAC: a tanh mean scaled to the bounds with a state-independent log std,
+automatic entropy. TD3: a deterministic 2 tanh(.) policy, exploration noise N(0, 0.1), target smoothing N(0, 0.2)
+clipped at 0.5, the policy every 2nd update, weights initialised N(0, 0.1) as the example does. Written here against
+skrl's public API for ``rapidrl.benchmarks.bench_memory``; run in skrl's own interpreter:
 
-    python -m rapidrl.benchmarks.peer_skrl_rnn_sac --steps 2000 --seed 0 --threads 1
+    python -m rapidrl.benchmarks.peer_skrl_rnn --algo td3 --steps 2000 --seed 0 --threads 1
 
 Prints one JSON line: {"lib": "skrl", "warmup_s", "timed_steps", "timed_s", "sps"} (the timed window: the steps from
 step 200 on, each with one update; learning starts at 100).
@@ -18,16 +20,21 @@ import json
 import time
 
 HIDDEN, SEQUENCE = 400, 20
+ALGOS = ("sac", "td3")
+REPLAY = {"sac": 15_000, "td3": 20_000}
+"""The replay sizes of skrl's two examples."""
 
 
-def build(seed: int):
+def build(seed: int, algo: str = "sac"):
     import gymnasium as gym
     import numpy as np
     import torch
     from skrl.agents.torch.sac import SAC_CFG, SAC_RNN
+    from skrl.agents.torch.td3 import TD3_CFG, TD3_RNN
     from skrl.envs.wrappers.torch import wrap_env
     from skrl.memories.torch import RandomMemory
     from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
+    from skrl.resources.noises.torch import GaussianNoise
     from skrl.utils import set_seed
     from torch import nn
 
@@ -78,6 +85,23 @@ def build(seed: int):
             out, (h, c) = lstm_over(self, inputs["observations"], inputs["rnn"], inputs.get("terminated"))
             return 2.0 * self.net(out), {"log_std": self.log_std_parameter, "rnn": [h, c]}
 
+    class DeterministicActor(DeterministicMixin, Model):
+        def __init__(self, observation_space, state_space, action_space, device, num_envs):
+            Model.__init__(self, observation_space=observation_space, state_space=state_space,
+                           action_space=action_space, device=device)
+            DeterministicMixin.__init__(self)
+            self.num_envs = num_envs
+            self.lstm = nn.LSTM(self.num_observations, HIDDEN, batch_first=True)
+            self.net = nn.Sequential(nn.Linear(HIDDEN, 400), nn.ReLU(), nn.Linear(400, 300), nn.ReLU(),
+                                     nn.Linear(300, self.num_actions), nn.Tanh())
+
+        get_specification = spec
+
+        def compute(self, inputs, role):
+            start = 1 if role == "target_policy" else 0  # the target acts on the next state
+            out, (h, c) = lstm_over(self, inputs["observations"], inputs["rnn"], inputs.get("terminated"), start)
+            return 2.0 * self.net(out), {"rnn": [h, c]}
+
     class Critic(DeterministicMixin, Model):
         def __init__(self, observation_space, state_space, action_space, device, num_envs):
             Model.__init__(self, observation_space=observation_space, state_space=state_space,
@@ -103,22 +127,36 @@ def build(seed: int):
 
     env = wrap_env(NoVelocity(gym.make("Pendulum-v1")))
     device = env.device
-    memory = RandomMemory(memory_size=15_000, num_envs=env.num_envs, device=device, replacement=False)
+    memory = RandomMemory(memory_size=REPLAY[algo], num_envs=env.num_envs, device=device, replacement=False)
     args = (env.observation_space, env.state_space, env.action_space, device, env.num_envs)
-    models = {"policy": Actor(*args), **{k: Critic(*args) for k in ("critic_1", "critic_2", "target_critic_1",
-                                                                   "target_critic_2")}}
-    cfg = SAC_CFG()
+    critics = {k: Critic(*args) for k in ("critic_1", "critic_2", "target_critic_1", "target_critic_2")}
+    spaces = dict(observation_space=env.observation_space, state_space=env.state_space,
+                  action_space=env.action_space, device=device)
+    if algo == "sac":
+        cfg = SAC_CFG()
+        cfg.learn_entropy = True
+        models = {"policy": Actor(*args), **critics}
+        agent_class = SAC_RNN
+    else:
+        cfg = TD3_CFG()
+        cfg.exploration_noise, cfg.exploration_noise_kwargs = GaussianNoise, {"mean": 0.0, "std": 0.1, "device": device}
+        cfg.smooth_regularization_noise = GaussianNoise
+        cfg.smooth_regularization_noise_kwargs = {"mean": 0.0, "std": 0.2, "device": device}
+        cfg.smooth_regularization_clip = 0.5
+        models = {"policy": DeterministicActor(*args), "target_policy": DeterministicActor(*args), **critics}
+        for model in models.values():
+            model.init_parameters(method_name="normal_", mean=0.0, std=0.1)
+        agent_class = TD3_RNN
     cfg.discount_factor, cfg.batch_size, cfg.random_timesteps, cfg.learning_starts = 0.98, 100, 0, 100
-    cfg.learn_entropy = True
     cfg.experiment.write_interval = 0
     cfg.experiment.checkpoint_interval = 0
-    agent = SAC_RNN(models=models, memory=memory, cfg=cfg, observation_space=env.observation_space,
-                    state_space=env.state_space, action_space=env.action_space, device=device)
+    agent = agent_class(models=models, memory=memory, cfg=cfg, **spaces)
     return env, agent
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--algo", choices=ALGOS, default="sac")
     p.add_argument("--steps", type=int, default=2_000, help="total env steps (the first 200 are the warm-up)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
@@ -127,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     from skrl.trainers.torch import SequentialTrainer
 
     torch.set_num_threads(a.threads)
-    env, agent = build(a.seed)
+    env, agent = build(a.seed, a.algo)
     warmup, marks = 200, {}
     post_interaction = agent.post_interaction
 

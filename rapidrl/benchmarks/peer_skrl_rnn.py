@@ -67,16 +67,22 @@ def build(seed: int, algo: str = "sac"):
         size = (1, model.num_envs, HIDDEN)
         return {"rnn": {"sequence_length": SEQUENCE, "sizes": [size, size]}}
 
+    def lstm_model(model, observation_space, state_space, action_space, device, num_envs, critic: bool):
+        """skrl's example networks: an LSTM on the observation, then 400-300 ReLU layers to the actions (through a
+        tanh) or, for a critic, from [h, a] to one value."""
+        Model.__init__(model, observation_space=observation_space, state_space=state_space,
+                       action_space=action_space, device=device)
+        model.num_envs = num_envs
+        model.lstm = nn.LSTM(model.num_observations, HIDDEN, batch_first=True)
+        n_in, n_out = (HIDDEN + model.num_actions, 1) if critic else (HIDDEN, model.num_actions)
+        layers = [nn.Linear(n_in, 400), nn.ReLU(), nn.Linear(400, 300), nn.ReLU(), nn.Linear(300, n_out)]
+        model.net = nn.Sequential(*layers) if critic else nn.Sequential(*layers, nn.Tanh())
+
     class Actor(GaussianMixin, Model):
-        def __init__(self, observation_space, state_space, action_space, device, num_envs):
-            Model.__init__(self, observation_space=observation_space, state_space=state_space,
-                           action_space=action_space, device=device)
+        def __init__(self, *spaces_device_envs):
+            lstm_model(self, *spaces_device_envs, critic=False)
             GaussianMixin.__init__(self, clip_actions=False, clip_log_std=True, min_log_std=-20, max_log_std=2,
                                    reduction="sum")
-            self.num_envs = num_envs
-            self.lstm = nn.LSTM(self.num_observations, HIDDEN, batch_first=True)
-            self.net = nn.Sequential(nn.Linear(HIDDEN, 400), nn.ReLU(), nn.Linear(400, 300), nn.ReLU(),
-                                     nn.Linear(300, self.num_actions), nn.Tanh())
             self.log_std_parameter = nn.Parameter(torch.zeros(self.num_actions))
 
         get_specification = spec
@@ -86,14 +92,9 @@ def build(seed: int, algo: str = "sac"):
             return 2.0 * self.net(out), {"log_std": self.log_std_parameter, "rnn": [h, c]}
 
     class DeterministicActor(DeterministicMixin, Model):
-        def __init__(self, observation_space, state_space, action_space, device, num_envs):
-            Model.__init__(self, observation_space=observation_space, state_space=state_space,
-                           action_space=action_space, device=device)
+        def __init__(self, *spaces_device_envs):
+            lstm_model(self, *spaces_device_envs, critic=False)
             DeterministicMixin.__init__(self)
-            self.num_envs = num_envs
-            self.lstm = nn.LSTM(self.num_observations, HIDDEN, batch_first=True)
-            self.net = nn.Sequential(nn.Linear(HIDDEN, 400), nn.ReLU(), nn.Linear(400, 300), nn.ReLU(),
-                                     nn.Linear(300, self.num_actions), nn.Tanh())
 
         get_specification = spec
 
@@ -103,14 +104,9 @@ def build(seed: int, algo: str = "sac"):
             return 2.0 * self.net(out), {"rnn": [h, c]}
 
     class Critic(DeterministicMixin, Model):
-        def __init__(self, observation_space, state_space, action_space, device, num_envs):
-            Model.__init__(self, observation_space=observation_space, state_space=state_space,
-                           action_space=action_space, device=device)
+        def __init__(self, *spaces_device_envs):
+            lstm_model(self, *spaces_device_envs, critic=True)
             DeterministicMixin.__init__(self)
-            self.num_envs = num_envs
-            self.lstm = nn.LSTM(self.num_observations, HIDDEN, batch_first=True)
-            self.net = nn.Sequential(nn.Linear(HIDDEN + self.num_actions, 400), nn.ReLU(), nn.Linear(400, 300),
-                                     nn.ReLU(), nn.Linear(300, 1))
 
         get_specification = spec
 

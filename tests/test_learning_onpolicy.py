@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 import rapidrl as rr
-from rapidrl.runs.config import preset_path, read_toml
+from rapidrl.benchmarks.bench_train import THROUGHPUT_PRESET
+from rapidrl.runs.config import PRESETS_DIR, preset_path, read_toml
 from rapidrl.train.callbacks import EvalCallback
 
 
@@ -49,7 +50,7 @@ def test_a2c_cartpole_reaches_400():
     assert ok, history
 
 
-THROUGHPUT = read_toml(preset_path("ppo", "CartPole-v1").parent / "variants" / "ppo_cartpole_throughput.toml")
+THROUGHPUT = read_toml(PRESETS_DIR / THROUGHPUT_PRESET)
 
 
 @pytest.mark.slow

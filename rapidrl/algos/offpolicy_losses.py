@@ -23,6 +23,7 @@ __all__ = [
     "categorical_values",
     "critic_loss",
     "dqn_loss",
+    "expected_values",
     "polyak_update",
     "projection_dense",
     "quantile_greedy_next",
@@ -214,7 +215,12 @@ def c51_loss(logits: torch.Tensor, target_probs: torch.Tensor, weights: torch.Te
 def categorical_values(logits: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     """The expected values sum_i softmax(logits)_i z_i of categorical distributions: logits [..., N], support [N] ->
     [...]."""
-    return (torch.softmax(logits, -1) * support).sum(-1)
+    return expected_values(torch.softmax(logits, -1), support)
+
+
+def expected_values(probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """sum_i p_i z_i: probabilities [..., N] over the atoms support [N] -> [...]."""
+    return (probs * support).sum(-1)
 
 
 def categorical_soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next_logits: torch.Tensor,
@@ -227,7 +233,7 @@ def categorical_soft_target(rewards: torch.Tensor, discounts: torch.Tensor, next
     the projection of ``categorical_projection`` with reward r - discount alpha log pi(a'|s'). Returns [B, N].
     """
     next_probs = torch.softmax(next_logits, -1)  # [n, B, N]
-    chosen = (next_probs * support).sum(-1).argmin(0)  # [B]: the member of least expected value (categorical_values)
+    chosen = expected_values(next_probs, support).argmin(0)  # [B]: the member of least expected value
     probs = next_probs[chosen, torch.arange(next_logits.shape[1], device=chosen.device)]  # [B, N]
     shifted = rewards - discounts * alpha * next_log_prob
     return categorical_projection(shifted, discounts, probs, support)

@@ -30,13 +30,14 @@ import subprocess
 import sys
 import time
 
+from rapidrl.benchmarks.peer_skrl_rnn import HIDDEN, REPLAY, SEQUENCE
 from rapidrl.benchmarks.peers import sb3_python
 
 WARMUP = 200
-_SHARED = dict(hidden=(), recurrent_size=400, head_hidden=(400, 300), sequence_length=20, burn_in=0, batch_size=100,
-               gamma=0.98, learning_starts=100, log_every_steps=1_000)
-PEER_SETTINGS = {"sac": dict(_SHARED, buffer_size=15_000),
-                 "td3": dict(_SHARED, buffer_size=20_000, exploration_noise=0.1, target_policy_noise=0.2,
+_SHARED = dict(hidden=(), recurrent_size=HIDDEN, head_hidden=(400, 300), sequence_length=SEQUENCE, burn_in=0,
+               batch_size=100, gamma=0.98, learning_starts=100, log_every_steps=1_000)
+PEER_SETTINGS = {"sac": dict(_SHARED, buffer_size=REPLAY["sac"]),
+                 "td3": dict(_SHARED, buffer_size=REPLAY["td3"], exploration_noise=0.1, target_policy_noise=0.2,
                              target_noise_clip=0.5, policy_delay=2, learning_rate=1e-3, tau=0.005)}
 """skrl's example settings as RecurrentSAC's and RecurrentTD3's fields."""
 ALGORITHMS = {"sac": "RecurrentSAC", "td3": "RecurrentTD3"}

@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 
-THROUGHPUT_PRESET = "variants/ppo_cartpole_throughput.toml"
+from rapidrl.benchmarks.bench_train import THROUGHPUT_PRESET
 
 
 def _median_seconds(fn, repeats: int) -> float:

@@ -276,10 +276,11 @@ def test_an_empty_mask_is_refused_by_the_step_that_produced_it():
 @pytest.mark.parametrize("algo, settings", [
     ("ppo", {}),  # the fused collector
     ("ppo", {"collection": "step"}),
+    ("ppo", {"collect_threads": 3}),  # env 1 is the second of three threads' ranges
     ("a2c", {}),
     ("dqn", {"learning_starts": 16, "batch_size": 8, "buffer_size": 100}),
     ("pqn", {}),
-], ids=["ppo-fused", "ppo-step", "a2c", "dqn", "pqn"])
+], ids=["ppo-fused", "ppo-step", "ppo-fused-3-threads", "a2c", "dqn", "pqn"])
 def test_every_algorithm_refuses_an_empty_mask_at_its_step(algo, settings):
     model = getattr(rr, algo.upper())("EmptyMaskAt5-v0", num_envs=3, seed=0, **settings)
     with pytest.raises(ActionMaskError, match=EMPTY_ERROR):

@@ -88,6 +88,11 @@ class OnPolicyConfig(RolloutConfig):
     """Collect the next rollout in a thread while updating on the last (``rapidrl.train.collect.threaded``; PPO and
     IMPALA): the data is then one update stale (policy lag 1); the stored log-probs are the behaviour policy's, so
     PPO's probability ratio (IMPALA's V-trace) corrects for it."""
+    collect_threads: int = 1
+    """Threads of the fused collector (``collection`` "fused"): 2 or more split the envs into that many contiguous
+    ranges, each collected in its own thread with its own random stream (``FusedCollector``). A run is then the same
+    for a given seed and thread count, and differs from a run at another count (the actions come from other streams).
+    Leave it at 1 when each core runs its own experiment, or beside ``async_collect``."""
     cuda_graph: bool = False
     """Device path on CUDA only: replay the rollout collection as one captured CUDA graph."""
     recurrent: str = "none"
@@ -135,6 +140,12 @@ class OnPolicyConfig(RolloutConfig):
             require(isinstance(self.head_hidden, (tuple, list))
                     and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.head_hidden),
                     f"head_hidden must be a sequence of positive ints, got {self.head_hidden!r}")
+        require(isinstance(self.collect_threads, int) and not isinstance(self.collect_threads, bool)
+                and 1 <= self.collect_threads <= self.num_envs,
+                f"collect_threads must be an int in [1, num_envs={self.num_envs}], got {self.collect_threads!r}")
+        require(self.collect_threads == 1 or self.collection in ("auto", "fused"),
+                f"collect_threads={self.collect_threads} splits the fused collector (collection='fused' or 'auto'); "
+                f"collection={self.collection!r} collects in one thread")
         require(isinstance(self.burn_in, int) and 0 <= self.burn_in < self.num_steps,
                 f"burn_in must be an int in [0, num_steps={self.num_steps}), got {self.burn_in!r}")
 
@@ -240,6 +251,9 @@ class OnPolicyAlgorithm(Algorithm):
         self.paths["collection"] = choose_collection(c.collection, self.env, self.policy, self.device,
                                                      env_device=c.env_device, device_unsupported=unsupported)
         collection = self.paths["collection"].value
+        require(c.collect_threads == 1 or collection == "fused",
+                f"collect_threads={c.collect_threads} splits the fused collector, and this run collects with "
+                f"'{collection}' ({self.paths['collection'].reason}); set collect_threads=1")
         records = {
             "async_collect": PathChoice("async_collect", "thread" if c.async_collect else "off",
                                         f"async_collect={c.async_collect}"),
@@ -252,12 +266,14 @@ class OnPolicyAlgorithm(Algorithm):
                                                    cuda_graph=c.cuda_graph, generator=self.torch_rng)
         elif c.async_collect:  # the thread's collector acts with a behaviour copy of the policy
             self.async_collector = AsyncCollector(
-                lambda env, policy: make_collector(collection, env, policy, c.num_steps, self.device), self.env,
+                lambda env, policy: make_collector(collection, env, policy, c.num_steps, self.device,
+                                                   threads=c.collect_threads), self.env,
                 self.policy, self.obs_normalizer, self._obs, self._make_buffer)
             self.buffer = self.async_collector.slots[0].buffer
         else:
             self.collector = make_collector(collection, self.env, self.policy, c.num_steps, self.device, self.timer,
-                                            cuda_graph=c.cuda_graph, generator=self.torch_rng)
+                                            cuda_graph=c.cuda_graph, generator=self.torch_rng,
+                                            threads=c.collect_threads)
         self._sequences = RolloutSequences(self.buffer, self.collector, c.burn_in) if self.policy.recurrent else None
         """The rollout as env columns, for the update of a recurrent policy (``rapidrl.train.recurrent``)."""
         return records

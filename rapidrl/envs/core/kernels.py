@@ -349,12 +349,13 @@ def step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_count
 
 
 @numba.njit(cache=True, inline="always")
-def first_empty_mask_row(mask, needs_reset, agents):
-    """The first row of the action masks ``mask`` [R, M] with no valid action that acts next (a NEXT_STEP env whose
-    episode just ended shows its final state, which may have none), or -1; at once -1 for an env without masks."""
+def first_empty_mask_row(mask, needs_reset, agents, lo, hi):
+    """The first row of envs lo..hi-1's action masks (``mask`` [R, M]) with no valid action that acts next (a
+    NEXT_STEP env whose episode just ended shows its final state, which may have none), or -1; at once -1 for an env
+    without masks."""
     if mask.shape[1] == 0:
         return -1
-    for r in range(mask.shape[0]):
+    for r in range(lo * agents, hi * agents):
         if needs_reset[r // agents]:
             continue
         empty = True
@@ -376,12 +377,24 @@ def step_envs(key, state, actions, params, elapsed, rng_key, rng_counter, next_s
 
     Arguments: the arrays of ``unpack(key, arena)`` in order, ``actions`` after ``state``.
     """
+    return step_env_rows(key, 0, elapsed.shape[0], state, actions, params, elapsed, rng_key, rng_counter,
+                         next_step_mode, needs_reset, obs, rewards, terminated, truncated, final_obs, ep_return,
+                         ep_length, done_return, done_length, done, mask, final_mask)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def step_env_rows(key, lo, hi, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
+                  obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done,
+                  mask, final_mask):
+    """``step_envs`` on envs lo..hi-1 only (serial; the same env index ``i`` as ``step_envs``): threads that step
+    disjoint ranges of one arena's envs at once change nothing that a single ``step_envs`` would not (envs are
+    independent). Returns the first such row whose new action mask has no valid action, or -1."""
     agents = agents_per_env(key, rewards.shape[0], elapsed.shape[0])
-    for i in range(elapsed.shape[0]):
+    for i in range(lo, hi):
         step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done,
                   mask, final_mask)
-    return first_empty_mask_row(mask, needs_reset, agents)
+    return first_empty_mask_row(mask, needs_reset, agents, lo, hi)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, _nrt=False)
@@ -394,7 +407,7 @@ def step_envs_parallel(key, state, actions, params, elapsed, rng_key, rng_counte
         step_env(key, i, agents, state, actions, params, elapsed, rng_key, rng_counter, next_step_mode, needs_reset,
                   obs, rewards, terminated, truncated, final_obs, ep_return, ep_length, done_return, done_length, done,
                   mask, final_mask)
-    return first_empty_mask_row(mask, needs_reset, agents)
+    return first_empty_mask_row(mask, needs_reset, agents, 0, elapsed.shape[0])
 
 
 def _checked_step(key, arena, actions, threads):

@@ -70,12 +70,13 @@ def choose_collection(requested: str, env, policy, device: torch.device, *, env_
 
 
 def make_collector(collection: str, env, policy, num_steps: int, device: torch.device, timer=None, *,
-                   cuda_graph: bool = False, generator: torch.Generator | None = None):
+                   cuda_graph: bool = False, generator: torch.Generator | None = None, threads: int = 1):
     """The collector of the resolved ``collection`` for ``policy`` on ``env``: a ``FusedCollector``, a
     ``StepCollector`` (a ``RecurrentStepCollector`` for a recurrent policy) or a ``DeviceCollector``; ``timer``: the
     model's ``PhaseTimer`` (its collection phases). cuda_graph: the device path's CUDA graph replay. generator: the
     torch generator the step and device collectors sample from (the model's ``torch_rng``; None: one of the
-    collector's own, reseeded per rollout; the fused collector draws from Numba's generator, seeded per rollout)."""
+    collector's own, reseeded per rollout; the fused collector draws from Numba's generator, seeded per rollout).
+    threads: the fused collector's threads (``FusedCollector``; the other collectors take 1)."""
     from rapidrl.train.collect.device import DeviceCollector
     from rapidrl.train.collect.fused import FusedCollector
     from rapidrl.train.collect.recurrent import RecurrentStepCollector
@@ -86,6 +87,8 @@ def make_collector(collection: str, env, policy, num_steps: int, device: torch.d
     if collection == "device":
         return DeviceCollector(env, policy, num_steps, cuda_graph=cuda_graph, generator=generator)
     if collection == "fused":
-        return FusedCollector(env, policy, num_steps, timer)
+        return FusedCollector(env, policy, num_steps, timer, threads)
+    if threads != 1:
+        raise ConfigError(f"threads={threads} applies to the fused collector (collection='fused')")
     cls = RecurrentStepCollector if policy.recurrent else StepCollector
     return cls(env, policy, num_steps, device, timer, generator)

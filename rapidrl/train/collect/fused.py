@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import numba
@@ -28,7 +29,7 @@ import torch
 
 from rapidrl.envs.core import kernels as env_kernels
 from rapidrl.envs.core.base import explain_empty_mask
-from rapidrl.envs.core.kernels import step_envs, unpack
+from rapidrl.envs.core.kernels import step_env_rows, unpack
 from rapidrl.kernels import distributions, mlp
 from rapidrl.kernels.cache import check_stale_cache, invalidate_stale_cache
 from rapidrl.kernels.distributions import (
@@ -56,7 +57,7 @@ def _normalize(obs, mean, std, clip, use_norm, out):
                 out[n, j] = obs[n, j]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count):
     for i in range(done.shape[0]):
         if done[i]:
@@ -66,7 +67,7 @@ def _record_episodes(done, done_return, done_length, ep_r, ep_l, ep_count):
             ep_count[0] = k + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std, clip, use_norm, cws, cbs, chs,
                   act, values_scratch, out_final_values_t):
     """Value of the true final observation where an episode was truncated (not terminated), else 0."""
@@ -84,27 +85,33 @@ def _final_values(obs_norm_scratch, final_obs, terminated, truncated, mean, std,
 
 
 @numba.njit(cache=True, nogil=True)
-def _observe(t, obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, head, values):
-    """The policy's input and outputs at step t: the raw observations obs [N, O] into raw_obs[t], normalized into
-    b_obs[t]; the actor MLP's outputs into head [N, A] and the critic's into values [N, 1]."""
-    raw_obs[t] = obs
-    _normalize(obs, mean, std, clip, use_norm, b_obs[t])
-    mlp_forward(b_obs[t], aws, abs_, act, ahs, head)
-    mlp_forward(b_obs[t], cws, cbs, act, chs, values)
+def _observe(t, lo, hi, obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, head,
+             values):
+    """The policy's input and outputs at step t for envs lo..hi-1: their raw observations (rows of obs [N, O]) into
+    raw_obs[t], normalized into b_obs[t]; the actor MLP's outputs into head [hi - lo, A] and the critic's into
+    values [hi - lo, 1]."""
+    raw_obs[t, lo:hi] = obs[lo:hi]
+    x = b_obs[t, lo:hi]
+    _normalize(obs[lo:hi], mean, std, clip, use_norm, x)
+    mlp_forward(x, aws, abs_, act, ahs, head)
+    mlp_forward(x, cws, cbs, act, chs, values)
 
 
 @numba.njit(cache=True, nogil=True)
-def step_and_store(env_code, env, actions, t, b_rewards, b_terminated, b_truncated):
-    """Step every env with ``actions`` (``step_envs``; env: the arena's ``ArenaViews``, ``unpack``) and store step t's
-    rewards and episode-end flags [N] (the fused collectors', PQN's included). Returns the first env whose new action
-    mask has no valid action, or -1 (the collector then stops and its caller refuses it: ``empty_mask_error``)."""
-    empty = step_envs(env_code, env.state, actions, env.params, env.elapsed, env.rng_key, env.rng_counter,
-                      env.next_step_mode, env.needs_reset, env.obs, env.rewards, env.terminated, env.truncated,
-                      env.final_obs, env.ep_return, env.ep_length, env.done_return, env.done_length, env.done,
-                      env.action_mask, env.final_action_mask)
-    b_rewards[t] = env.rewards
-    b_terminated[t] = env.terminated
-    b_truncated[t] = env.truncated
+def step_and_store(env_code, env, actions, t, b_rewards, b_terminated, b_truncated, lo=0, hi=-1):
+    """Step envs lo..hi-1 (hi = -1: to the last; ``step_env_rows``; env: the arena's ``ArenaViews``, ``unpack``) with
+    ``actions`` [N] or [N, A] (every env's row) and store step t's rewards and episode-end flags (the fused
+    collectors', PQN's included). Returns the first env whose new action mask has no valid action, or -1 (the
+    collector then stops and its caller refuses it: ``empty_mask_error``)."""
+    if hi < 0:
+        hi = env.elapsed.shape[0]
+    empty = step_env_rows(env_code, lo, hi, env.state, actions, env.params, env.elapsed, env.rng_key,
+                          env.rng_counter, env.next_step_mode, env.needs_reset, env.obs, env.rewards, env.terminated,
+                          env.truncated, env.final_obs, env.ep_return, env.ep_length, env.done_return,
+                          env.done_length, env.done, env.action_mask, env.final_action_mask)
+    b_rewards[t, lo:hi] = env.rewards[lo:hi]
+    b_terminated[t, lo:hi] = env.terminated[lo:hi]
+    b_truncated[t, lo:hi] = env.truncated[lo:hi]
     return empty
 
 
@@ -117,76 +124,80 @@ def empty_mask_error(env, stopped: int, what: str):
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
-                 ep_l, ep_count):
-    """After step t: the values of the final observations of truncated episodes into b_final_values[t], and the
-    episodes that ended into the episode statistics."""
-    _final_values(scratch_obs, env.final_obs, env.terminated, env.truncated, mean, std, clip, use_norm, cws, cbs, chs,
-                  act, values, b_final_values[t])
-    _record_episodes(env.done, env.done_return, env.done_length, ep_r, ep_l, ep_count)
+def _finish_step(t, lo, hi, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values,
+                 ep_r, ep_l, ep_count):
+    """After step t, for envs lo..hi-1: the values of the final observations of truncated episodes into
+    b_final_values[t], and the episodes that ended into the episode statistics."""
+    _final_values(scratch_obs, env.final_obs[lo:hi], env.terminated[lo:hi], env.truncated[lo:hi], mean, std, clip,
+                  use_norm, cws, cbs, chs, act, values, b_final_values[t, lo:hi])
+    _record_episodes(env.done[lo:hi], env.done_return[lo:hi], env.done_length[lo:hi], ep_r, ep_l, ep_count)
 
 
 @numba.njit(cache=True, nogil=True)
-def collect_discrete(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+def collect_discrete(env_code, arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                      b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                      b_final_values, raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l, ep_count):
-    """Collect T steps of N discrete-action envs into the rollout arrays ``b_*`` [T, N, ...]. Returns -1, or
-    ``t * N + i`` when env i's action mask after step t has no valid action (the rollout stops there).
+    """Collect T steps of envs lo..hi-1 (discrete actions) into their columns of the rollout arrays ``b_*``
+    [T, N, ...]. Returns -1, or ``t * N + i`` when env i's action mask after step t has no valid action (the rollout
+    stops there). Calls on disjoint env ranges may run at once in threads (``FusedCollector``'s ``threads``).
 
     env_code: the env's kernel key (a compile-time constant, bound by ``_collectors``).
     arena: the env's arena (``rapidrl.envs.core.kernels.unpack``: state, params, counters, RNG, outputs).
     b_action_masks [T, N, M]: the valid actions each step acted among, for an env with action masks (M > 0: the
     arena's ``action_mask``; M = 0: no masks, nothing written).
-    logits [N, A], values [N, 1], scratch_obs [N, O] are scratch.
+    logits [hi - lo, A], values [hi - lo, 1], scratch_obs [hi - lo, O] and the hidden scratch ``ahs``/``chs`` are
+    this range's scratch; ep_r, ep_l [T * (hi - lo)] and ep_count [1] its episode statistics.
     """
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     env = unpack(env_code, arena)
     n_steps, n_envs = b_values.shape
     masked = env.action_mask.shape[1] > 0
     for t in range(n_steps):
-        _observe(t, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, logits,
-                 values)
+        _observe(t, lo, hi, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs,
+                 logits, values)
         if masked:
-            b_action_masks[t] = env.action_mask
-        for i in range(n_envs):
+            b_action_masks[t, lo:hi] = env.action_mask[lo:hi]
+        for k in range(hi - lo):
+            i = lo + k
             if masked:
-                apply_action_mask(logits[i], env.action_mask[i])
-            lse = log_sum_exp(logits[i])
-            a = categorical_sample(logits[i], lse, np.random.random())  # noqa: NPY002
+                apply_action_mask(logits[k], env.action_mask[i])
+            lse = log_sum_exp(logits[k])
+            a = categorical_sample(logits[k], lse, np.random.random())  # noqa: NPY002
             b_actions[t, i] = a
-            b_log_probs[t, i] = logits[i, a] - lse
-            b_values[t, i] = values[i, 0]
-        empty = step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated)
+            b_log_probs[t, i] = logits[k, a] - lse
+            b_values[t, i] = values[k, 0]
+        empty = step_and_store(env_code, env, b_actions[t], t, b_rewards, b_terminated, b_truncated, lo, hi)
         if empty >= 0:
             return t * n_envs + empty
-        _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
-                     ep_l, ep_count)
+        _finish_step(t, lo, hi, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values,
+                     b_final_values, ep_r, ep_l, ep_count)
     return -1
 
 
 @numba.njit(cache=True, nogil=True)
-def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+def collect_continuous(env_code, arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                        log_std, low, high, tanh_squash, env_actions,
                        b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                        b_final_values, raw_obs, means, values, scratch_obs, ep_r, ep_l, ep_count):
-    """As ``collect_discrete`` for Box actions: raw Gaussian samples stored in b_actions [T, N, A],
-    env actions (clipped, or tanh-scaled to [low, high]) in ``env_actions`` [N, A]."""
+    """As ``collect_discrete`` for Box actions: raw Gaussian samples stored in b_actions [T, N, A], env actions
+    (clipped, or tanh-scaled to [low, high]) in ``env_actions`` [N, A] (rows lo..hi-1 written)."""
     np.random.seed(seed)  # noqa: NPY002 (Numba's per-thread generator)
     env = unpack(env_code, arena)
-    n_steps, n_envs = b_values.shape
+    n_steps = b_values.shape[0]
     n_dims = means.shape[1]
     for t in range(n_steps):
-        _observe(t, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs, means,
-                 values)
-        for i in range(n_envs):
+        _observe(t, lo, hi, env.obs, mean, std, clip, use_norm, aws, abs_, ahs, cws, cbs, chs, act, raw_obs, b_obs,
+                 means, values)
+        for k in range(hi - lo):
+            i = lo + k
             logp = 0.0
             for d in range(n_dims):
                 sd = math.exp(np.float64(log_std[d]))
                 z = np.random.standard_normal()  # noqa: NPY002
-                raw = np.float32(means[i, d] + sd * z)
+                raw = np.float32(means[k, d] + sd * z)
                 b_actions[t, i, d] = raw
                 r = np.float64(raw)
-                logp += gaussian_log_prob(r, means[i, d], np.float64(log_std[d]))
+                logp += gaussian_log_prob(r, means[k, d], np.float64(log_std[d]))
                 if tanh_squash:
                     half = (np.float64(high[d]) - low[d]) / 2.0
                     logp -= tanh_log_jacobian(r, half)
@@ -194,10 +205,10 @@ def collect_continuous(env_code, arena, aws, abs_, ahs, cws, cbs, chs, act, mean
                 else:
                     env_actions[i, d] = min(max(raw, low[d]), high[d])
             b_log_probs[t, i] = logp
-            b_values[t, i] = values[i, 0]
-        step_and_store(env_code, env, env_actions, t, b_rewards, b_terminated, b_truncated)
-        _finish_step(t, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values, b_final_values, ep_r,
-                     ep_l, ep_count)
+            b_values[t, i] = values[k, 0]
+        step_and_store(env_code, env, env_actions, t, b_rewards, b_terminated, b_truncated, lo, hi)
+        _finish_step(t, lo, hi, env, mean, std, clip, use_norm, cws, cbs, chs, act, scratch_obs, values,
+                     b_final_values, ep_r, ep_l, ep_count)
 
 
 # The collectors inline the core's step loop: recompile them whenever its source changes (an env's own functions
@@ -214,19 +225,20 @@ def _collectors(key: str) -> tuple:
     check_stale_cache(collect_discrete)  # before these closures' own cache files are first read
 
     @numba.njit(cache=True, nogil=True)
-    def discrete(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs, b_actions,
-                 b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values, raw_obs, b_action_masks,
-                 logits, values, scratch_obs, ep_r, ep_l, ep_count):
-        return collect_discrete(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+    def discrete(arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, b_obs,
+                 b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated, b_final_values, raw_obs,
+                 b_action_masks, logits, values, scratch_obs, ep_r, ep_l, ep_count):
+        return collect_discrete(key, arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
                                 b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated, b_truncated,
                                 b_final_values, raw_obs, b_action_masks, logits, values, scratch_obs, ep_r, ep_l,
                                 ep_count)
 
     @numba.njit(cache=True, nogil=True)
-    def continuous(arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std, low, high,
-                   tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards, b_terminated,
-                   b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r, ep_l, ep_count):
-        collect_continuous(key, arena, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std,
+    def continuous(arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std,
+                   low, high, tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards,
+                   b_terminated, b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r, ep_l,
+                   ep_count):
+        collect_continuous(key, arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std,
                            low, high, tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards,
                            b_terminated, b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r,
                            ep_l, ep_count)
@@ -273,6 +285,24 @@ def torch_device_type(device) -> str:
     return getattr(device, "type", str(device).split(":")[0])
 
 
+def env_ranges(num_envs: int, threads: int) -> list[tuple[int, int]]:
+    """``threads`` contiguous ranges (lo, hi) of near-equal size covering envs 0..num_envs-1 (the first ones larger
+    by one where they do not divide evenly)."""
+    size, extra = divmod(num_envs, threads)
+    bounds = [0]
+    for c in range(threads):
+        bounds.append(bounds[-1] + size + (c < extra))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def range_seeds(seed: int, threads: int) -> list[int]:
+    """The Numba generator's seed for each env range of a rollout seeded ``seed``: ``seed`` itself for one range (the
+    single-threaded collector's stream), else ``threads`` seeds drawn from ``np.random.SeedSequence(seed)``."""
+    if threads == 1:
+        return [int(seed)]
+    return [int(s) for s in np.random.SeedSequence(int(seed)).generate_state(threads)]
+
+
 class FusedCollector:
     """Collects rollouts of ``policy`` on ``env`` into a RolloutBuffer with one compiled call each.
 
@@ -280,13 +310,20 @@ class FusedCollector:
     ``policy`` (give it a separate copy of the policy to act with a published snapshot instead, as an
     asynchronous collector does). The kernels release the GIL (``nogil``), so a collector can run in a
     thread while PyTorch trains in another.
+
+    ``threads`` > 1 splits the envs into that many contiguous ranges (``env_ranges``), each collected by one compiled
+    call in its own thread (this one and ``threads - 1`` workers) with its own scratch and its own random stream
+    (``range_seeds``): the same rollout for a given seed and thread count on every run, a different one from another
+    thread count (the actions are drawn from other streams; the envs' own randomness is per env and unchanged).
     """
 
     seeded = True
     """Every rollout takes a seed (Numba's generator is reseeded with it): the learner draws one per rollout."""
 
-    def __init__(self, env, policy, num_steps: int, timer: PhaseTimer | None = None):
+    def __init__(self, env, policy, num_steps: int, timer: PhaseTimer | None = None, threads: int = 1):
         n, obs_dim = env.num_envs, policy.obs_dim
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= n:
+            raise ValueError(f"threads must be an int in [1, num_envs={n}], got {threads!r}")
         self.env, self.policy = env, policy
         self.timer = timer if timer is not None else PhaseTimer()
         self.discrete = policy.discrete
@@ -294,15 +331,24 @@ class FusedCollector:
         self.arena = env.arena
         self.aws, self.abs = mlp_arrays(policy.actor)
         self.cws, self.cbs = mlp_arrays(policy.critic)
-        self.ahs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
-        self.chs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
         self.act = ACTIVATION_CODES[policy.activation]
-        self.head = np.zeros((n, policy.action_dim), np.float32)
-        self.values = np.zeros((n, 1), np.float32)
-        self.scratch_obs = np.zeros((n, obs_dim), np.float32)
+        self.threads = threads
+        self.ranges = env_ranges(n, threads)
+        ahs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
+        chs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
+        head = np.zeros((n, policy.action_dim), np.float32)
+        values = np.zeros((n, 1), np.float32)
+        scratch_obs = np.zeros((n, obs_dim), np.float32)
         self.ep_r = np.zeros(num_steps * n, np.float32)
         self.ep_l = np.zeros(num_steps * n, np.int32)
-        self.ep_count = np.zeros(1, np.int64)
+        self.ep_count = np.zeros(threads, np.int64)
+        self._scratch = [  # each range's rows of the scratch, and its part of the episode statistics
+            (tuple(h[lo:hi] for h in ahs), tuple(h[lo:hi] for h in chs), head[lo:hi], values[lo:hi],
+             scratch_obs[lo:hi], self.ep_r[num_steps * lo:num_steps * hi], self.ep_l[num_steps * lo:num_steps * hi],
+             self.ep_count[c:c + 1])
+            for c, (lo, hi) in enumerate(self.ranges)]
+        self._workers = None if threads == 1 else ThreadPoolExecutor(threads - 1,
+                                                                       thread_name_prefix="rapidrl-collect")
         if not self.discrete:
             self.log_std = policy.log_std.detach().numpy()
             self.low = policy.action_low.numpy().astype(np.float32)
@@ -325,6 +371,12 @@ class FusedCollector:
         """Values [N] of the observations after the rollout (its bootstrap): the policy's critic."""
         return self.policy.value(obs)
 
+    def close(self) -> None:
+        """Stop the worker threads of ``threads`` > 1 (the collector cannot collect afterwards)."""
+        if self._workers is not None:
+            self._workers.shutdown()
+            self._workers = None
+
     def _collect(self, buffer, obs: np.ndarray, raw_obs: np.ndarray, obs_normalizer, seed: int
                  ) -> tuple[np.ndarray, np.ndarray]:
         buffer.reset()
@@ -333,25 +385,47 @@ class FusedCollector:
             mean, std, clip = norm.rms.mean, np.sqrt(norm.rms.var + norm.eps), norm.clip
         else:
             (mean, std), clip = self._no_stats, 0.0
-        self.ep_count[0] = 0
+        self.ep_count[:] = 0
         np.copyto(self.env.arrays.obs, obs)
-        common = (self.arena, self.aws, self.abs, self.ahs, self.cws, self.cbs, self.chs, self.act,
-                  mean, std, clip, norm is not None, seed)
+        weights = (self.aws, self.abs)
         storage = (buffer.obs, buffer.actions, buffer.log_probs, buffer.values, buffer.rewards, buffer.terminated,
                    buffer.truncated, buffer.final_values, raw_obs)
-        if self.discrete:
-            if buffer.action_mask_size != self.env.action_mask_size:
-                raise ValueError(f"the rollout stores action masks of width {buffer.action_mask_size}, the env's are "
-                                 f"{self.env.action_mask_size} wide")
-            stopped = self._collect_discrete(*common, *storage, buffer.action_masks, self.head, self.values,
-                                             self.scratch_obs, self.ep_r, self.ep_l, self.ep_count)
-            if stopped >= 0:
-                raise empty_mask_error(self.env, stopped, "the fused collector's")
-        else:
+        if self.discrete and buffer.action_mask_size != self.env.action_mask_size:
+            raise ValueError(f"the rollout stores action masks of width {buffer.action_mask_size}, the env's are "
+                             f"{self.env.action_mask_size} wide")
+
+        def run(c: int, seed_c: int):
+            lo, hi = self.ranges[c]
+            ahs, chs, head, values, scratch_obs, ep_r, ep_l, ep_count = self._scratch[c]
+            common = (self.arena, lo, hi, *weights, ahs, self.cws, self.cbs, chs, self.act, mean, std, clip,
+                      norm is not None, seed_c)
+            if self.discrete:
+                return self._collect_discrete(*common, *storage, buffer.action_masks, head, values, scratch_obs,
+                                              ep_r, ep_l, ep_count)
             self._collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
-                               self.env_actions, *storage, self.head, self.values, self.scratch_obs, self.ep_r,
-                               self.ep_l, self.ep_count)
+                                     self.env_actions, *storage, head, values, scratch_obs, ep_r, ep_l, ep_count)
+            return -1
+
+        seeds = range_seeds(seed, self.threads)
+        if self._workers is None:
+            if self.threads > 1:
+                raise RuntimeError("this collector was closed")
+            stops = [run(0, seeds[0])]
+        else:
+            others = [self._workers.submit(run, c, seeds[c]) for c in range(1, self.threads)]
+            try:
+                first = run(0, seeds[0])
+            finally:  # never leave a worker writing after an error here
+                rest = [f.result() for f in others]
+            stops = [first, *rest]
+        stopped = [s for s in stops if s >= 0]
+        if stopped:
+            raise empty_mask_error(self.env, min(stopped), "the fused collector's")
         buffer.mark_full()
         np.copyto(obs, self.env.arrays.obs)
-        k = int(self.ep_count[0])
-        return self.ep_r[:k], self.ep_l[:k]
+        counts = [int(k) for k in self.ep_count]
+        returns = [self._scratch[c][5][:k] for c, k in enumerate(counts)]
+        lengths = [self._scratch[c][6][:k] for c, k in enumerate(counts)]
+        if self.threads == 1:
+            return returns[0], lengths[0]
+        return np.concatenate(returns), np.concatenate(lengths)

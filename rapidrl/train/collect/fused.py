@@ -238,10 +238,10 @@ def _collectors(key: str) -> tuple:
                    low, high, tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards,
                    b_terminated, b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r, ep_l,
                    ep_count):
-        collect_continuous(key, arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed, log_std,
-                           low, high, tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values, b_rewards,
-                           b_terminated, b_truncated, b_final_values, raw_obs, means, values, scratch_obs, ep_r,
-                           ep_l, ep_count)
+        collect_continuous(key, arena, lo, hi, aws, abs_, ahs, cws, cbs, chs, act, mean, std, clip, use_norm, seed,
+                           log_std, low, high, tanh_squash, env_actions, b_obs, b_actions, b_log_probs, b_values,
+                           b_rewards, b_terminated, b_truncated, b_final_values, raw_obs, means, values, scratch_obs,
+                           ep_r, ep_l, ep_count)
 
     return discrete, continuous
 

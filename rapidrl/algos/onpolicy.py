@@ -406,8 +406,7 @@ class OnPolicyAlgorithm(Algorithm):
         with self.timer.phase("advantages"):
             if self.reward_scaler is not None:
                 done = self.buffer.terminated | self.buffer.truncated
-                for t in range(c.num_steps):
-                    self.buffer.rewards[t] = self.reward_scaler(self.buffer.rewards[t], done[t])
+                self.buffer.rewards[:] = self.reward_scaler.scale_rollout(self.buffer.rewards, done)
             last_values = self._last_values
             if last_values is None:
                 with torch.no_grad():

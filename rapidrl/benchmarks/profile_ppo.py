@@ -9,6 +9,8 @@ and under the process settings ``learn`` holds (``harness.as_in_learn``):
 - collection: the fused collector's one compiled call, split into env stepping (the same envs stepped ``T`` times
   with fixed actions through ``VecEnv.step``), the acting forward (the actor and critic MLPs on ``N`` observations,
   ``T`` times, ``MLPForward``: the collector's kernel) and the rest of the call (sampling, storage, episode sums);
+  with ``collect_threads`` 2 the call, in two threads, is one part, and its pieces are given in one thread's time
+  (the rest: the call's time on both threads less the pieces);
 - GAE (``_advantages``);
 - the update: its forward (the two MLPs on every minibatch, every epoch), Adam (the compiled step on every
   parameter, once per minibatch) and the rest of the compiled epoch (the loss, its gradient and the backward);
@@ -144,7 +146,7 @@ def profile(settings: dict | None = None, repeats: int = 20, seed: int = 0) -> d
     return {"seconds": seconds, "flops": flops, "rates": rates, "layer_rates": layer_rates, "hidden": hidden,
             "steps": steps, "minibatches": minibatches,
             "settings": {k: getattr(c, k) for k in ("num_envs", "num_steps", "minibatch_size", "update_epochs",
-                                                     "update_threads")},
+                                                     "update_threads", "collect_threads")},
             "numba_threads": _numba_threads(), "torch_threads": c.torch_threads,
             "matmul_threads": torch.get_num_threads()}
 
@@ -158,7 +160,7 @@ def _numba_threads() -> int:
 def rows(result: dict) -> list[tuple[str, float, float, str]]:
     """(part, µs per iteration, share of the iteration, FLOPs and lower bounds) in the table's order."""
     s, flops, rates = result["seconds"], result["flops"], result["rates"]
-    collect_rest = s["collect"] - s["env"] - s["acting_forward"]
+    collect_rest = s["collect"] * result["settings"].get("collect_threads", 1) - s["env"] - s["acting_forward"]
     backward = s["update"] - s["update_forward"] - s["adam"]
     between = s["iteration"] - s["collect"] - s["gae"] - s["update"]
 
@@ -175,9 +177,16 @@ def rows(result: dict) -> list[tuple[str, float, float, str]]:
     else:
         update = [("update: forward", s["update_forward"], bound("update_forward")),
                   ("update: loss, gradient, backward", backward, bound("update_backward"))]
-    parts = [("env stepping", s["env"], ""),
-             ("acting forward (actor + critic)", s["acting_forward"], bound("acting_forward")),
-             ("sampling, storage, episode sums (rest of the collector call)", collect_rest, ""),
+    threads = result["settings"].get("collect_threads", 1)
+    if threads == 1:
+        collection = [("env stepping", s["env"], ""),
+                      ("acting forward (actor + critic)", s["acting_forward"], bound("acting_forward")),
+                      ("sampling, storage, episode sums (rest of the collector call)", collect_rest, "")]
+    else:  # the parts were timed in one thread: the collector's call is one part (its threads overlap them)
+        collection = [(f"collection in {threads} threads (env stepping {1e6 * s['env']:,.0f} µs, acting forward "
+                       f"{1e6 * s['acting_forward']:,.0f} µs, the rest {1e6 * collect_rest:,.0f} µs, each timed in "
+                       "one thread)", s["collect"], bound("acting_forward"))]
+    parts = [*collection,
              ("GAE", s["gae"], ""),
              *update,
              ("update: Adam", s["adam"], ""),
@@ -207,10 +216,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--torch-threads", type=int, default=1, help="the throughput benchmark's (rapidrl bench train)")
     p.add_argument("--update-threads", type=int, choices=(1, 2), default=None,
                    help="the compiled epoch's threads (default: the preset's)")
+    p.add_argument("--collect-threads", type=int, choices=(1, 2), default=None,
+                   help="the fused collector's threads (default: the preset's)")
     args = p.parse_args(argv)
     settings = {"torch_threads": args.torch_threads}
     if args.update_threads is not None:
         settings["update_threads"] = args.update_threads
+    if args.collect_threads is not None:
+        settings["collect_threads"] = args.collect_threads
     result = profile(settings, repeats=args.repeats, seed=args.seed)
     print(f"settings {result['settings']}; the model's torch threads {result['torch_threads']}, numba threads "
           f"{result['numba_threads']}; {result['minibatches']} minibatches per update; matmul rates in "

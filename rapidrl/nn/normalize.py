@@ -31,9 +31,10 @@ class RunningMeanStd:
 
     def update(self, batch: np.ndarray) -> None:
         """batch: [B, *shape]."""
-        b_mean = batch.mean(axis=0)
-        b_var = batch.var(axis=0)
-        b_count = batch.shape[0]
+        self.merge(batch.mean(axis=0), batch.var(axis=0), batch.shape[0])
+
+    def merge(self, b_mean, b_var, b_count: int) -> None:
+        """Merge in a batch of ``b_count`` arrays with mean ``b_mean`` and variance ``b_var`` (``update``'s merge)."""
         delta = b_mean - self.mean
         total = self.count + b_count
         self.mean = self.mean + delta * (b_count / total)
@@ -95,6 +96,29 @@ class RewardScaler:
         """rewards [N], dones [N] bool -> scaled float32 rewards [N] (after ``update``)."""
         self.update(rewards, dones)
         return np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip).astype(np.float32)
+
+    def scale_rollout(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """rewards [T, N], dones [T, N] bool -> scaled float32 rewards [T, N]: bitwise what ``__call__`` on each step
+        in order gives, with the same statistics after, in a few whole-rollout NumPy calls instead of ~10 per step
+        (the per-step batch means and variances as row reductions, the merges of the running statistics in order)."""
+        returns = np.empty(rewards.shape, np.float64)
+        r = self.returns
+        for t in range(rewards.shape[0]):
+            r = r * self.gamma + rewards[t]
+            returns[t] = r
+            r = r.copy()
+            r[dones[t]] = 0.0
+        self.returns = r
+        b_means = returns.mean(axis=1)
+        b_vars = returns.var(axis=1)
+        scale_vars = np.empty(rewards.shape[0], np.float64)
+        rms = self.rms
+        for t in range(rewards.shape[0]):
+            rms.merge(b_means[t], b_vars[t], rewards.shape[1])
+            scale_vars[t] = rms.var
+        if returns.size:
+            self.max_abs = max(self.max_abs, float(np.abs(returns).max()))
+        return np.clip(rewards / np.sqrt(scale_vars + self.eps)[:, None], -self.clip, self.clip).astype(np.float32)
 
     def divisor(self, g_max: float) -> float:
         """SimbaV2's reward scale: max(sqrt(var + eps), max |return| / g_max), so that the scaled returns have unit

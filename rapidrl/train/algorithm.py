@@ -217,12 +217,14 @@ class Algorithm(PathSettings, Evaluation):
         """Add metrics to the current record (flushed to loggers after each update)."""
         self.metrics.update(values)
 
-    def _check_finite(self) -> None:
-        """Raise NonFiniteError if a recorded loss or a trained parameter is NaN or inf (at every report,
-        before the callbacks run; the callbacks that save skip non-finite states themselves)."""
+    def _check_finite(self, parameters: bool = True) -> None:
+        """Raise NonFiniteError if a recorded loss or (``parameters``) a trained parameter is NaN or inf (at every
+        report, before the callbacks run; the callbacks that save skip non-finite states themselves)."""
         bad = non_finite_loss(self.metrics)
         if bad is not None:
             raise NonFiniteError(f"{bad} is {self.metrics[bad]} at step {self.num_timesteps}; training stopped")
+        if not parameters:
+            return
         named = [(name, p) for module in self.trainable_modules() for name, p in module.named_parameters()]
         if not named:
             return
@@ -232,7 +234,7 @@ class Algorithm(PathSettings, Evaluation):
             bad = next(name for (name, _), m in zip(named, largest.tolist()) if not math.isfinite(m))
             raise NonFiniteError(f"parameter {bad} is not finite at step {self.num_timesteps}; training stopped")
 
-    def _flush_metrics(self) -> None:
+    def _flush_metrics(self, parameters_checked: bool = False) -> None:
         self.metrics["global_step"] = self.num_timesteps
         if self._returns:
             self.metrics["charts/episodic_return"] = float(np.mean(list(self._returns)[-20:]))
@@ -242,7 +244,9 @@ class Algorithm(PathSettings, Evaluation):
         self.metrics.update(rep)
         if self.dist is not None:
             self.dist.reduce_metrics(self.metrics)
-        self._check_finite()  # again: callbacks may have recorded metrics (evaluation, custom losses)
+        # again: callbacks may have recorded metrics (evaluation, custom losses); the parameters only where this
+        # update's report did not check them (a reduction over every parameter: 0.3 ms per PPO CartPole update)
+        self._check_finite(parameters=not parameters_checked)
         self.history.append(dict(self.metrics))
         for logger in self.loggers:
             logger.log(self.metrics, self.num_timesteps)
@@ -300,7 +304,7 @@ class Algorithm(PathSettings, Evaluation):
                 keep_going = cb.on_update_end(self) and keep_going
                 if report or not keep_going:
                     report_at = self._next_report()
-                    self._flush_metrics()
+                    self._flush_metrics(parameters_checked=report)
                     recent = self.recent_returns(20)
                     progress.update(self.num_timesteps, self.metrics["charts/SPS"],
                                     float(np.mean(recent)) if recent else None)

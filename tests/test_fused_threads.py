@@ -126,3 +126,12 @@ def test_the_collector_refuses_a_thread_count_it_cannot_split_and_a_closed_one_r
     collector.close()
     with pytest.raises(RuntimeError, match="closed"):
         collector.collect(model.buffer, model._obs, model._raw_obs, None, 0)
+
+
+def test_the_docs_example_runs(capsys):
+    """docs/ppo.md's example of collect_threads=2 (the page's earlier blocks train for minutes: this one runs alone)."""
+    from docs_examples import python_blocks
+
+    block = next(b for b in python_blocks("ppo.md") if "collect_threads=2" in b)
+    exec(compile(block, "docs/ppo.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "fused [(0, 32), (32, 64)]"

@@ -29,6 +29,7 @@ import torch
 
 from rapidrl.algos.ppo import PPO, PPOConfig
 from rapidrl.algos.registry import register
+from rapidrl.envs.core.base import current_action_masks
 from rapidrl.envs.multiagent import MultiAgentVecEnvBase
 from rapidrl.nn.policies import ActorCritic, mlp
 from rapidrl.train.config import require, with_defaults
@@ -150,10 +151,9 @@ class MAPPO(PPO):
         obs, seed = self._reset_for_evaluation(env)
         returns = np.zeros(n_episodes)
         finished = np.zeros(n_episodes, dtype=bool)
-        masked = getattr(env, "has_action_masks", False)  # PettingZoo's observation masks: act on the valid actions
         with self._process_settings(), self._evaluation_rngs(seed, deterministic):
             while not finished.all():
-                masks = env.action_masks() if masked else None
+                masks = current_action_masks(env)  # PettingZoo's observation masks: act on the valid actions
                 obs, _, _, _, info = env.step(self._policy_actions(np.asarray(obs), deterministic, masks))
                 returns += np.where(finished, 0.0, info["team_reward"])
                 finished |= info["_team_episode"]

@@ -36,6 +36,7 @@ import numpy as np
 
 from rapidrl.buffers.persist import read_buffer_dir
 from rapidrl.buffers.replay import ReplayBuffer
+from rapidrl.envs.core.base import current_action_masks
 
 __all__ = ["DatasetError", "Episode", "OfflineDataset", "check_episode", "collect_episodes", "dataset_dir",
            "iter_episodes", "load_dataset", "normalized_score", "policy_return", "read_header", "replay_episodes",
@@ -616,9 +617,8 @@ def _act(env, act: Callable[..., np.ndarray], obs: np.ndarray, starts: np.ndarra
     """``act``'s actions for obs [N, ...]: with the episode starts when ``with_starts``, and with ``action_masks=`` on
     an env that has them."""
     args = (obs, starts) if with_starts else (obs,)
-    if getattr(env, "has_action_masks", False):
-        return act(*args, action_masks=np.asarray(env.action_masks(), bool))
-    return act(*args)
+    masks = current_action_masks(env)
+    return act(*args) if masks is None else act(*args, action_masks=masks)
 
 
 def policy_return(env, act: Callable[..., np.ndarray], seed: int | None = 0, *, with_starts: bool = False

@@ -12,6 +12,7 @@ import contextlib
 
 import numpy as np
 
+from rapidrl.envs.core.base import current_action_masks
 from rapidrl.train.progress import EvaluationProgress
 
 __all__ = ["EVAL_SEED_OFFSET", "Evaluation", "check_finite_observations", "check_n_episodes", "make_env"]
@@ -104,14 +105,13 @@ class Evaluation:
         finished = np.zeros(n_episodes, dtype=bool)
         starts = np.ones(n_episodes, dtype=bool)
         act = self.episode_actor(n_episodes, deterministic)
-        masked = getattr(env, "has_action_masks", False)
         with EvaluationProgress(n_episodes, f"eval {self.env_id or ''}".strip(), enabled=progress) as bar:
             steps = 0
             while not finished.all():
                 obs = np.asarray(obs)
                 check_finite_observations(obs, f"evaluate (step {steps} of {self.env_id or 'the eval env'})")
                 # an env with action masks: the policy acts on the valid actions only
-                actions = act(obs, starts, env.action_masks()) if masked else act(obs, starts)
+                actions = act(obs, starts, current_action_masks(env))
                 obs, rewards, term, trunc, _ = env.step(actions)
                 returns += np.where(finished, 0.0, rewards)
                 starts = term | trunc

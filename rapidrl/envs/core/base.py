@@ -86,6 +86,16 @@ def explain_empty_mask(row: int, agents: int, step: int | None, what: str, colum
                            "final state may have none); fix the env's mask (docs/masks.md)")
 
 
+def current_action_masks(env) -> np.ndarray | None:
+    """bool [N, M]: the valid actions of each row's current observation where the vector ``env`` states action masks
+    (``has_action_masks``: rapidrl's envs, the Gymnasium adapters of sb3-contrib-style ``action_masks()``, PettingZoo
+    observation masks), else None: the one place where acting outside training (evaluation, ``rapidrl collect``,
+    multi-agent evaluation) fetches them."""
+    if getattr(env, "has_action_masks", False):
+        return np.asarray(env.action_masks(), bool)
+    return None
+
+
 def parse_autoreset_mode(mode) -> AutoresetMode:
     """Accept an ``AutoresetMode`` or its name/value ('same_step', 'SameStep', ...)."""
     if isinstance(mode, AutoresetMode):

@@ -349,7 +349,7 @@ def cmd_plot(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from rapidrl.export import FORMATS, export_policy
+    from rapidrl.export import FORMATS, DeterministicPolicy, write_policy
 
     if args.format not in FORMATS:
         raise CLIError(f"--format must be one of {', '.join(FORMATS)}, got {args.format!r}")
@@ -357,12 +357,13 @@ def cmd_export(args) -> int:
     default = Path(args.run) / ("policy.onnx" if args.format == "onnx" else "policy.ts")
     out = Path(args.out) if args.out else (default if Path(args.run).is_dir() else path.with_suffix(default.suffix))
     try:
-        written = export_policy(model, out, args.format)
+        policy = DeterministicPolicy(model)
+        written = write_policy(policy, tuple(model.observation_space.shape), out, args.format)
     except (ValueError, ImportError) as e:
         raise CLIError(str(e)) from None
     shape = "x".join(str(d) for d in model.observation_space.shape)
     inputs, outputs = f"obs: [B, {shape}] float32, raw observations", "env actions"
-    size = getattr(model.deterministic_module(), "state_size", None)  # a recurrent policy's (RecurrentMode)
+    size = policy.state_size
     if size is not None:
         inputs += f"; state: [B, {size}] float32, zeros for fresh episodes; episode_start: [B] bool"
         outputs += f", state_out [B, {size}] (the next step's state)"

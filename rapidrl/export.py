@@ -46,6 +46,7 @@ class DeterministicPolicy(nn.Module):
         self.obs_dim = int(np.prod(model.observation_space.shape))
         self.mask_size = int(getattr(model, "action_mask_size", 0))
         self.net = model.deterministic_module()
+        self.state_size = getattr(self.net, "state_size", None)  # a recurrent policy's (RecurrentMode), else None
 
     def forward(self, obs: torch.Tensor, *inputs: torch.Tensor):
         return self.net(obs.reshape(obs.shape[0], self.obs_dim).float(), *inputs)
@@ -57,13 +58,18 @@ def export_policy(model, path, fmt: str | None = None) -> Path:
     fmt: "onnx" or "torchscript"; ``None`` picks it from the suffix (.onnx -> onnx, anything else ->
     torchscript). The batch dimension stays dynamic.
     """
+    return write_policy(DeterministicPolicy(model), tuple(model.observation_space.shape), path, fmt)
+
+
+def write_policy(policy: DeterministicPolicy, obs_shape: tuple, path, fmt: str | None = None) -> Path:
+    """``export_policy`` of a ``DeterministicPolicy`` built already (``rapidrl export`` describes its inputs from it);
+    ``obs_shape``: the model's observation shape."""
     path = Path(path)
     fmt = fmt or ("onnx" if path.suffix == ".onnx" else "torchscript")
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
-    policy = DeterministicPolicy(model)
     recurrent = isinstance(policy.net, RecurrentMode)
-    example = (torch.zeros((2, *model.observation_space.shape), dtype=torch.float32),)
+    example = (torch.zeros((2, *obs_shape), dtype=torch.float32),)
     names, outputs = ["obs"], ["actions"]
     axes = {"obs": {0: "batch"}, "actions": {0: "batch"}}
     if recurrent:  # the state in and out, and where episodes start

@@ -135,3 +135,10 @@ def test_the_docs_example_runs(capsys):
     block = next(b for b in python_blocks("ppo.md") if "collect_threads=2" in b)
     exec(compile(block, "docs/ppo.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "fused [(0, 32), (32, 64)]"
+
+
+def test_the_asynchronous_collectors_thread_splits_its_envs_too():
+    model = _model("CartPole-v1", 2, async_collect=True)
+    model.learn(3 * 7 * 64, progress_bar=False)
+    assert model.async_collector.collector.ranges == [(0, 4), (4, 7)]
+    assert model.num_timesteps == 3 * 7 * 64 and model.num_episodes > 0

@@ -26,7 +26,9 @@ the recorded one: its policy and medium-replay are then the same recipe, not the
 and ``--record`` adds that CPU's hashes beside the others, as the golden runs do. Measured 2026-12-07 on an AMD EPYC
 (AVX2) against the Intel Xeon (AVX-512) the sources were made on: medium came out bitwise the same for both tasks
 (the committed policy, acting through the compiled MLP forward, and MuJoCo agree there), but not on an AMD EPYC Zen 4
-(AVX-512, HalfCheetah, the same day: its own medium hash; why is not known); the re-run policies differed
+(AVX-512, HalfCheetah, the same day: its own medium hash; why is not known: on that Zen 4, ATen's kernels at AVX2,
+MKL and oneDNN at AVX2, NumPy's AVX-512 dispatch off, SciPy's OpenBLAS on its Haswell kernels and Numba's code for
+a Haswell each left the medium hash as it was, 2026-12-07 evening); the re-run policies differed
 (Hopper's reached a deterministic 3,060.8 at step 130,000 against 1,299.0, HalfCheetah's 3,715.7 at 60,000 against
 4,002.4), so medium-replay differed (mean episode return 305.9 against 269.7; 1,392.9 against 1,243.3).
 

@@ -87,38 +87,36 @@ class RewardScaler:
 
     def update(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         """Add one step's rewards [N] to the discounted returns and their statistics; restart where ``dones`` [N]."""
-        self.returns = self.returns * self.gamma + rewards
-        self.rms.update(self.returns)
-        self.max_abs = max(self.max_abs, float(np.abs(self.returns).max()))
-        self.returns[dones] = 0.0
+        self._advance(rewards[None], dones[None])
 
     def __call__(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
         """rewards [N], dones [N] bool -> scaled float32 rewards [N] (after ``update``)."""
-        self.update(rewards, dones)
-        return np.clip(rewards / np.sqrt(self.rms.var + self.eps), -self.clip, self.clip).astype(np.float32)
+        return self.scale_rollout(rewards[None], dones[None])[0]
 
     def scale_rollout(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
-        """rewards [T, N], dones [T, N] bool -> scaled float32 rewards [T, N]: bitwise what ``__call__`` on each step
-        in order gives, with the same statistics after, in a few whole-rollout NumPy calls instead of ~10 per step
-        (the per-step batch means and variances as row reductions, the merges of the running statistics in order)."""
+        """rewards [T, N], dones [T, N] bool -> scaled float32 rewards [T, N]: step t's rewards divided by the std
+        after step t's update, as T calls in order give, in a few whole-rollout NumPy calls."""
+        variances = self._advance(rewards, dones)
+        return np.clip(rewards / np.sqrt(variances + self.eps)[:, None], -self.clip, self.clip).astype(np.float32)
+
+    def _advance(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        """Add T steps' rewards [T, N] to the discounted returns, one step after another, and merge each step's
+        returns into the statistics in order (their means and variances as row reductions: bitwise the one-step
+        reductions); restart where ``dones`` [T, N]. Returns the variance after each step [T]."""
         returns = np.empty(rewards.shape, np.float64)
         r = self.returns
         for t in range(rewards.shape[0]):
-            r = r * self.gamma + rewards[t]
+            r = r * self.gamma + rewards[t]  # a new array: the restart below leaves returns[t] as it is
             returns[t] = r
-            r = r.copy()
             r[dones[t]] = 0.0
         self.returns = r
-        b_means = returns.mean(axis=1)
-        b_vars = returns.var(axis=1)
-        scale_vars = np.empty(rewards.shape[0], np.float64)
-        rms = self.rms
-        for t in range(rewards.shape[0]):
-            rms.merge(b_means[t], b_vars[t], rewards.shape[1])
-            scale_vars[t] = rms.var
+        variances = np.empty(rewards.shape[0], np.float64)
+        for t, (b_mean, b_var) in enumerate(zip(returns.mean(axis=1), returns.var(axis=1), strict=True)):
+            self.rms.merge(b_mean, b_var, rewards.shape[1])
+            variances[t] = self.rms.var
         if returns.size:
             self.max_abs = max(self.max_abs, float(np.abs(returns).max()))
-        return np.clip(rewards / np.sqrt(scale_vars + self.eps)[:, None], -self.clip, self.clip).astype(np.float32)
+        return variances
 
     def divisor(self, g_max: float) -> float:
         """SimbaV2's reward scale: max(sqrt(var + eps), max |return| / g_max), so that the scaled returns have unit

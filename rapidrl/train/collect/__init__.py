@@ -84,11 +84,11 @@ def make_collector(collection: str, env, policy, num_steps: int, device: torch.d
 
     if cuda_graph and collection != "device":
         raise ConfigError("cuda_graph=True applies to the device path (collection='device')")
+    if threads != 1 and collection != "fused":
+        raise ConfigError(f"threads={threads} applies to the fused collector (collection='fused')")
     if collection == "device":
         return DeviceCollector(env, policy, num_steps, cuda_graph=cuda_graph, generator=generator)
     if collection == "fused":
         return FusedCollector(env, policy, num_steps, timer, threads)
-    if threads != 1:
-        raise ConfigError(f"threads={threads} applies to the fused collector (collection='fused')")
     cls = RecurrentStepCollector if policy.recurrent else StepCollector
     return cls(env, policy, num_steps, device, timer, generator)

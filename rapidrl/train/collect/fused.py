@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import gymnasium as gym
 import numba
@@ -285,6 +286,20 @@ def torch_device_type(device) -> str:
     return getattr(device, "type", str(device).split(":")[0])
 
 
+class RangeScratch(NamedTuple):
+    """One env range's rows of a fused collector's scratch (``FusedCollector``) and its part of the episode
+    statistics."""
+
+    ahs: tuple
+    chs: tuple
+    head: np.ndarray
+    values: np.ndarray
+    obs: np.ndarray
+    ep_r: np.ndarray
+    ep_l: np.ndarray
+    ep_count: np.ndarray
+
+
 def env_ranges(num_envs: int, threads: int) -> list[tuple[int, int]]:
     """``threads`` contiguous ranges (lo, hi) of near-equal size covering envs 0..num_envs-1 (the first ones larger
     by one where they do not divide evenly)."""
@@ -332,20 +347,18 @@ class FusedCollector:
         self.aws, self.abs = mlp_arrays(policy.actor)
         self.cws, self.cbs = mlp_arrays(policy.critic)
         self.act = ACTIVATION_CODES[policy.activation]
-        self.threads = threads
         self.ranges = env_ranges(n, threads)
         ahs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
         chs = tuple(np.zeros((n, h), np.float32) for h in policy.hidden)
         head = np.zeros((n, policy.action_dim), np.float32)
         values = np.zeros((n, 1), np.float32)
         scratch_obs = np.zeros((n, obs_dim), np.float32)
-        self.ep_r = np.zeros(num_steps * n, np.float32)
-        self.ep_l = np.zeros(num_steps * n, np.int32)
+        ep_r, ep_l = np.zeros(num_steps * n, np.float32), np.zeros(num_steps * n, np.int32)
         self.ep_count = np.zeros(threads, np.int64)
-        self._scratch = [  # each range's rows of the scratch, and its part of the episode statistics
-            (tuple(h[lo:hi] for h in ahs), tuple(h[lo:hi] for h in chs), head[lo:hi], values[lo:hi],
-             scratch_obs[lo:hi], self.ep_r[num_steps * lo:num_steps * hi], self.ep_l[num_steps * lo:num_steps * hi],
-             self.ep_count[c:c + 1])
+        self._scratch = [
+            RangeScratch(tuple(h[lo:hi] for h in ahs), tuple(h[lo:hi] for h in chs), head[lo:hi], values[lo:hi],
+                         scratch_obs[lo:hi], ep_r[num_steps * lo:num_steps * hi], ep_l[num_steps * lo:num_steps * hi],
+                         self.ep_count[c:c + 1])
             for c, (lo, hi) in enumerate(self.ranges)]
         self._workers = None if threads == 1 else ThreadPoolExecutor(threads - 1,
                                                                        thread_name_prefix="rapidrl-collect")
@@ -395,37 +408,30 @@ class FusedCollector:
                              f"{self.env.action_mask_size} wide")
 
         def run(c: int, seed_c: int):
-            lo, hi = self.ranges[c]
-            ahs, chs, head, values, scratch_obs, ep_r, ep_l, ep_count = self._scratch[c]
-            common = (self.arena, lo, hi, *weights, ahs, self.cws, self.cbs, chs, self.act, mean, std, clip,
+            (lo, hi), sc = self.ranges[c], self._scratch[c]
+            common = (self.arena, lo, hi, *weights, sc.ahs, self.cws, self.cbs, sc.chs, self.act, mean, std, clip,
                       norm is not None, seed_c)
             if self.discrete:
-                return self._collect_discrete(*common, *storage, buffer.action_masks, head, values, scratch_obs,
-                                              ep_r, ep_l, ep_count)
+                return self._collect_discrete(*common, *storage, buffer.action_masks, sc.head, sc.values, sc.obs,
+                                              sc.ep_r, sc.ep_l, sc.ep_count)
             self._collect_continuous(*common, self.log_std, self.low, self.high, self.policy.squash == "tanh",
-                                     self.env_actions, *storage, head, values, scratch_obs, ep_r, ep_l, ep_count)
+                                     self.env_actions, *storage, sc.head, sc.values, sc.obs, sc.ep_r, sc.ep_l,
+                                     sc.ep_count)
             return -1
 
-        seeds = range_seeds(seed, self.threads)
-        if self._workers is None:
-            if self.threads > 1:
-                raise RuntimeError("this collector was closed")
-            stops = [run(0, seeds[0])]
-        else:
-            others = [self._workers.submit(run, c, seeds[c]) for c in range(1, self.threads)]
-            try:
-                first = run(0, seeds[0])
-            finally:  # never leave a worker writing after an error here
-                rest = [f.result() for f in others]
-            stops = [first, *rest]
-        stopped = [s for s in stops if s >= 0]
+        threads = len(self.ranges)
+        if threads > 1 and self._workers is None:
+            raise RuntimeError("this collector was closed")
+        seeds = range_seeds(seed, threads)
+        others = [self._workers.submit(run, c, seeds[c]) for c in range(1, threads)]
+        try:
+            first = run(0, seeds[0])
+        finally:  # never leave a worker writing after an error here
+            rest = [f.result() for f in others]
+        stopped = [s for s in (first, *rest) if s >= 0]
         if stopped:
             raise empty_mask_error(self.env, min(stopped), "the fused collector's")
         buffer.mark_full()
         np.copyto(obs, self.env.arrays.obs)
-        counts = [int(k) for k in self.ep_count]
-        returns = [self._scratch[c][5][:k] for c, k in enumerate(counts)]
-        lengths = [self._scratch[c][6][:k] for c, k in enumerate(counts)]
-        if self.threads == 1:
-            return returns[0], lengths[0]
-        return np.concatenate(returns), np.concatenate(lengths)
+        ended = [(sc.ep_r[:k], sc.ep_l[:k]) for sc, k in zip(self._scratch, self.ep_count.tolist(), strict=True)]
+        return np.concatenate([r for r, _ in ended]), np.concatenate([n for _, n in ended])

@@ -1,8 +1,8 @@
 """Learning parity under ``precision="bf16"`` (slow; run in CI): the float32 learning tests' tasks, presets, step
 budgets, thresholds and seeds, with bf16 autocast (``rapidrl.train.precision``) and the "torch" gradient backend
 it needs. These are the tests ``Algorithm.bf16_learning_tested`` refers to: PPO (MinAtar Breakout,
-InvertedPendulum, CartPole), DQN (MinAtar Breakout), SAC (InvertedPendulum), CrossQ and TQC (Pendulum) may be given
-bf16 by ``precision="auto"``; algorithms without such a test never are.
+InvertedPendulum, CartPole), DQN (MinAtar Breakout), SAC (InvertedPendulum), CrossQ, TQC and TD3 (Pendulum) may be
+given bf16 by ``precision="auto"``; algorithms without such a test never are.
 
 The float32 originals, whose helpers (threshold measurement, early-stopping evaluation) are reused unchanged:
 ``test_learning_pixels.py``, ``test_learning_mujoco.py``, ``test_learning_onpolicy.py``. Plus an Atari smoke
@@ -16,7 +16,8 @@ acting forward (quiet machine, 2 workers): SAC InvertedPendulum 35.9, 34.4, 24.4
 30.6 s; all six reached their thresholds. CrossQ and TQC on Pendulum (2026-11-27, heavy-work lock, 1 thread; mean
 of 10 evaluation episodes every 1k steps until -200): CrossQ bf16 seeds 0-2 at 3k, 5k, 4k steps (15.0, 21.1, 16.9 s;
 float32 seeds 1-2 at 3k, 4k), TQC bf16 seeds 0-2 at 6k, 5k, 4k steps (17.4, 13.4, 10.8 s; float32 seeds 1-2 at 5k,
-4k); CI runs seed 0, as the float32 test.
+4k); CI runs seed 0, as the float32 test. TD3 on Pendulum (2026-12-07, Zen 4, beside one other 1-thread run): bf16
+seeds 0-2 at 7.5k steps each (best -123, -130, -129; 19-20 s), float32 seeds 1-2 at 5k and 7.5k (6-9 s).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import pytest
 import test_learning_mujoco as mujoco
 import test_learning_onpolicy as onpolicy
 import test_learning_pixels as pixels
+import test_sac_td3 as sac_td3
 import test_tqc_crossq_ddpg as continuous
 import torch
 
 import rapidrl as rr
+from rapidrl.train.callbacks import EvalCallback
 from rapidrl.train.precision import native_bf16
 
 BF16 = dict(precision="bf16")
@@ -88,6 +91,16 @@ def test_ppo_cartpole_bf16_solves_within_100k_steps(seed):
     model = _bf16(rr.PPO("CartPole-v1", seed=seed, **onpolicy.PPO_CARTPOLE, **BF16))
     ok, history = onpolicy.reaches(model, 475.0, 100_000, 5_000)
     assert ok, history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_td3_pendulum_bf16_reaches_minus_200_within_15k_steps(seed):
+    """The float32 test's settings, budget and threshold (test_sac_td3.py; 64x64, batch 128), seeds 0-2."""
+    model = _bf16(rr.TD3("Pendulum-v1", seed=seed, **sac_td3.LEARN, **BF16))
+    ev = EvalCallback(eval_freq=2_500, n_episodes=10, reward_threshold=-200)
+    model.learn(15_000, callback=ev, progress_bar=False)
+    assert max(mean for _, mean, _, _ in ev.history) >= -200, ev.history
 
 
 @pytest.mark.slow

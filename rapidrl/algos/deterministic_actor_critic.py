@@ -112,12 +112,13 @@ class DeterministicActorCritic:
         return self._handwritten_or_torch(lambda: simba_without_handwritten(self.config))
 
     def _bind_backend(self) -> None:
-        """The handwritten backend: the actor's forward and backward for the update (``MLPGrad``), another compiled
-        forward for acting (its own buffers: acting must not overwrite the update's saved activations), NumPy views
-        of the action bounds."""
+        """The handwritten backend: the actor's forward and backward for the update (``MLPGrad``); a compiled forward
+        for acting (its own buffers: acting must not overwrite the update's saved activations; also under
+        precision="bf16" on the CPU: ``_acts_compiled``) and NumPy views of the action bounds."""
         self._acting_forward = None
         if self.gradient_backend == "handwritten":
             self._actor_grad = MLPGrad(self.actor.net, "relu")
+        if self._acts_compiled():
             self._acting_forward = MLPForward(self.actor.net, "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
 

@@ -407,6 +407,14 @@ class OffPolicyAlgorithm(Algorithm):
     def _update_batch(self) -> int:
         return self.config.batch_size
 
+    def _acts_compiled(self) -> bool:
+        """Whether ``_bind_backend`` makes a compiled float32 MLP forward for acting (SAC, TD3, DDPG): on the
+        handwritten backend, and under precision="bf16" on the CPU with the MLP networks, whose torch update
+        autocasts while acting on one observation is per-call overhead that autocast adds to (SAC HalfCheetah acted
+        through the PyTorch actor lost most of bf16's gain end to end)."""
+        return self.gradient_backend == "handwritten" or (
+            self.precision == "bf16" and self.device.type == "cpu" and getattr(self.config, "network", "mlp") == "mlp")
+
     def _acting_path(self) -> PathChoice:
         """``paths["acting"]``: how the actions of training and ``predict`` are computed on the CPU."""
         if self._acting_forward is None:

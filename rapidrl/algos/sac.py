@@ -90,13 +90,10 @@ class SAC(SquashedGaussianActorCritic, OffPolicyAlgorithm):
     # -- gradient backends -----------------------------------------------------------------------
     def _bind_backend(self) -> None:
         """The handwritten backend: the actor's layers for the hand-written backward, NumPy views of its bounds for
-        the kernels, and the compiled MLP forward for acting on a few observations. precision="bf16" on the CPU
-        acts through that compiled float32 forward too (its update is the torch one): acting on one observation
-        is per-call overhead, which bf16 autocast adds to (SAC HalfCheetah acted through the PyTorch actor lost
-        most of bf16's gain end to end)."""
+        the kernels, and the compiled MLP forward for acting on a few observations (also under precision="bf16" on
+        the CPU: ``_acts_compiled``)."""
         self._acting_forward = None
-        bf16_on_cpu = self.precision == "bf16" and self.device.type == "cpu" and self.config.network == "mlp"
-        if self.gradient_backend == "handwritten" or bf16_on_cpu:
+        if self._acts_compiled():
             self._acting_forward = MLPForward([*self.actor.trunk, self.actor.head], "relu")
             self._scale_np, self._center_np = self.actor.scale.numpy(), self.actor.center.numpy()
         if self.gradient_backend == "handwritten":

@@ -59,10 +59,11 @@ class TD3(DeterministicActorCritic, OffPolicyAlgorithm):
     def _build_networks(self) -> None:
         self._build_actor_critic(n_critics=self.config.n_critics)
 
-    handwritten = HandwrittenBackend(
+    bf16_learning_tested = True  # tests/test_learning_bf16.py: Pendulum at the float32 test's settings, seeds 0-2
+    handwritten = HandwrittenBackend(  # gives way: update batch 256, 256x256, Zen 4, 2 threads: 5.1 ms bf16, 7.1 fp32
         by_hand="the critic ensemble's forward and backward in batched PyTorch (`rapidrl.nn.mlp_grad`); the actor "
                 "MLP's backward in Numba (`rapidrl.nn.numba_mlp.MLPGrad`); the loss gradients in PyTorch "
-                "(`rapidrl.algos.deterministic_actor_critic.compiled_steps`)")
+                "(`rapidrl.algos.deterministic_actor_critic.compiled_steps`)", gives_way_to_bf16=True)
 
     def _update_step(self, batch) -> torch.Tensor:
         """One TD3 update on a sampled minibatch (module docstring): smoothed target actions, then ``td3_steps``.

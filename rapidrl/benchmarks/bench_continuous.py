@@ -51,7 +51,7 @@ RUNS = {  # algo -> (env id, quick (warmup, steps), full (warmup, steps))
 RAPIDRL_CLASS = {"tqc": "TQC", "crossq": "CrossQ", "ddpg": "DDPG", "td3": "TD3"}
 """rapidrl's class (``rapidrl.<name>``) of each algorithm of ``RUNS``."""
 LEARNING_STARTS = 1_000
-AUTO_PRECISION = ("tqc", "crossq")
+AUTO_PRECISION = ("tqc", "crossq", "td3")
 """Algorithms also run at precision="auto" (where bf16 measured faster and has a learning test)."""
 HER_RUN = {"quick": (4_000, 1_000), "full": (12_000, 1_000)}  # (max steps, evaluation every)
 

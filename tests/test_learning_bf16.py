@@ -1,8 +1,8 @@
 """Learning parity under ``precision="bf16"`` (slow; run in CI): the float32 learning tests' tasks, presets, step
 budgets, thresholds and seeds, with bf16 autocast (``rapidrl.train.precision``) and the "torch" gradient backend
 it needs. These are the tests ``Algorithm.bf16_learning_tested`` refers to: PPO (MinAtar Breakout,
-InvertedPendulum, CartPole), DQN (MinAtar Breakout), SAC (InvertedPendulum), CrossQ, TQC and TD3 (Pendulum) may be
-given bf16 by ``precision="auto"``; algorithms without such a test never are.
+InvertedPendulum, CartPole), DQN (MinAtar Breakout), SAC (InvertedPendulum), CrossQ, TQC and TD3 (Pendulum) and
+SAC-discrete (CartPole) may be given bf16 by ``precision="auto"``; algorithms without such a test never are.
 
 The float32 originals, whose helpers (threshold measurement, early-stopping evaluation) are reused unchanged:
 ``test_learning_pixels.py``, ``test_learning_mujoco.py``, ``test_learning_onpolicy.py``. Plus an Atari smoke
@@ -18,6 +18,8 @@ of 10 evaluation episodes every 1k steps until -200): CrossQ bf16 seeds 0-2 at 3
 float32 seeds 1-2 at 3k, 4k), TQC bf16 seeds 0-2 at 6k, 5k, 4k steps (17.4, 13.4, 10.8 s; float32 seeds 1-2 at 5k,
 4k); CI runs seed 0, as the float32 test. TD3 on Pendulum (2026-12-07, Zen 4, beside one other 1-thread run): bf16
 seeds 0-2 at 7.5k steps each (best -123, -130, -129; 19-20 s), float32 seeds 1-2 at 5k and 7.5k (6-9 s).
+SAC-discrete's CartPole preset in bf16 (the same day and machine): seeds 0-2 reached 476, 476, 491 at 7.5k, 7.5k, 10k
+of its 20k steps (15-21 s).
 """
 
 from __future__ import annotations
@@ -101,6 +103,19 @@ def test_td3_pendulum_bf16_reaches_minus_200_within_15k_steps(seed):
     ev = EvalCallback(eval_freq=2_500, n_episodes=10, reward_threshold=-200)
     model.learn(15_000, callback=ev, progress_bar=False)
     assert max(mean for _, mean, _, _ in ev.history) >= -200, ev.history
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sac_discrete_cartpole_bf16_solves_with_the_preset(seed):
+    """test_sac_discrete.py's test (configs/sac_discrete_cartpole.toml, 475 within its budget) in bf16, seeds 0-2."""
+    from rapidrl.runs.config import PRESETS_DIR, read_toml
+
+    preset = read_toml(PRESETS_DIR / "sac_discrete_cartpole.toml")
+    model = _bf16(rr.SACDiscrete("CartPole-v1", seed=seed, **{**preset["algo"], **BF16}))
+    ev = EvalCallback(eval_freq=1_250, n_episodes=10, reward_threshold=475)
+    model.learn(preset["run"]["timesteps"], callback=ev, progress_bar=False)
+    assert max(mean for _, mean, _, _ in ev.history) >= 475, ev.history
 
 
 @pytest.mark.slow

@@ -175,6 +175,7 @@ class SACDiscrete(OffPolicyAlgorithm):
     supports_action_masks = True
     multi_input = True
     stat_names = ("critic_loss", "actor_loss", "ent_coef_loss", "ent_coef", "q_values", "entropy")
+    bf16_learning_tested = True  # tests/test_learning_bf16.py: the CartPole preset's test in bf16, seeds 0-2
 
     def _check_spaces(self) -> None:
         super()._check_spaces()

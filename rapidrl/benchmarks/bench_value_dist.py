@@ -74,11 +74,13 @@ CASES: dict[str, dict] = {
                      adam_eps=1.5e-4, per_alpha=0.5, per_beta=0.4, per_beta_anneal_steps=2_000, encoder="nature")),
     "sac_discrete_breakout": dict(
         title="SAC-discrete Breakout (CleanRL sac_atari.py defaults: batch 64 every 4 steps, target every 8000, "
-              "autotuned alpha, entropy scale 0.89; replay 20,000, 12k steps, learning from 4k)",
+              "autotuned alpha, entropy scale 0.89; replay 20,000, 12k steps, learning from 4k; rapidrl at the "
+              "Atari preset's precision=\"auto\": bf16 where native, the peer float32)",
         algo="sac_discrete", env="ALE/Breakout-v5", steps=12_000, learning_starts=4_000,
         cleanrl=("sac_atari.py", ["--env-id", "BreakoutNoFrameskip-v4", "--buffer-size", "20000"]),
         rapidrl=dict(buffer_size=20_000, batch_size=64, train_freq=4, gradient_steps=1, learning_rate=3e-4,
-                     tau=1.0, target_update_interval=8000, target_entropy_scale=0.89, encoder="nature")),
+                     tau=1.0, target_update_interval=8000, target_entropy_scale=0.89, encoder="nature",
+                     precision="auto")),  # the Atari preset's: bf16 where the CPU has it natively (the peer: float32)
 }
 
 

@@ -1,6 +1,6 @@
 """The value-distribution family and discrete SAC against the peers that ship them, end to end, each run in its own
-process: C51 against CleanRL's ``c51.py``, QR-DQN against sb3-contrib, Rainbow against CleanRL's
-``rainbow_atari.py``, SAC-discrete against CleanRL's ``sac_atari.py``.
+process: C51 against CleanRL's ``c51.py``, QR-DQN against sb3-contrib, IQN against Tianshou's, Rainbow against
+CleanRL's ``rainbow_atari.py``, SAC-discrete against CleanRL's ``sac_atari.py``.
 
 Each contender trains with the peer's settings (``CASES``: the peer's defaults, with the budget, the replay size and
 the warm-up cut to fit this machine; both sides get the same cuts). Every child prints a line per finished training
@@ -17,7 +17,9 @@ CleanRL through ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``), seeds and contenders i
 
 The CleanRL side needs ``RAPIDRL_CLEANRL_DIR`` (a directory holding ``cleanrl/`` and ``cleanrl_utils/`` of
 github.com/vwxyzjn/cleanrl) and ``RAPIDRL_CLEANRL_PYTHON`` (an interpreter with CleanRL's requirements: torch,
-gymnasium 0.29, ale-py, tyro, tensorboard); the sb3-contrib side ``RAPIDRL_SB3_PYTHON`` (``peers.sb3_python``).
+gymnasium 0.29, ale-py, tyro, tensorboard); the sb3-contrib side ``RAPIDRL_SB3_PYTHON`` (``peers.sb3_python``); the
+Tianshou side ``RAPIDRL_TIANSHOU_PYTHON`` (an interpreter with ``tianshou==2.0.1``; its run is Tianshou's own classes
+driven as its ``OffPolicyTrainer`` drives them, collect then update, printing a line per finished episode).
 A contender whose interpreter is missing is skipped and named. ``rapidrl bench value_dist`` runs every case;
 ``python -m rapidrl.benchmarks.bench_value_dist --case c51_cartpole --seeds 0 1 2`` one of them.
 """
@@ -72,6 +74,23 @@ CASES: dict[str, dict] = {
         rapidrl=dict(buffer_size=20_000, batch_size=32, train_freq=4, gradient_steps=1, learning_rate=6.25e-5,
                      n_step=3, target_update_interval=8000, tau=1.0, n_atoms=51, v_min=-10.0, v_max=10.0,
                      adam_eps=1.5e-4, per_alpha=0.5, per_beta=0.4, per_beta_anneal_steps=2_000, encoder="nature")),
+    "iqn_cartpole": dict(
+        title="IQN CartPole-v1 (Tianshou 2.0.1's test/discrete/test_iqn.py settings: 10 envs, a 64-64 feature MLP, "
+              "64 cosines, 8 + 8 fractions in the loss, 32 for acting, 3-step returns, gamma 0.9, Adam 3e-3, batch 64, "
+              "one gradient step per 10 env steps, target copied every 320 gradient steps, replay 20,000, epsilon 0.1 "
+              "to 10k steps then falling to 0.01 at 50k; 50k steps, learning from 640)",
+        algo="iqn", env="CartPole-v1", steps=50_000, learning_starts=640,
+        tianshou=dict(num_envs=10, hidden=[64, 64], num_cosines=64, sample_size=32, online_sample_size=8,
+                      target_sample_size=8, n_step=3, gamma=0.9, lr=3e-3, batch_size=64, collect_steps=10,
+                      updates_per_collect=1, target_update_freq=320, buffer_size=20_000, eps_train=0.1,
+                      eps_decay=[10_000, 50_000], eps_final=0.01),
+        # rapidrl counts the target interval in env steps (320 gradient steps x 10 env steps) and decays epsilon
+        # linearly over the whole run (Tianshou holds it for the first 10k steps)
+        rapidrl=dict(num_envs=10, hidden=(64, 64), quantile_embedding_dim=64, num_quantile_samples=32,
+                     num_tau_samples=8, num_tau_prime_samples=8, n_step=3, gamma=0.9, learning_rate=3e-3,
+                     batch_size=64, train_freq=1, gradient_steps=1, target_update_interval=3_200, tau=1.0,
+                     buffer_size=20_000, exploration_initial_eps=0.1, exploration_final_eps=0.01,
+                     exploration_fraction=1.0, adam_eps=1e-8, double_q=False, max_grad_norm=0.0)),
     "sac_discrete_breakout": dict(
         title="SAC-discrete Breakout (CleanRL sac_atari.py defaults: batch 64 every 4 steps, target every 8000, "
               "autotuned alpha, entropy scale 0.89; replay 20,000, 12k steps, learning from 4k; rapidrl at the "
@@ -128,6 +147,59 @@ model.learn(spec["steps"], callback=Report())
 """
 
 
+_TIANSHOU_JOB = """
+import json, sys
+import gymnasium as gym, numpy as np, torch
+from tianshou.algorithm import IQN
+from tianshou.algorithm.modelfree.iqn import IQNPolicy
+from tianshou.algorithm.optim import AdamOptimizerFactory
+from tianshou.data import Collector, CollectStats, VectorReplayBuffer
+from tianshou.env import DummyVectorEnv
+from tianshou.utils.net.common import Net
+from tianshou.utils.net.discrete import ImplicitQuantileNetwork
+from tianshou.utils.torch_utils import policy_within_training_step
+spec, seed = json.loads(sys.argv[1]), int(sys.argv[2])
+ts = spec["tianshou"]
+np.random.seed(seed)
+torch.manual_seed(seed)
+envs = DummyVectorEnv([lambda: gym.make(spec["env"]) for _ in range(ts["num_envs"])])
+envs.seed(seed)
+probe = gym.make(spec["env"])
+feature = Net(state_shape=probe.observation_space.shape, action_shape=ts["hidden"][-1], hidden_sizes=ts["hidden"][:-1],
+              softmax=False)
+net = ImplicitQuantileNetwork(preprocess_net=feature, action_shape=int(probe.action_space.n),
+                              num_cosines=ts["num_cosines"])
+policy = IQNPolicy(model=net, action_space=probe.action_space, sample_size=ts["sample_size"],
+                   online_sample_size=ts["online_sample_size"], target_sample_size=ts["target_sample_size"],
+                   eps_training=ts["eps_train"], eps_inference=0.05)
+algorithm = IQN(policy=policy, optim=AdamOptimizerFactory(lr=ts["lr"]), gamma=ts["gamma"],
+                n_step_return_horizon=ts["n_step"], target_update_freq=ts["target_update_freq"])
+buf = VectorReplayBuffer(ts["buffer_size"], buffer_num=ts["num_envs"])
+collector = Collector[CollectStats](algorithm, envs, buf, exploration_noise=True)
+step = 0
+def report(stats):
+    global step
+    step += stats.n_collected_steps
+    for r in stats.returns:
+        print(f"global_step={step}, episodic_return={float(r)}", flush=True)
+start, end = ts["eps_decay"]
+with policy_within_training_step(policy):  # as Tianshou's OffPolicyTrainer: collect, then update
+    collector.reset()
+    report(collector.collect(n_step=spec["learning_starts"]))
+    while step < spec["steps"]:
+        frac = min(max((step - start) / (end - start), 0.0), 1.0)
+        policy.set_eps_training(ts["eps_train"] + frac * (ts["eps_final"] - ts["eps_train"]))
+        report(collector.collect(n_step=ts["collect_steps"]))
+        for _ in range(ts["updates_per_collect"]):
+            algorithm.update(buffer=buf, sample_size=ts["batch_size"])
+"""
+
+
+def tianshou_python() -> str | None:
+    """The interpreter with Tianshou 2.0 (``RAPIDRL_TIANSHOU_PYTHON``: torch, gymnasium, tianshou), or None."""
+    return os.environ.get("RAPIDRL_TIANSHOU_PYTHON") or None
+
+
 _IMPORT_ALE = "try:\n    import ale_py  # noqa: F401\nexcept ImportError:\n    pass\n"
 
 
@@ -166,6 +238,9 @@ def run_contender(case: str, contender: str, seed: int, threads: int) -> dict:
         # ale-py 0.9 registers the Atari ids when imported; CleanRL's gym.make does not import it: a sitecustomize does
         Path(cwd, "sitecustomize.py").write_text(_IMPORT_ALE)
         env["PYTHONPATH"] = os.pathsep.join([str(root), cwd])
+    elif contender == "tianshou":
+        cmd = [tianshou_python(), "-c", _TIANSHOU_JOB, json.dumps(spec), str(seed)]
+        cwd = tempfile.gettempdir()
     else:  # sb3-contrib
         cmd = [sb3_python(), "-c", _SB3_JOB, json.dumps(spec), str(seed)]
         cwd = tempfile.gettempdir()
@@ -192,6 +267,8 @@ def contenders(case: str) -> list[str]:
         out.append("cleanrl")
     if "sb3" in spec:
         out.append("sb3_contrib")
+    if "tianshou" in spec and tianshou_python() is not None:
+        out.append("tianshou")
     return out
 
 
@@ -245,7 +322,7 @@ def extras(ctx: Context):
     out = []
     for name in names:
         out += rows(name, compare(name, seeds, thread_counts()))
-    return ("C51, QR-DQN, Rainbow and SAC-discrete against the peers that ship them (each run in its own process; "
+    return ("C51, QR-DQN, IQN, Rainbow and SAC-discrete against the peers that ship them (each run in its own process; "
             "training SPS after the warm-up, stamped by the parent)"), out
 
 

@@ -35,3 +35,25 @@ def test_each_case_configures_its_algorithm(case):
     config_class = get_algorithm(spec["algo"]).config_class
     config = config_class(**{**spec["rapidrl"], "learning_starts": spec["learning_starts"]})
     config.validate()
+
+
+def test_tianshou_runs_where_its_interpreter_is_named(monkeypatch):
+    monkeypatch.delenv("RAPIDRL_TIANSHOU_PYTHON", raising=False)
+    assert bench.contenders("iqn_cartpole") == ["rapidrl"]
+    monkeypatch.setenv("RAPIDRL_TIANSHOU_PYTHON", "/opt/tianshou/bin/python")
+    assert bench.contenders("iqn_cartpole") == ["rapidrl", "tianshou"]
+    assert "tianshou" not in bench.contenders("c51_cartpole")
+
+
+def test_iqn_case_is_tianshous_test_setting_in_rapidrls_units():
+    """The same run on both sides: Tianshou's target interval (gradient steps) and update ratio in env steps."""
+    spec = bench.CASES["iqn_cartpole"]
+    ts, ours = spec["tianshou"], spec["rapidrl"]
+    env_steps_per_update = ts["collect_steps"] / ts["updates_per_collect"]
+    assert ours["train_freq"] * ours["num_envs"] / ours["gradient_steps"] == env_steps_per_update
+    assert ours["target_update_interval"] == ts["target_update_freq"] * env_steps_per_update
+    assert (ours["num_tau_samples"], ours["num_tau_prime_samples"], ours["num_quantile_samples"]) == (
+        ts["online_sample_size"], ts["target_sample_size"], ts["sample_size"])
+    assert (ours["gamma"], ours["learning_rate"], ours["batch_size"], ours["n_step"], ours["buffer_size"]) == (
+        ts["gamma"], ts["lr"], ts["batch_size"], ts["n_step"], ts["buffer_size"])
+    assert list(ours["hidden"]) == ts["hidden"] and ours["quantile_embedding_dim"] == ts["num_cosines"]

@@ -29,12 +29,12 @@ import pytest
 import test_learning_mujoco as mujoco
 import test_learning_onpolicy as onpolicy
 import test_learning_pixels as pixels
+import test_sac_discrete as sac_discrete
 import test_sac_td3 as sac_td3
 import test_tqc_crossq_ddpg as continuous
 import torch
 
 import rapidrl as rr
-from rapidrl.train.callbacks import EvalCallback
 from rapidrl.train.precision import native_bf16
 
 BF16 = dict(precision="bf16")
@@ -98,24 +98,19 @@ def test_ppo_cartpole_bf16_solves_within_100k_steps(seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_td3_pendulum_bf16_reaches_minus_200_within_15k_steps(seed):
-    """The float32 test's settings, budget and threshold (test_sac_td3.py; 64x64, batch 128), seeds 0-2."""
-    model = _bf16(rr.TD3("Pendulum-v1", seed=seed, **sac_td3.LEARN, **BF16))
-    ev = EvalCallback(eval_freq=2_500, n_episodes=10, reward_threshold=-200)
-    model.learn(15_000, callback=ev, progress_bar=False)
-    assert max(mean for _, mean, _, _ in ev.history) >= -200, ev.history
+    """The float32 test's run (test_sac_td3.td3_pendulum_history: 64x64, batch 128, 15k steps), seeds 0-2."""
+    model, history = sac_td3.td3_pendulum_history(seed, **BF16)
+    _bf16(model)
+    assert max(mean for _, mean, _, _ in history) >= -200, history
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sac_discrete_cartpole_bf16_solves_with_the_preset(seed):
-    """test_sac_discrete.py's test (configs/sac_discrete_cartpole.toml, 475 within its budget) in bf16, seeds 0-2."""
-    from rapidrl.runs.config import PRESETS_DIR, read_toml
-
-    preset = read_toml(PRESETS_DIR / "sac_discrete_cartpole.toml")
-    model = _bf16(rr.SACDiscrete("CartPole-v1", seed=seed, **{**preset["algo"], **BF16}))
-    ev = EvalCallback(eval_freq=1_250, n_episodes=10, reward_threshold=475)
-    model.learn(preset["run"]["timesteps"], callback=ev, progress_bar=False)
-    assert max(mean for _, mean, _, _ in ev.history) >= 475, ev.history
+    """The float32 test's run (test_sac_discrete.cartpole_preset_history: 475 within the preset's budget), seeds 0-2."""
+    model, history = sac_discrete.cartpole_preset_history(seed, **BF16)
+    _bf16(model)
+    assert max(mean for _, mean, _, _ in history) >= 475, history
 
 
 @pytest.mark.slow

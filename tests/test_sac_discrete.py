@@ -283,12 +283,18 @@ def test_docs_examples_run(tmp_path, monkeypatch):
 def test_solves_cartpole_with_the_preset(seed):
     """configs/sac_discrete_cartpole.toml's settings reach an evaluation of 475 within its budget, for each of
     seeds 0, 1, 2 (one test per seed, so they can run on separate workers)."""
+    model, history = cartpole_preset_history(seed)
+    assert max(mean for _, mean, _, _ in history) >= 475, (seed, model.num_timesteps, history)
+
+
+def cartpole_preset_history(seed: int, **overrides) -> tuple[SACDiscrete, list]:
+    """configs/sac_discrete_cartpole.toml's settings (plus ``overrides``) over its budget, evaluated every 1,250 steps
+    (10 episodes) and stopping at 475: (the model, its evaluation history). test_learning_bf16.py runs it in bf16."""
     from rapidrl.runs.config import PRESETS_DIR, read_toml
 
     preset = read_toml(PRESETS_DIR / "sac_discrete_cartpole.toml")
-    model = SACDiscrete("CartPole-v1", seed=seed, **preset["algo"])
+    model = SACDiscrete("CartPole-v1", seed=seed, **{**preset["algo"], **overrides})
     # every 1,250 steps: the calibration's evaluations (every 2,500, the same evaluation seeds) and one between each
     ev = EvalCallback(eval_freq=1_250, n_episodes=10, reward_threshold=475)
     model.learn(preset["run"]["timesteps"], callback=ev, progress_bar=False)
-    best = max(mean for _, mean, _, _ in ev.history)
-    assert best >= 475, (seed, model.num_timesteps, ev.history)
+    return model, ev.history

@@ -158,10 +158,16 @@ def test_sac_reaches_minus_200_on_pendulum_within_10k_steps_for_3_of_3_seeds(see
     assert best >= -200, (seed, model.num_timesteps, ev.history)
 
 
-@pytest.mark.slow
-def test_td3_reaches_minus_200_on_pendulum_within_15k_steps():
-    model = TD3("Pendulum-v1", seed=0, **LEARN)
+def td3_pendulum_history(seed: int = 0, **overrides) -> tuple[TD3, list]:
+    """TD3 on Pendulum-v1 at ``LEARN`` (plus ``overrides``) for 15k steps, evaluated every 2.5k (10 episodes) and
+    stopping at -200: (the model, its evaluation history). test_learning_bf16.py runs it in bf16."""
+    model = TD3("Pendulum-v1", seed=seed, **LEARN, **overrides)
     ev = EvalCallback(eval_freq=2_500, n_episodes=10, reward_threshold=-200)
     model.learn(15_000, callback=ev, progress_bar=False)
-    best = max(mean for _, mean, _, _ in ev.history)
-    assert best >= -200, ev.history
+    return model, ev.history
+
+
+@pytest.mark.slow
+def test_td3_reaches_minus_200_on_pendulum_within_15k_steps():
+    _, history = td3_pendulum_history()
+    assert max(mean for _, mean, _, _ in history) >= -200, history

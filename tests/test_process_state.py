@@ -72,6 +72,36 @@ def test_the_blas_of_a_compiled_backend_has_one_thread_inside_learn_only():
             lib.set_num_threads(n)
 
 
+@pytest.mark.parametrize(("torch_threads", "backend", "inside"),
+                         [(2, "handwritten", (1, 2)), (1, "handwritten", (1, 1)), (2, "torch", (2, 3))])
+def test_an_all_compiled_update_gives_its_threads_to_the_compiled_products(torch_threads, backend, inside):
+    """DQN's handwritten update is compiled code but for the optimizer step: its thread count goes to Numba's BLAS,
+    torch runs at one thread (never both above one: they spin against each other), and the user's counts come back
+    after ``learn``. Its torch backend keeps the plain rule: torch at the count, the BLAS (unused) left alone."""
+    from rapidrl._unsafe.blas import numba_blas_controllers
+
+    found = numba_blas_controllers()
+    if not found:
+        pytest.skip("no SciPy OpenBLAS (tests/test_unsafe.py fails for that)")
+    before, threads = [lib.num_threads for lib in found], torch.get_num_threads()
+    for lib in found:
+        lib.set_num_threads(3)
+    torch.set_num_threads(3)
+    try:
+        model = rr.DQN("CartPole-v1", seed=0, learning_starts=16, batch_size=16, hidden=(16,), buffer_size=500,
+                       torch_threads=torch_threads, gradient_backend=backend)
+        assert model.paths["gradient_backend"].value == backend
+        seen = []
+        model.learn(64, callback=lambda m: seen.append((torch.get_num_threads(), *{lib.num_threads for lib in found}))
+                    or True, progress_bar=False)
+        assert seen and set(seen) == {inside}
+        assert torch.get_num_threads() == 3 and [lib.num_threads for lib in found] == [3] * len(found)
+    finally:
+        for lib, n in zip(found, before):
+            lib.set_num_threads(n)
+        torch.set_num_threads(threads)
+
+
 def _final_state(model) -> list[torch.Tensor]:
     return [t.detach().clone() for m in model.trainable_modules() for t in m.state_dict().values()]
 

@@ -151,7 +151,8 @@ class RuntimeConfig:
     default: 1). 0 uses every core this process may run
     on: faster only while nothing else runs (alone on 2 cores: 1.2-1.9x), 1.8-50x slower beside one
     other busy process, since OpenMP's workers spin on the cores others need (``rapidrl bench threads``). None leaves
-    the setting alone."""
+    the setting alone. Where an update is all compiled code (DQN's, C51's and QR-DQN's handwritten backend) the count
+    goes to its matrix products (Numba's BLAS) and torch runs at one thread."""
     flush_denormal: bool = True
     """Flush denormal floats to zero in this thread's CPU arithmetic (torch.set_flush_denormal) while the model builds,
     learns and evaluates, set back afterwards. Optimizer moments of weights that stop receiving gradients decay into

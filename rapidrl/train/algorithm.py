@@ -150,8 +150,8 @@ class Algorithm(PathSettings, Evaluation):
         an update records its statistics then. True outside ``learn``."""
         self.paths: dict[str, PathChoice] = {}
         """The implementation of each path setting that runs, and why (``rapidrl.train.paths``; filled by _build)."""
-        with process_settings(config), drawing_from(self.torch_rng, seed):
-            self._build()
+        with process_settings(config, single_thread=True), drawing_from(self.torch_rng, seed):
+            self._build()  # at one thread: the initial parameters of a seed are the same at any torch_threads
         _log.info("%s paths: %s", self.name, describe(self.paths))
         if self.dist is not None:
             self.dist.setup(self)

@@ -57,7 +57,8 @@ def compiled_thread_split(threads: int) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def process_settings(config, numba_blas: bool = False, compiled_takes_threads: bool = False):
+def process_settings(config, numba_blas: bool = False, compiled_takes_threads: bool = False,
+                     single_thread: bool = False):
     """Within: ``config``'s torch threads (None: unchanged; 0: every usable core), denormal flushing
     (``flush_denormal``) and heap retention (``keep_heap``) and, when ``numba_blas`` (a handwritten gradient backend),
     Numba's BLAS at one thread; afterwards each is set back to what it was (the heap thresholds to glibc's defaults:
@@ -66,7 +67,10 @@ def process_settings(config, numba_blas: bool = False, compiled_takes_threads: b
 
     ``compiled_takes_threads`` (with ``numba_blas``: an update whose arithmetic is all compiled, DQN's handwritten
     backend) gives the thread count to Numba's BLAS instead and holds torch at one thread: the two libraries' workers
-    must never both be above one (they spin against each other; ``compiled_thread_split``)."""
+    must never both be above one (they spin against each other; ``compiled_thread_split``). ``single_thread`` holds
+    torch at one thread whatever the config: a model's construction, so that a seed's initial parameters do not depend
+    on ``torch_threads`` (orthogonal initialisation's QR gives other low digits at two threads: a 256x256 weight
+    differed by up to 2e-6, and DQN CartPole-v1 then learned another run)."""
     threads = torch.get_num_threads()
     flushed = denormals_flushed() if config.flush_denormal else None
     blas = _numba_blas() if numba_blas else ()
@@ -75,6 +79,7 @@ def process_settings(config, numba_blas: bool = False, compiled_takes_threads: b
     kept = False
     try:
         want = threads if config.torch_threads is None else config.torch_threads or usable_cpu_count()
+        want = 1 if single_thread else want
         torch_want, blas_want = compiled_thread_split(want) if compiled_takes_threads and blas else (want, 1)
         if torch_want != threads:
             torch.set_num_threads(torch_want)

@@ -106,9 +106,9 @@ class DQN(OffPolicyAlgorithm):
     stat_names = ("loss", "q_values", "td_abs")
     handwritten = HandwrittenBackend(
         by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (targets, Huber "
-                "loss, its gradient) in one Numba call (`rapidrl.kernels.td`); plain MLP Q networks only")
+                "loss, its gradient) in one Numba call (`rapidrl.kernels.td`); plain MLP Q networks only",
+        takes_threads=True)
     bf16_learning_tested = True
-    compiled_update_takes_threads = True  # torch_threads=0 on 2 idle cores: 1.28x SPS (runtime.compiled_thread_split)
 
     def _check_spaces(self) -> None:
         super()._check_spaces()

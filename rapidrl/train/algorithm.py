@@ -71,10 +71,6 @@ class Algorithm(PathSettings, Evaluation):
     supports_action_masks: ClassVar[bool] = False
     """Acts on the valid actions only of an env that states them (docs/masks.md): PPO, A2C, IMPALA, MAPPO, IPPO, DQN,
     PQN. Another algorithm refuses such an env rather than ignore its masks."""
-    compiled_update_takes_threads: ClassVar[bool] = False
-    """Under the handwritten gradient backend the whole update's arithmetic is compiled code (DQN, C51, QR-DQN: torch
-    only steps the optimizer), so ``torch_threads`` goes to Numba's BLAS and torch runs at one thread
-    (``rapidrl.train.runtime.compiled_thread_split``)."""
 
     def __init__(self, env, config=None, *, eval_env=None, env_kwargs: dict | None = None, distributed: bool = False,
                  **hyperparameters):
@@ -170,12 +166,12 @@ class Algorithm(PathSettings, Evaluation):
     def _process_settings(self):
         """The process settings of ``learn`` and ``evaluate`` (``rapidrl.train.runtime.process_settings``): the
         config's threads, denormal flushing and heap retention, Numba's BLAS at one thread for a compiled gradient
-        backend (at the config's threads, torch at one, where ``compiled_update_takes_threads``); set back when the
-        call returns."""
+        backend (at the config's threads, torch at one, where that backend ``takes_threads``); set back when the call
+        returns."""
         backend = self.paths.get("gradient_backend")
         handwritten = backend is not None and backend.value == "handwritten"
         return process_settings(self.config, numba_blas=handwritten,
-                                compiled_takes_threads=handwritten and self.compiled_update_takes_threads)
+                                compiled_takes_threads=handwritten and self.handwritten.takes_threads)
 
     # -- to be supplied by subclasses -----------------------------------------------------------
     def _build(self) -> None:

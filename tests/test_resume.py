@@ -210,6 +210,22 @@ def test_corrupt_and_foreign_checkpoints_are_clear_errors(tmp_path, capsys):
     assert f"{latest} is not a rapidrl model file" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
+def test_a_checkpoint_pruned_while_it_is_read_is_missing_not_corrupt(tmp_path, monkeypatch):
+    """keep-last-N may delete a file between the loader's existence check and its read: that is FileNotFoundError
+    (what a reader of a live run skips), never ModelFileError (which says the file is damaged)."""
+    path = tmp_path / "step_000000000512.pt"
+    path.write_bytes(b"placeholder")
+    real_load = torch.load
+
+    def pruned_then_load(f, *args, **kwargs):
+        Path(f).unlink()  # the run's pruner wins the race
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", pruned_then_load)
+    with pytest.raises(FileNotFoundError, match="no model file at"):
+        load_checkpoint(path)
+
+
 def test_non_finite_loss_from_the_cli_names_the_step(tmp_path, capsys):
     run = tmp_path / "run"
     code = cli.main(["train", "ppo", "CartPole-v1", "--timesteps", "1024", "--run-dir", str(run), "--headless",

@@ -36,7 +36,7 @@ def load_run_model(target: Path):
         try:
             payload = load_checkpoint(path)
             break
-        except ModelFileError as e:
+        except (ModelFileError, FileNotFoundError) as e:  # FileNotFoundError: pruned by a live run while listed
             if len(candidates) == 1:
                 raise
             skipped.append(str(e))

@@ -212,6 +212,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"no model file at {path}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:  # removed between the check and the read (e.g. pruned by keep-last-N): still missing
+        raise FileNotFoundError(f"no model file at {path}") from None
     except Exception as e:  # torch raises many types for corrupt/foreign files
         # PyTorch's advice for objects other than tensors (weights_only=False) would run the file's code: not repeated
         if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e):

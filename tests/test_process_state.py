@@ -4,6 +4,7 @@ again after building, training and evaluating. So two models in one process trai
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -99,6 +100,61 @@ def test_an_all_compiled_update_gives_its_threads_to_the_compiled_products(torch
         for lib, n in zip(found, before):
             lib.set_num_threads(n)
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_the_threads_go_to_the_blas_only_where_its_products_stay_bitwise(monkeypatch, exact):
+    """Where Numba's BLAS threads DQN's products in another summation order (OpenBLAS's Haswell kernels on an AVX2
+    EPYC did), the update keeps the plain rule (torch at the count, the BLAS at one), so the run stays the one-thread
+    run; where it does not (Zen 4), the BLAS takes the threads. The probe is asked about the update's own products."""
+    from rapidrl.nn import numba_mlp
+
+    asked = []
+
+    def probe(shapes, rows, threads, activation="relu"):
+        asked.append((shapes, rows, threads))
+        return exact
+
+    monkeypatch.setattr(numba_mlp, "threads_keep_products_exact", probe)
+    threads = torch.get_num_threads()
+    model = rr.DQN("CartPole-v1", seed=0, learning_starts=16, batch_size=16, hidden=(32,), buffer_size=500,
+                   torch_threads=2)
+    seen = []
+    model.learn(48, callback=lambda m: seen.append(torch.get_num_threads()) or True, progress_bar=False)
+    assert asked and set(asked) == {(((32, 4), (2, 32)), (16, 32), 2)}
+    assert set(seen) == ({1} if exact else {2}) and torch.get_num_threads() == threads
+
+
+def test_the_probe_of_threaded_products_compares_the_kernels_outputs():
+    """One thread is exact by definition; at DQN's benchmark shapes the verdict is what comparing the kernels' outputs
+    at one and two threads directly says (on fresh data: the probe's own inputs are its own)."""
+    from rapidrl._unsafe.blas import numba_blas_controllers
+    from rapidrl.kernels.mlp import ACTIVATION_CODES, backward, forward
+    from rapidrl.nn.numba_mlp import threads_keep_products_exact
+
+    shapes = ((256, 4), (256, 256), (2, 256))
+    assert threads_keep_products_exact(shapes, (64, 128), 1)
+    rng = np.random.default_rng(5)
+    ws = tuple(rng.standard_normal(s, dtype=np.float32) * np.float32(0.1) for s in shapes)
+    bs = tuple(np.zeros(s[0], np.float32) for s in shapes)
+    x = rng.standard_normal((128, 4), dtype=np.float32)
+    blas = numba_blas_controllers()
+    before = [lib.num_threads for lib in blas]
+    outs = []
+    try:
+        for n in (1, 2):
+            for lib in blas:
+                lib.set_num_threads(n)
+            hs, y = (np.zeros((128, 256), np.float32), np.zeros((128, 256), np.float32)), np.zeros((128, 2), np.float32)
+            forward(x, ws, bs, ACTIVATION_CODES["relu"], hs, y)
+            gws, gbs = tuple(np.zeros(s, np.float32) for s in shapes), tuple(np.zeros(s[0], np.float32) for s in shapes)
+            backward(y.copy(), x, hs, ws, ACTIVATION_CODES["relu"], gws, gbs)
+            outs.append((y, *hs, *gws))
+    finally:
+        for lib, n in zip(blas, before):
+            lib.set_num_threads(n)
+    direct = all(np.array_equal(a, b) for a, b in zip(*outs))
+    assert threads_keep_products_exact(shapes, (128,), 2) == direct
 
 
 @pytest.mark.parametrize("algo", ["PPO", "DQN"])

@@ -150,6 +150,12 @@ class DQN(OffPolicyAlgorithm):
             self._target_forward = MLPForward(self.q_target.net, "relu")
             self._acting_forward = MLPForward(self.q_net.net, "relu")
 
+    def _compiled_products(self) -> tuple[tuple, tuple]:
+        """The Q network's layer shapes, at the batch (the target's forward, the backward) and at twice it (the online
+        forward of s and s' together, double Q)."""
+        b = self.config.batch_size
+        return tuple(tuple(w.shape) for w in self._q_grad.ws), (b, 2 * b)
+
     def _buffer_spec(self):
         c = self.config
         if not c.prioritized:

@@ -9,13 +9,16 @@ backend and back afterwards (``rapidrl.train.runtime``; ``rapidrl._unsafe.blas``
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
 
 from rapidrl.kernels.mlp import ACTIVATION_CODES, backward, forward
 
-__all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays", "norm_arrays"]
+__all__ = ["ACTING_FORWARD_MAX_ROWS", "MLPForward", "MLPGrad", "linear_layers", "mlp_arrays", "norm_arrays",
+           "threads_keep_products_exact"]
 
 
 def linear_layers(seq) -> list[nn.Linear]:
@@ -133,3 +136,45 @@ class MLPGrad(MLPForward):
             views = [g.numpy() for g in grads]
             self._grads = (grads, tuple(views[0::2]), tuple(views[1::2]))
         return self._grads[1], self._grads[2]
+
+
+@functools.lru_cache(maxsize=64)
+def threads_keep_products_exact(shapes: tuple, rows: tuple, threads: int, activation: str = "relu") -> bool:
+    """Whether Numba's BLAS at ``threads`` threads computes the compiled forward and backward of an MLP (weights of
+    ``shapes``, each ``(out, in)``, at each count of ``rows``) bit for bit as at one thread, on fixed random inputs.
+
+    OpenBLAS threads a product by splitting its rows and columns, which leaves each sum's order alone on some CPUs
+    (AMD Zen 4: DQN's 64 x 256 x 256 products were bitwise equal at 1 and 2 threads) and not on others (an AVX2
+    EPYC, OpenBLAS's Haswell kernels, 2026-12-07: the same products up to 3e-5 apart). A caller that gives an update
+    the threads only where this holds keeps a seed's run independent of its thread count. Cached per arguments;
+    costs a few milliseconds."""
+    from rapidrl._unsafe.blas import numba_blas_controllers
+
+    if threads <= 1:
+        return True
+    blas = numba_blas_controllers()
+    before = [lib.num_threads for lib in blas]
+    rng = np.random.default_rng(0)
+    ws = tuple(rng.standard_normal(s, dtype=np.float32) / np.float32(np.sqrt(s[1])) for s in shapes)
+    bs = tuple(rng.standard_normal(s[0], dtype=np.float32) for s in shapes)
+    act = ACTIVATION_CODES[activation]
+    results = []
+    try:
+        for count in (1, threads):
+            for lib in blas:
+                lib.set_num_threads(count)
+            out = []
+            for n in rows:
+                x = rng.standard_normal((n, shapes[0][1]), dtype=np.float32) if count == 1 else results[0][len(out)][0]
+                hidden = tuple(np.zeros((n, s[0]), np.float32) for s in shapes[:-1])
+                y = np.zeros((n, shapes[-1][0]), np.float32)
+                forward(x, ws, bs, act, hidden, y)
+                gws = tuple(np.zeros(s, np.float32) for s in shapes)
+                gbs = tuple(np.zeros(s[0], np.float32) for s in shapes)
+                backward(np.ascontiguousarray(y), x, hidden, ws, act, gws, gbs)
+                out.append((x, y, *hidden, *gws, *gbs))
+            results.append(out)
+    finally:
+        for lib, n in zip(blas, before):
+            lib.set_num_threads(n)
+    return all(np.array_equal(a, b) for one, many in zip(*results) for a, b in zip(one, many))

@@ -170,8 +170,14 @@ class Algorithm(PathSettings, Evaluation):
         returns."""
         backend = self.paths.get("gradient_backend")
         handwritten = backend is not None and backend.value == "handwritten"
-        return process_settings(self.config, numba_blas=handwritten,
-                                compiled_takes_threads=handwritten and self.handwritten.takes_threads)
+        products = self._compiled_products() if handwritten and self.handwritten.takes_threads else None
+        return process_settings(self.config, numba_blas=handwritten, compiled_products=products)
+
+    def _compiled_products(self) -> tuple[tuple, tuple] | None:
+        """(layer shapes ``(out, in)``, row counts) of the MLP a handwritten backend that ``takes_threads`` multiplies
+        in its update: its threads go to those products only where they come out bit for bit as at one thread
+        (``rapidrl.nn.numba_mlp.threads_keep_products_exact``)."""
+        return None
 
     # -- to be supplied by subclasses -----------------------------------------------------------
     def _build(self) -> None:

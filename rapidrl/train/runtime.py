@@ -57,7 +57,7 @@ def compiled_thread_split(threads: int) -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def process_settings(config, numba_blas: bool = False, compiled_takes_threads: bool = False,
+def process_settings(config, numba_blas: bool = False, compiled_products: tuple | None = None,
                      single_thread: bool = False):
     """Within: ``config``'s torch threads (None: unchanged; 0: every usable core), denormal flushing
     (``flush_denormal``) and heap retention (``keep_heap``) and, when ``numba_blas`` (a handwritten gradient backend),
@@ -65,12 +65,14 @@ def process_settings(config, numba_blas: bool = False, compiled_takes_threads: b
     glibc cannot read them; ``rapidrl._unsafe.malloc``). Nested (``evaluate`` inside ``learn``), the inner scope sets
     back the outer one's settings.
 
-    ``compiled_takes_threads`` (with ``numba_blas``: an update whose arithmetic is all compiled, DQN's handwritten
-    backend) gives the thread count to Numba's BLAS instead and holds torch at one thread: the two libraries' workers
-    must never both be above one (they spin against each other; ``compiled_thread_split``). ``single_thread`` holds
-    torch at one thread whatever the config: a model's construction, so that a seed's initial parameters do not depend
-    on ``torch_threads`` (orthogonal initialisation's QR gives other low digits at two threads: a 256x256 weight
-    differed by up to 2e-6, and DQN CartPole-v1 then learned another run)."""
+    ``compiled_products`` (with ``numba_blas``: an update whose arithmetic is all compiled, DQN's handwritten
+    backend; its MLP's layer shapes and row counts, ``Algorithm._compiled_products``) gives the thread count to Numba's
+    BLAS instead and holds torch at one thread (the two libraries' workers must never both be above one: they spin
+    against each other; ``compiled_thread_split``), where that BLAS computes those products bit for bit as at one
+    thread (``rapidrl.nn.numba_mlp.threads_keep_products_exact``), so a seed's run does not depend on its threads.
+    ``single_thread`` holds torch at one thread whatever the config: a model's construction, so that a seed's initial
+    parameters do not depend on ``torch_threads`` (orthogonal initialisation's QR gives other low digits at two
+    threads: a 256x256 weight differed by up to 2e-6, and DQN CartPole-v1 then learned another run)."""
     threads = torch.get_num_threads()
     flushed = denormals_flushed() if config.flush_denormal else None
     blas = _numba_blas() if numba_blas else ()
@@ -80,7 +82,12 @@ def process_settings(config, numba_blas: bool = False, compiled_takes_threads: b
     try:
         want = threads if config.torch_threads is None else config.torch_threads or usable_cpu_count()
         want = 1 if single_thread else want
-        torch_want, blas_want = compiled_thread_split(want) if compiled_takes_threads and blas else (want, 1)
+        torch_want, blas_want = want, 1
+        if compiled_products is not None and blas:
+            from rapidrl.nn.numba_mlp import threads_keep_products_exact
+
+            if threads_keep_products_exact(*compiled_products, want):
+                torch_want, blas_want = compiled_thread_split(want)
         if torch_want != threads:
             torch.set_num_threads(torch_want)
         if config.flush_denormal and not flushed:

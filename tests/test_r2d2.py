@@ -334,15 +334,34 @@ def test_r2d2_remembers_the_cue_where_a_feed_forward_dqn_cannot():
     assert memory >= 0.9 and dqn.evaluate(100)[0] <= 0.4 + math.ulp(1.0), (memory, dqn.evaluate(100)[0])
 
 
+@pytest.mark.slow
+def test_r2d2_remembers_a_cue_seen_in_pixels_where_a_feed_forward_dqn_cannot():
+    """MemoryCue-v0 in pixels (uint8 [2, 10, 10]: the cue a 2x2 block at step 0, the query 4 steps later), the two
+    presets of ``configs/variants/*_memorycue_pixels.toml`` for 10,000 steps: R2D2's MinAtar CNN before its LSTM names
+    the cue (100 greedy episodes >= 0.9; seed 0: 0.7 at 5,000 steps, 1.0 at 10,000), DQN with the same CNN sees one
+    frame and stays at chance (one answer for every cue: 1 in 4, <= 0.4)."""
+    from rapidrl.algos.registry import algorithms
+    from rapidrl.runs.config import PRESETS_DIR, read_toml
+
+    scores = {}
+    for algo in ("r2d2", "dqn"):
+        preset = read_toml(PRESETS_DIR / "variants" / f"{algo}_memorycue_pixels.toml")
+        model = algorithms()[algo](preset["run"]["env"], seed=0, env_kwargs=preset["env"], **preset["algo"])
+        model.learn(10_000, progress_bar=False)
+        scores[algo] = model.evaluate(100)[0]
+    assert scores["r2d2"] >= 0.9 and scores["dqn"] <= 0.4 + math.ulp(1.0), scores
+
+
 def test_docs_examples_run(tmp_path, monkeypatch):
     """Every python example of docs/r2d2.md runs, in order, in one namespace (in a scratch directory)."""
     from docs_examples import run_examples
 
     monkeypatch.chdir(tmp_path)
-    ns = run_examples("r2d2.md", 3)
+    ns = run_examples("r2d2.md", 4)
     assert ns["model"].num_gradient_steps > 0 and ns["state"].shape == (2, ns["model"].q_net.state_size)
     assert ns["sac"].num_gradient_steps > 0 and ns["actor_state"].shape == (1, ns["sac"].actor.state_size)
     assert ns["images"].num_gradient_steps > 0 and ns["pixel_state"].shape == (2, ns["images"].q_net.state_size)
+    assert ns["seen"].num_gradient_steps > 0 and ns["frames"].shape == (2, 2, 10, 10)
 
 
 def test_a_video_of_a_recurrent_policy_carries_its_state(tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 import rapidrl as rr
 from rapidrl.envs.pomdp import CARTPOLE_POSITIONS, MemoryCueEnv
+from rapidrl.envs.pomdp.memory_cue import cue_block
 from rapidrl.nn.recurrent import RecurrentActorCritic, segment_layout
 from rapidrl.train.config import ConfigError
 from rapidrl.train.recurrent import episode_starts
@@ -126,7 +127,46 @@ def test_memory_cue_rewards_only_the_remembered_cue():
     assert (info["episode"]["r"] == rewards).all() and (info["episode"]["l"] == delay + 1).all()
 
 
-@pytest.mark.parametrize("kwargs, match", [({"num_cues": 1}, "num_cues"), ({"delay": 0}, "delay")])
+@pytest.mark.parametrize("num_cues", [2, 4, 9])
+def test_memory_cue_pixels_vec_equals_the_single_env_and_draws_the_cue_then_the_query(num_cues):
+    """pixels=True: the same task as uint8 [2, 10, 10] images of 0/1; the vector env equals the single env step by
+    step (resets and final observations included); the cue is the one 2x2 block of channel 0 at step 0, the query all
+    of channel 1 at step ``delay``, every other frame blank, and the blocks of different cues do not touch."""
+    n, delay = 4, 3
+    vec = rr.make_vec("MemoryCue-v0", n, seed=5, num_cues=num_cues, delay=delay, pixels=True)
+    refs = [MemoryCueEnv(num_cues=num_cues, delay=delay, pixels=True) for _ in range(n)]
+    assert vec.single_observation_space == gym.spaces.Box(0, 1, (2, 10, 10), np.uint8)
+    obs, _ = vec.reset(seed=5)
+    np.testing.assert_array_equal(obs, np.stack([r.reset(seed=5 + i)[0] for i, r in enumerate(refs)]))
+    rng = np.random.default_rng(2)
+    for t in range(4 * (delay + 1)):
+        step_in_episode = t % (delay + 1)
+        if step_in_episode == 0:
+            assert (obs[:, 1] == 0).all() and (obs[:, 0].reshape(n, -1).sum(1) == 4).all()
+            for i in range(n):  # the block names the cue
+                assert obs[(i, 0, *cue_block(int(refs[i]._cue)))].all()
+        else:
+            assert (obs[:, 0] == 0).all() and (obs[:, 1] == (step_in_episode == delay)).all()
+        actions = rng.integers(0, num_cues, n)
+        obs, rewards, terminated, truncated, info = vec.step(actions)
+        for i, ref in enumerate(refs):
+            o, r, te, tr, _ = ref.step(int(actions[i]))
+            assert (r, te, tr) == (rewards[i], terminated[i], truncated[i])
+            if te:
+                np.testing.assert_array_equal(info["final_obs"][i], o)
+                o, _ = ref.reset()
+            np.testing.assert_array_equal(obs[i], o)
+    blocks = np.zeros((10, 10), np.int64)
+    for c in range(num_cues):
+        grown = (slice(cue_block(c)[0].start - 1, cue_block(c)[0].stop + 1),
+                 slice(cue_block(c)[1].start - 1, cue_block(c)[1].stop + 1))
+        blocks[grown] += 1  # each block with a one-pixel border: two blocks never share a pixel or touch
+        assert blocks[cue_block(c)].max() == 1
+
+
+@pytest.mark.parametrize("kwargs, match", [({"num_cues": 1}, "num_cues"), ({"delay": 0}, "delay"),
+                                           ({"num_cues": 10, "pixels": True}, "at most 9 cues|at most 9"),
+                                           ({"pixels": "yes"}, "pixels must be True or False")])
 def test_memory_cue_bad_settings_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         rr.make_vec("MemoryCue-v0", 2, **kwargs)

@@ -1,5 +1,10 @@
 """MemoryCue-v0: a cue shown at the first step must be named ``delay`` steps later.
 
+With ``pixels=True`` the same task is seen as images (uint8 [2, 10, 10], 0/1 like MinAtar's frames, so the MinAtar
+CNN reads them): the cue a 2x2 block at one of up to 9 places of channel 0 at step 0, the query all of channel 1 at
+step ``delay``, blank frames between. A network must both see and remember: R2D2's CNN + LSTM (the memory task with
+pixels).
+
 ``MemoryCueEnv`` is the single Gymnasium env (the reference); ``MemoryCueVecEnv`` steps N of them together in NumPy,
 on the core's bookkeeping (``VecEnvBase._record``: episode statistics, autoreset in both modes).
 """
@@ -18,22 +23,57 @@ from rapidrl.envs.core.seeding import env_generators
 from rapidrl.kernels.validation import check_int
 
 
+PIXEL_SIZE = 10
+"""The side of a pixel observation (MinAtar's)."""
+PIXEL_CUES = 9
+"""How many cues fit a pixel observation: 2x2 blocks on a 3 x 3 grid (rows and columns 1, 4, 7)."""
+
+
+def observation_space(num_cues: int, pixels: bool) -> gym.spaces.Box:
+    """float32 [num_cues + 1] (the cue one-hot, then the query flag), or with ``pixels`` uint8 [2, 10, 10] of 0/1."""
+    if pixels:
+        return gym.spaces.Box(0, 1, (2, PIXEL_SIZE, PIXEL_SIZE), np.uint8)
+    return gym.spaces.Box(0.0, 1.0, (num_cues + 1,), np.float32)
+
+
+def cue_block(cue: int) -> tuple[slice, slice]:
+    """The rows and columns of cue ``cue``'s 2x2 block in a pixel observation's channel 0."""
+    row, col = 1 + 3 * (cue // 3), 1 + 3 * (cue % 3)
+    return slice(row, row + 2), slice(col, col + 2)
+
+
+def _check_settings(num_cues, delay, pixels) -> tuple[int, int, bool]:
+    num_cues = check_int("num_cues", num_cues, low=2)
+    delay = check_int("delay", delay, low=1)
+    if not isinstance(pixels, (bool, np.bool_)):
+        raise ValueError(f"pixels must be True or False, got {pixels!r}")
+    if pixels and num_cues > PIXEL_CUES:
+        raise ValueError(f"num_cues must be at most {PIXEL_CUES} with pixels=True (2x2 blocks on a 10x10 image), "
+                         f"got {num_cues}")
+    return num_cues, delay, bool(pixels)
+
+
 class MemoryCueEnv(gym.Env):
     """The memory task as one Gymnasium env. Observation float32 [num_cues + 1]: the cue one-hot at step 0,
-    the query flag (last entry) at step ``delay``, zeros otherwise. Discrete(num_cues) actions."""
+    the query flag (last entry) at step ``delay``, zeros otherwise; with ``pixels``, uint8 [2, 10, 10] (the module
+    docstring). Discrete(num_cues) actions."""
 
     metadata: ClassVar[dict] = {"render_modes": []}
 
-    def __init__(self, num_cues: int = 4, delay: int = 8):
-        self.num_cues = check_int("num_cues", num_cues, low=2)
-        self.delay = check_int("delay", delay, low=1)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (self.num_cues + 1,), np.float32)
+    def __init__(self, num_cues: int = 4, delay: int = 8, pixels: bool = False):
+        self.num_cues, self.delay, self.pixels = _check_settings(num_cues, delay, pixels)
+        self.observation_space = observation_space(self.num_cues, self.pixels)
         self.action_space = gym.spaces.Discrete(self.num_cues)
         self._cue, self._t = 0, 0
 
     def _observe(self) -> np.ndarray:
-        obs = np.zeros(self.num_cues + 1, np.float32)
-        if self._t == 0:
+        obs = np.zeros(self.observation_space.shape, self.observation_space.dtype)
+        if self.pixels:
+            if self._t == 0:
+                obs[(0, *cue_block(self._cue))] = 1
+            elif self._t == self.delay:
+                obs[1] = 1
+        elif self._t == 0:
             obs[self._cue] = 1.0
         elif self._t == self.delay:
             obs[-1] = 1.0
@@ -58,12 +98,12 @@ class MemoryCueVecEnv(VecEnvBase):
     generator of ``MemoryCueEnv.reset(seed=seed + i)``, so it equals that env step by step, resets included."""
 
     def __init__(self, num_envs: int, *, seed: int | None = None, autoreset_mode="same_step", copy: bool = False,
-                 num_cues: int = 4, delay: int = 8):
-        single = MemoryCueEnv(num_cues, delay)
+                 num_cues: int = 4, delay: int = 8, pixels: bool = False):
+        single = MemoryCueEnv(num_cues, delay, pixels)
         super().__init__(single.observation_space, single.action_space, num_envs, autoreset_mode=autoreset_mode,
                          copy=copy)
         self.env_id = "MemoryCue-v0"
-        self.num_cues, self.delay = single.num_cues, single.delay
+        self.num_cues, self.delay, self.pixels = single.num_cues, single.delay, single.pixels
         self._cue = np.zeros(num_envs, np.int64)
         self._t = np.zeros(num_envs, np.int64)
         self._rngs: list[np.random.Generator] = []
@@ -79,8 +119,13 @@ class MemoryCueVecEnv(VecEnvBase):
 
     def _observe(self, out: np.ndarray, idx=slice(None)) -> None:
         cue, t = self._cue[idx], self._t[idx]
-        out[idx] = 0.0
+        out[idx] = 0
         rows = np.arange(out.shape[0])[idx]
+        if self.pixels:
+            for row, c in zip(rows[t == 0], cue[t == 0]):
+                out[(row, 0, *cue_block(int(c)))] = 1
+            out[rows[t == self.delay], 1] = 1
+            return
         out[rows, cue] = np.where(t == 0, 1.0, 0.0)
         out[rows, -1] = np.where(t == self.delay, 1.0, 0.0)
 

@@ -22,7 +22,6 @@ from rapidrl.envs.core.base import VecEnvBase
 from rapidrl.envs.core.seeding import env_generators
 from rapidrl.kernels.validation import check_int
 
-
 PIXEL_SIZE = 10
 """The side of a pixel observation (MinAtar's)."""
 PIXEL_CUES = 9

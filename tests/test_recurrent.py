@@ -96,17 +96,26 @@ def test_memory_cue_vec_equals_the_single_env_resets_included():
     np.testing.assert_array_equal(obs, np.stack(ref_obs))
     rng = np.random.default_rng(1)
     for _ in range(5 * 5):
-        actions = rng.integers(0, 3, n)
-        obs, rewards, terminated, truncated, info = vec.step(actions)
-        for i, ref in enumerate(refs):
-            o, r, te, tr, _ = ref.step(int(actions[i]))
-            assert (r, te, tr) == (rewards[i], terminated[i], truncated[i])
-            if te:
-                np.testing.assert_array_equal(info["final_obs"][i], o)
-                assert info["_episode"][i] and info["episode"]["l"][i] == 5
-                assert info["episode"]["r"][i] == r
-                o, _ = ref.reset()
-            np.testing.assert_array_equal(obs[i], o)
+        obs, info, ended = _step_vec_and_singles(vec, refs, rng.integers(0, 3, n))
+        for i, r in ended:
+            assert info["_episode"][i] and info["episode"]["l"][i] == 5 and info["episode"]["r"][i] == r
+
+
+def _step_vec_and_singles(vec, refs, actions) -> tuple[np.ndarray, dict, list]:
+    """Step the vector env and its single-env references with ``actions``; assert they agree (rewards, flags, the
+    final observation of an ended episode, the next observation, resetting a reference whose episode ended). Returns
+    the vector env's observations and info and the (env, reward) of each episode that ended."""
+    obs, rewards, terminated, truncated, info = vec.step(actions)
+    ended = []
+    for i, ref in enumerate(refs):
+        o, r, te, tr, _ = ref.step(int(actions[i]))
+        assert (r, te, tr) == (rewards[i], terminated[i], truncated[i])
+        if te:
+            np.testing.assert_array_equal(info["final_obs"][i], o)
+            ended.append((i, r))
+            o, _ = ref.reset()
+        np.testing.assert_array_equal(obs[i], o)
+    return obs, info, ended
 
 
 def test_memory_cue_rewards_only_the_remembered_cue():
@@ -147,15 +156,7 @@ def test_memory_cue_pixels_vec_equals_the_single_env_and_draws_the_cue_then_the_
                 assert obs[(i, 0, *cue_block(int(refs[i]._cue)))].all()
         else:
             assert (obs[:, 0] == 0).all() and (obs[:, 1] == (step_in_episode == delay)).all()
-        actions = rng.integers(0, num_cues, n)
-        obs, rewards, terminated, truncated, info = vec.step(actions)
-        for i, ref in enumerate(refs):
-            o, r, te, tr, _ = ref.step(int(actions[i]))
-            assert (r, te, tr) == (rewards[i], terminated[i], truncated[i])
-            if te:
-                np.testing.assert_array_equal(info["final_obs"][i], o)
-                o, _ = ref.reset()
-            np.testing.assert_array_equal(obs[i], o)
+        obs, _, _ = _step_vec_and_singles(vec, refs, rng.integers(0, num_cues, n))
     blocks = np.zeros((10, 10), np.int64)
     for c in range(num_cues):
         grown = (slice(cue_block(c)[0].start - 1, cue_block(c)[0].stop + 1),

@@ -128,7 +128,7 @@ def test_the_threads_go_to_the_blas_only_where_its_products_stay_bitwise(monkeyp
 def test_the_probe_of_threaded_products_compares_the_kernels_outputs():
     """One thread is exact by definition; at DQN's benchmark shapes the verdict is what comparing the kernels' outputs
     at one and two threads directly says (on fresh data: the probe's own inputs are its own)."""
-    from rapidrl._unsafe.blas import numba_blas_controllers
+    from rapidrl._unsafe.blas import numba_blas_threads
     from rapidrl.kernels.mlp import ACTIVATION_CODES, backward, forward
     from rapidrl.nn.numba_mlp import threads_keep_products_exact
 
@@ -138,21 +138,14 @@ def test_the_probe_of_threaded_products_compares_the_kernels_outputs():
     ws = tuple(rng.standard_normal(s, dtype=np.float32) * np.float32(0.1) for s in shapes)
     bs = tuple(np.zeros(s[0], np.float32) for s in shapes)
     x = rng.standard_normal((128, 4), dtype=np.float32)
-    blas = numba_blas_controllers()
-    before = [lib.num_threads for lib in blas]
     outs = []
-    try:
-        for n in (1, 2):
-            for lib in blas:
-                lib.set_num_threads(n)
+    for n in (1, 2):
+        with numba_blas_threads(n):
             hs, y = (np.zeros((128, 256), np.float32), np.zeros((128, 256), np.float32)), np.zeros((128, 2), np.float32)
             forward(x, ws, bs, ACTIVATION_CODES["relu"], hs, y)
             gws, gbs = tuple(np.zeros(s, np.float32) for s in shapes), tuple(np.zeros(s[0], np.float32) for s in shapes)
             backward(y.copy(), x, hs, ws, ACTIVATION_CODES["relu"], gws, gbs)
             outs.append((y, *hs, *gws))
-    finally:
-        for lib, n in zip(blas, before):
-            lib.set_num_threads(n)
     direct = all(np.array_equal(a, b) for a, b in zip(*outs))
     assert threads_keep_products_exact(shapes, (128,), 2) == direct
 

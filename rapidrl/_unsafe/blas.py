@@ -23,7 +23,9 @@ asserts that it finds one, so the rename shows up as a failing test, not as a sl
 
 from __future__ import annotations
 
-__all__ = ["numba_blas_controllers", "single_thread_numba_blas"]
+import contextlib
+
+__all__ = ["numba_blas_controllers", "numba_blas_threads", "single_thread_numba_blas"]
 
 _MARKERS = ("scipy.libs", "scipy_openblas32")
 
@@ -43,3 +45,17 @@ def single_thread_numba_blas() -> int:
     for lib in found:
         lib.set_num_threads(1)
     return len(found)
+
+
+@contextlib.contextmanager
+def numba_blas_threads(count: int):
+    """Within: that BLAS at ``count`` threads; afterwards each library at the count it had."""
+    found = numba_blas_controllers()
+    before = [lib.num_threads for lib in found]
+    try:
+        for lib in found:
+            lib.set_num_threads(count)
+        yield
+    finally:
+        for lib, n in zip(found, before):
+            lib.set_num_threads(n)

@@ -117,8 +117,7 @@ class C51(DQN):
         by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (greedy next "
                 "action, categorical projection, cross-entropy, its gradient) in one Numba call "
                 "(`rapidrl.kernels.categorical.c51_grads`); plain MLP Q networks only (no dueling heads or noisy "
-                "layers)",
-        takes_threads=True)
+                "layers)")
     bf16_learning_tested = False
 
     def _build_networks(self) -> None:

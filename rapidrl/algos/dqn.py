@@ -106,8 +106,7 @@ class DQN(OffPolicyAlgorithm):
     stat_names = ("loss", "q_values", "td_abs")
     handwritten = HandwrittenBackend(
         by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (targets, Huber "
-                "loss, its gradient) in one Numba call (`rapidrl.kernels.td`); plain MLP Q networks only",
-        takes_threads=True)
+                "loss, its gradient) in one Numba call (`rapidrl.kernels.td`); plain MLP Q networks only")
     bf16_learning_tested = True
 
     def _check_spaces(self) -> None:
@@ -152,7 +151,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _compiled_products(self) -> tuple[tuple, tuple]:
         """The Q network's layer shapes, at the batch (the target's forward, the backward) and at twice it (the online
-        forward of s and s' together, double Q)."""
+        forward of s and s' together, double Q): the whole update is compiled (C51 and QR-DQN share it)."""
         b = self.config.batch_size
         return tuple(tuple(w.shape) for w in self._q_grad.ws), (b, 2 * b)
 

@@ -63,8 +63,7 @@ class QRDQN(DQN):
     handwritten = HandwrittenBackend(
         by_hand="the Q network's forward and backward in Numba (`rapidrl.kernels.mlp`); the loss head (greedy next "
                 "quantiles, targets, quantile Huber loss, its gradient) in one Numba call "
-                "(`rapidrl.kernels.quantile.qrdqn_grads`); plain MLP Q networks only",
-        takes_threads=True)
+                "(`rapidrl.kernels.quantile.qrdqn_grads`); plain MLP Q networks only")
     bf16_learning_tested = False
 
     def _make_q_network(self, encoder: torch.nn.Module | None) -> torch.nn.Module:

@@ -148,33 +148,28 @@ def threads_keep_products_exact(shapes: tuple, rows: tuple, threads: int, activa
     EPYC, OpenBLAS's Haswell kernels, 2026-12-07: the same products up to 3e-5 apart). A caller that gives an update
     the threads only where this holds keeps a seed's run independent of its thread count. Cached per arguments;
     costs a few milliseconds."""
-    from rapidrl._unsafe.blas import numba_blas_controllers
+    from rapidrl._unsafe.blas import numba_blas_threads
 
     if threads <= 1:
         return True
-    blas = numba_blas_controllers()
-    before = [lib.num_threads for lib in blas]
     rng = np.random.default_rng(0)
     ws = tuple(rng.standard_normal(s, dtype=np.float32) / np.float32(np.sqrt(s[1])) for s in shapes)
     bs = tuple(rng.standard_normal(s[0], dtype=np.float32) for s in shapes)
+    xs = [rng.standard_normal((n, shapes[0][1]), dtype=np.float32) for n in rows]
     act = ACTIVATION_CODES[activation]
-    results = []
-    try:
-        for count in (1, threads):
-            for lib in blas:
-                lib.set_num_threads(count)
-            out = []
-            for n in rows:
-                x = rng.standard_normal((n, shapes[0][1]), dtype=np.float32) if count == 1 else results[0][len(out)][0]
-                hidden = tuple(np.zeros((n, s[0]), np.float32) for s in shapes[:-1])
-                y = np.zeros((n, shapes[-1][0]), np.float32)
+
+    def outputs(count: int) -> list[np.ndarray]:
+        """Every output, hidden activation and gradient of a forward and backward per row count, at ``count``."""
+        arrays = []
+        with numba_blas_threads(count):
+            for x in xs:
+                hidden = tuple(np.zeros((x.shape[0], s[0]), np.float32) for s in shapes[:-1])
+                y = np.zeros((x.shape[0], shapes[-1][0]), np.float32)
                 forward(x, ws, bs, act, hidden, y)
-                gws = tuple(np.zeros(s, np.float32) for s in shapes)
-                gbs = tuple(np.zeros(s[0], np.float32) for s in shapes)
-                backward(np.ascontiguousarray(y), x, hidden, ws, act, gws, gbs)
-                out.append((x, y, *hidden, *gws, *gbs))
-            results.append(out)
-    finally:
-        for lib, n in zip(blas, before):
-            lib.set_num_threads(n)
-    return all(np.array_equal(a, b) for one, many in zip(*results) for a, b in zip(one, many))
+                gws, gbs = tuple(np.zeros(s, np.float32) for s in shapes), tuple(np.zeros(s[0], np.float32)
+                                                                                 for s in shapes)
+                backward(y, x, hidden, ws, act, gws, gbs)
+                arrays += [y, *hidden, *gws, *gbs]
+        return arrays
+
+    return all(np.array_equal(a, b) for a, b in zip(outputs(1), outputs(threads)))

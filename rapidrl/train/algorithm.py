@@ -166,17 +166,20 @@ class Algorithm(PathSettings, Evaluation):
     def _process_settings(self):
         """The process settings of ``learn`` and ``evaluate`` (``rapidrl.train.runtime.process_settings``): the
         config's threads, denormal flushing and heap retention, Numba's BLAS at one thread for a compiled gradient
-        backend (at the config's threads, torch at one, where that backend ``takes_threads``); set back when the call
-        returns."""
+        backend (at the config's threads, torch at one, where the update is all compiled: ``_compiled_products``); set
+        back when the call returns."""
         backend = self.paths.get("gradient_backend")
         handwritten = backend is not None and backend.value == "handwritten"
-        products = self._compiled_products() if handwritten and self.handwritten.takes_threads else None
-        return process_settings(self.config, numba_blas=handwritten, compiled_products=products)
+        return process_settings(self.config, numba_blas=handwritten,
+                                compiled_products=self._compiled_products() if handwritten else None)
 
     def _compiled_products(self) -> tuple[tuple, tuple] | None:
-        """(layer shapes ``(out, in)``, row counts) of the MLP a handwritten backend that ``takes_threads`` multiplies
-        in its update: its threads go to those products only where they come out bit for bit as at one thread
-        (``rapidrl.nn.numba_mlp.threads_keep_products_exact``)."""
+        """None, or, where the handwritten update's arithmetic is all compiled code (torch only steps the optimizer:
+        DQN, C51, QR-DQN), the (layer shapes ``(out, in)``, row counts) of the MLP it multiplies. Then
+        ``torch_threads`` goes to Numba's BLAS and torch runs at one thread (``runtime.compiled_thread_split``: DQN
+        CartPole at 2 threads 1.28x the one-thread SPS on a Zen 4), where that BLAS computes these products bit for bit
+        as at one thread (``rapidrl.nn.numba_mlp.threads_keep_products_exact``; not an AVX2 EPYC's OpenBLAS), so a
+        seed's run is the same at any thread count."""
         return None
 
     # -- to be supplied by subclasses -----------------------------------------------------------

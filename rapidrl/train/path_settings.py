@@ -42,12 +42,6 @@ class HandwrittenBackend:
     gives_way_to_bf16: bool = False
     """Its bf16 torch update measured faster on heavy networks (``rapidrl bench precision``): under "auto" for both
     settings, where bf16 would be taken, the torch backend runs (``_auto_bf16_over_handwritten``)."""
-    takes_threads: bool = False
-    """The whole update's arithmetic is compiled code (torch only steps the optimizer: DQN, C51, QR-DQN), so
-    ``torch_threads`` goes to Numba's BLAS and torch runs at one thread
-    (``rapidrl.train.runtime.compiled_thread_split``: DQN CartPole at 2 threads 1.28x the one-thread SPS on a Zen 4),
-    where that BLAS computes the update's products (``Algorithm._compiled_products``) bit for bit as at one thread;
-    elsewhere (an AVX2 EPYC's OpenBLAS) the plain rule holds, so the run is the same at any thread count."""
 
 
 def backend_table(algorithms: dict[str, type]) -> str:

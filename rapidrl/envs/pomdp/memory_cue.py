@@ -35,9 +35,15 @@ def observation_space(num_cues: int, pixels: bool) -> gym.spaces.Box:
     return gym.spaces.Box(0.0, 1.0, (num_cues + 1,), np.float32)
 
 
+def cue_corner(cue):
+    """(row, column) of the top-left pixel of cue ``cue``'s 2x2 block in a pixel observation's channel 0 (ints or
+    int arrays)."""
+    return 1 + 3 * (cue // 3), 1 + 3 * (cue % 3)
+
+
 def cue_block(cue: int) -> tuple[slice, slice]:
     """The rows and columns of cue ``cue``'s 2x2 block in a pixel observation's channel 0."""
-    row, col = 1 + 3 * (cue // 3), 1 + 3 * (cue % 3)
+    row, col = cue_corner(cue)
     return slice(row, row + 2), slice(col, col + 2)
 
 
@@ -121,8 +127,10 @@ class MemoryCueVecEnv(VecEnvBase):
         out[idx] = 0
         rows = np.arange(out.shape[0])[idx]
         if self.pixels:
-            for row, c in zip(rows[t == 0], cue[t == 0]):
-                out[(row, 0, *cue_block(int(c)))] = 1
+            first, (row, col) = rows[t == 0], cue_corner(cue[t == 0])
+            for dr in (0, 1):  # the 2x2 blocks, all envs at once
+                for dc in (0, 1):
+                    out[first, 0, row + dr, col + dc] = 1
             out[rows[t == self.delay], 1] = 1
             return
         out[rows, cue] = np.where(t == 0, 1.0, 0.0)
